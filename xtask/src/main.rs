@@ -1,1 +1,112 @@
-fn main() {}
+//! Project automation, run as `cargo xtask <task>`.
+//!
+//! - `ci`: the README's test command and what `.ci/run` calls: setup, the
+//!   feature matrix, fmt, clippy, tests, docs, cargo-deny when installed.
+//!   Each step prints its name and duration; the first failure stops the
+//!   run with a non-zero exit status.
+
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("ci") => ci(),
+        Some("-h" | "--help" | "help") | None => {
+            println!("usage: cargo xtask <task>\n\ntasks:\n  ci    the full test run (what .ci/run calls)");
+            ExitCode::SUCCESS
+        }
+        Some(other) => {
+            eprintln!("xtask: unknown task `{other}` (try `cargo xtask help`)");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// A step of a run: a name and a command line.
+struct Step {
+    name: String,
+    program: String,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+}
+
+fn step(name: &str, cmdline: &str) -> Step {
+    let mut words = cmdline.split_whitespace().map(str::to_string);
+    Step {
+        name: name.to_string(),
+        program: words.next().unwrap_or_default(),
+        args: words.collect(),
+        env: Vec::new(),
+    }
+}
+
+fn run(s: &Step) -> Result<(), String> {
+    let start = Instant::now();
+    println!("==> {} ({} {})", s.name, s.program, s.args.join(" "));
+    let status = Command::new(&s.program)
+        .args(&s.args)
+        .envs(s.env.iter().map(|(k, v)| (k, v)))
+        .status()
+        .map_err(|e| format!("{}: cannot run {}: {e}", s.name, s.program))?;
+    let secs = start.elapsed().as_secs_f64();
+    if status.success() {
+        println!("<== {}: ok in {secs:.1} s", s.name);
+        Ok(())
+    } else {
+        Err(format!("{}: failed ({status}) after {secs:.1} s", s.name))
+    }
+}
+
+fn have(program: &str, args: &[&str]) -> bool {
+    Command::new(program)
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn ci() -> ExitCode {
+    let total = Instant::now();
+    let mut steps = Vec::new();
+    // Setup: the toolchain components the checks need.
+    if !have("cargo", &["fmt", "--version"]) || !have("cargo", &["clippy", "--version"]) {
+        steps.push(step("setup: rustfmt and clippy", "rustup component add rustfmt clippy"));
+    }
+    steps.push(step("fmt", "cargo fmt --all -- --check"));
+    // The feature matrix users rely on.
+    for (name, features) in [
+        ("check: fabric without default features", "--no-default-features"),
+        ("check: fabric with tcp", "--no-default-features --features tcp"),
+        ("check: fabric with shm", "--no-default-features --features shm"),
+        ("check: fabric with verbs", "--no-default-features --features verbs"),
+        ("check: fabric with all features", "--all-features"),
+    ] {
+        steps.push(step(name, &format!("cargo check --quiet -p fabric {features}")));
+    }
+    steps.push(step(
+        "clippy",
+        "cargo clippy --quiet --workspace --all-targets --all-features -- -D warnings",
+    ));
+    steps.push(step("test", "cargo test --workspace --all-features"));
+    let mut doc = step("doc", "cargo doc --quiet --workspace --no-deps --all-features");
+    doc.env.push(("RUSTDOCFLAGS".into(), "-D warnings".into()));
+    steps.push(doc);
+    steps.push(step("fuzz targets build", "cargo check --quiet --manifest-path fuzz/Cargo.toml"));
+    if have("cargo", &["deny", "--version"]) {
+        steps.push(step("deny", "cargo deny --offline check licenses bans sources"));
+    } else {
+        println!("--- deny: skipped (cargo-deny is not installed; `cargo install cargo-deny` to run it)");
+    }
+    println!("--- rxe: skipped (the soft-RoCE rig lands with the verbs provider, issue #6)");
+    for s in &steps {
+        if let Err(e) = run(s) {
+            eprintln!("xtask ci: {e}");
+            eprintln!("xtask ci: FAILED after {:.1} s", total.elapsed().as_secs_f64());
+            return ExitCode::FAILURE;
+        }
+    }
+    println!("xtask ci: all steps passed in {:.1} s", total.elapsed().as_secs_f64());
+    ExitCode::SUCCESS
+}

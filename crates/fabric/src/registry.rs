@@ -113,6 +113,13 @@ impl Registry {
                     continue;
                 }
             }
+            if let Some(v) = req.hints.map(|h| h.fabric_attr.prov_version) {
+                if !v.is_zero() && v > p.version() {
+                    let reason = format!("fabric_attr.prov_version {v} is newer than offered");
+                    declined.entry((2, reason, true)).or_default().push(name);
+                    continue;
+                }
+            }
             match p.getinfo(req) {
                 Ok(list) => {
                     let before = out.len();

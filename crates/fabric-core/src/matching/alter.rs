@@ -45,7 +45,8 @@ pub fn report_caps(base: Caps, hint: Caps, offered: Caps) -> Caps {
 ///   removed) when the offer needs target-side MR modes (RAW, VIRT_ADDR,
 ///   PROV_KEY, RMA_EVENT) that the hints' mr_mode does not accept;
 /// - tx / rx / domain caps: [`report_caps`] on their own hints, kept within
-///   the endpoint's caps (directions excepted);
+///   the endpoint's caps (libfabric lets an rx attribute refill RECV for a
+///   send-only endpoint; we keep a send-only endpoint send-only);
 /// - mode: what the offer needs, never the hint's bits;
 /// - enumerations (threading, progress, resource management, av_type) and
 ///   sizes (tx/rx size, iov limits, inject size, ordered sizes, context
@@ -73,12 +74,16 @@ pub fn alter(offer: &Info, hints: Option<&Info>, api: Version) -> Info {
         || hm.contains(pm & target_bits);
     if rma_target_allowed(caps) && pm.intersects(target_bits) && !accepted {
         caps.remove(Caps::REMOTE_READ | Caps::REMOTE_WRITE | Caps::RMA_EVENT);
+        // Initiator only: name the directions left, or RMA / ATOMIC alone
+        // would mean "every direction" again.
+        if !caps.intersects(Caps::RMA_DIRECTIONS) {
+            caps |= offer.caps & (Caps::READ | Caps::WRITE);
+        }
     }
     out.caps = caps;
-    let within = caps | Caps::MSG_DIRECTIONS | Caps::RMA_DIRECTIONS;
-    out.tx_attr.caps = report_caps(caps, h.tx_attr.caps, offer.tx_attr.caps) & within;
-    out.rx_attr.caps = report_caps(caps, h.rx_attr.caps, offer.rx_attr.caps) & within;
-    out.domain_attr.caps = report_caps(caps, h.domain_attr.caps, offer.domain_attr.caps) & within;
+    out.tx_attr.caps = report_caps(caps, h.tx_attr.caps, offer.tx_attr.caps) & caps;
+    out.rx_attr.caps = report_caps(caps, h.rx_attr.caps, offer.rx_attr.caps) & caps;
+    out.domain_attr.caps = report_caps(caps, h.domain_attr.caps, offer.domain_attr.caps) & caps;
 
     // Modes: what the offer needs.
     out.mode = offer.mode;

@@ -120,7 +120,9 @@ pub(crate) fn needed_mode(offer: &Info, _hints: &Info, api: Version) -> Mode {
 
 fn check_fabric(offer: &Info, hints: &Info) -> Result<(), Mismatch> {
     let (h, p) = (&hints.fabric_attr, &offer.fabric_attr);
-    if !h.prov_version.is_zero() && h.prov_version > p.prov_version {
+    // Offers that leave prov_version zero are stamped by the registry,
+    // which checks the hint against the provider's version itself.
+    if !h.prov_version.is_zero() && !p.prov_version.is_zero() && h.prov_version > p.prov_version {
         return miss(
             5,
             "fabric_attr.prov_version",
