@@ -13,7 +13,9 @@ fn main() -> ExitCode {
     match args.first().map(String::as_str) {
         Some("ci") => ci(),
         Some("-h" | "--help" | "help") | None => {
-            println!("usage: cargo xtask <task>\n\ntasks:\n  ci    the full test run (what .ci/run calls)");
+            println!(
+                "usage: cargo xtask <task>\n\ntasks:\n  ci    the full test run (what .ci/run calls)"
+            );
             ExitCode::SUCCESS
         }
         Some(other) => {
@@ -72,41 +74,76 @@ fn ci() -> ExitCode {
     let mut steps = Vec::new();
     // Setup: the toolchain components the checks need.
     if !have("cargo", &["fmt", "--version"]) || !have("cargo", &["clippy", "--version"]) {
-        steps.push(step("setup: rustfmt and clippy", "rustup component add rustfmt clippy"));
+        steps.push(step(
+            "setup: rustfmt and clippy",
+            "rustup component add rustfmt clippy",
+        ));
     }
     steps.push(step("fmt", "cargo fmt --all -- --check"));
     // The feature matrix users rely on.
     for (name, features) in [
-        ("check: fabric without default features", "--no-default-features"),
-        ("check: fabric with tcp", "--no-default-features --features tcp"),
-        ("check: fabric with shm", "--no-default-features --features shm"),
-        ("check: fabric with verbs", "--no-default-features --features verbs"),
+        (
+            "check: fabric without default features",
+            "--no-default-features",
+        ),
+        (
+            "check: fabric with tcp",
+            "--no-default-features --features tcp",
+        ),
+        (
+            "check: fabric with shm",
+            "--no-default-features --features shm",
+        ),
+        (
+            "check: fabric with verbs",
+            "--no-default-features --features verbs",
+        ),
         ("check: fabric with all features", "--all-features"),
     ] {
-        steps.push(step(name, &format!("cargo check --quiet -p fabric {features}")));
+        steps.push(step(
+            name,
+            &format!("cargo check --quiet -p fabric {features}"),
+        ));
     }
     steps.push(step(
         "clippy",
         "cargo clippy --quiet --workspace --all-targets --all-features -- -D warnings",
     ));
     steps.push(step("test", "cargo test --workspace --all-features"));
-    let mut doc = step("doc", "cargo doc --quiet --workspace --no-deps --all-features");
+    let mut doc = step(
+        "doc",
+        "cargo doc --quiet --workspace --no-deps --all-features",
+    );
     doc.env.push(("RUSTDOCFLAGS".into(), "-D warnings".into()));
     steps.push(doc);
-    steps.push(step("fuzz targets build", "cargo check --quiet --manifest-path fuzz/Cargo.toml"));
+    steps.push(step(
+        "fuzz targets build",
+        "cargo check --quiet --manifest-path fuzz/Cargo.toml",
+    ));
     if have("cargo", &["deny", "--version"]) {
-        steps.push(step("deny", "cargo deny --offline check licenses bans sources"));
+        steps.push(step(
+            "deny",
+            "cargo deny --offline check licenses bans sources",
+        ));
     } else {
-        println!("--- deny: skipped (cargo-deny is not installed; `cargo install cargo-deny` to run it)");
+        println!(
+            "--- deny: skipped (cargo-deny is not installed; `cargo install cargo-deny` to run it)"
+        );
     }
     println!("--- rxe: skipped (the soft-RoCE rig lands with the verbs provider, issue #6)");
     for s in &steps {
         if let Err(e) = run(s) {
             eprintln!("xtask ci: {e}");
-            eprintln!("xtask ci: FAILED after {:.1} s", total.elapsed().as_secs_f64());
+            eprintln!(
+                "xtask ci: FAILED after {:.1} s",
+                total.elapsed().as_secs_f64()
+            );
             return ExitCode::FAILURE;
         }
     }
-    println!("xtask ci: all steps passed in {:.1} s", total.elapsed().as_secs_f64());
+    println!(
+        "xtask ci: all steps passed in {:.1} s",
+        total.elapsed().as_secs_f64()
+    );
     ExitCode::SUCCESS
 }

@@ -17,8 +17,10 @@ use serde_json::Value;
 /// `mode` and `domain_attr.mode`, and every memory-registration mode except
 /// the legacy pair in `domain_attr.mr_mode`.
 pub(crate) fn default_hints() -> Info {
-    let mut info = Info::default();
-    info.mode = Mode::all();
+    let mut info = Info {
+        mode: Mode::all(),
+        ..Info::default()
+    };
     info.domain_attr.mode = Mode::all();
     info.domain_attr.mr_mode = default_mr_mode();
     info
@@ -81,7 +83,9 @@ pub(crate) fn parse(text: &str) -> Result<Info, HintsError> {
 pub(crate) fn read(path: &Path) -> Result<Info, HintsError> {
     let text = if path.as_os_str() == "-" {
         let mut s = String::new();
-        std::io::stdin().read_to_string(&mut s).map_err(HintsError::Io)?;
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .map_err(HintsError::Io)?;
         s
     } else {
         std::fs::read_to_string(path).map_err(HintsError::Io)?
@@ -100,8 +104,17 @@ mod tests {
         assert_eq!(info, default_hints());
         assert_eq!(info.mode, Mode::all());
         assert_eq!(info.domain_attr.mode, Mode::all());
-        assert!(!info.domain_attr.mr_mode.intersects(MrMode::BASIC | MrMode::SCALABLE));
-        assert!(info.domain_attr.mr_mode.contains(MrMode::LOCAL | MrMode::PROV_KEY));
+        assert!(
+            !info
+                .domain_attr
+                .mr_mode
+                .intersects(MrMode::BASIC | MrMode::SCALABLE)
+        );
+        assert!(
+            info.domain_attr
+                .mr_mode
+                .contains(MrMode::LOCAL | MrMode::PROV_KEY)
+        );
     }
 
     #[test]
@@ -125,7 +138,8 @@ mod tests {
 
     #[test]
     fn present_modes_are_taken_as_given_even_empty() {
-        let text = r#"{"mode": [], "domain_attr": {"mode": ["FI_CONTEXT"], "mr_mode": ["FI_MR_BASIC"]}}"#;
+        let text =
+            r#"{"mode": [], "domain_attr": {"mode": ["FI_CONTEXT"], "mr_mode": ["FI_MR_BASIC"]}}"#;
         let info = parse(text).expect("valid hints");
         assert_eq!(info.mode, Mode::empty());
         assert_eq!(info.domain_attr.mode, Mode::CONTEXT);

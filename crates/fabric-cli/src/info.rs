@@ -33,7 +33,10 @@ domain_attr.mr_mode bit but FI_MR_BASIC and FI_MR_SCALABLE, as in fi_info; \
 a --hints file sets any field (absent fields are zero, i.e. any, with the same \
 mode defaults), and the other options override the fields of the file.
 
--e / -g list the variables without running getinfo.
+-l lists the providers (getinfo with flags exactly FI_PROV_ATTR_ONLY); with -s \
+or --flags as well, the flags are no longer exactly that, so a normal getinfo \
+runs and each result is printed as a list entry, as fi_info does. -e / -g list \
+the variables without running getinfo.
 
 Exit status: 0 with results; 1 when getinfo fails (nothing matches, invalid hints, \
 no provider), with one line on stderr naming the FI_E* error; 2 for usage errors \
@@ -52,7 +55,12 @@ pub(crate) struct InfoOpts {
 
     /// Source name or address: the node, with FI_SOURCE. With -n as well,
     /// the later of the two is the node, and FI_SOURCE stays.
-    #[arg(short = 's', long = "src_addr", alias = "src-addr", value_name = "ADDR")]
+    #[arg(
+        short = 's',
+        long = "src_addr",
+        alias = "src-addr",
+        value_name = "ADDR"
+    )]
     pub(crate) src_addr: Option<String>,
 
     /// Required capabilities: FI_MSG|FI_RMA...
@@ -157,7 +165,10 @@ impl InfoArgs {
 
 impl FromArgMatches for InfoArgs {
     fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
-        let mut args = InfoArgs { opts: InfoOpts::from_arg_matches(m)?, src_addr_last: false };
+        let mut args = InfoArgs {
+            opts: InfoOpts::from_arg_matches(m)?,
+            src_addr_last: false,
+        };
         args.order_from(m);
         Ok(args)
     }
@@ -172,11 +183,15 @@ impl FromArgMatches for InfoArgs {
 impl Args for InfoArgs {
     fn augment_args(cmd: clap::Command) -> clap::Command {
         // As getopt: a repeated option replaces the earlier value.
-        InfoOpts::augment_args(cmd).args_override_self(true).after_help(AFTER_HELP)
+        InfoOpts::augment_args(cmd)
+            .args_override_self(true)
+            .after_help(AFTER_HELP)
     }
 
     fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
-        InfoOpts::augment_args_for_update(cmd).args_override_self(true).after_help(AFTER_HELP)
+        InfoOpts::augment_args_for_update(cmd)
+            .args_override_self(true)
+            .after_help(AFTER_HELP)
     }
 }
 
@@ -265,7 +280,12 @@ pub(crate) fn build_query(args: &InfoArgs, file: Option<Info>) -> Query {
         }
         h
     });
-    Query { node, service: o.port.clone(), flags, hints }
+    Query {
+        node,
+        service: o.port.clone(),
+        flags,
+        hints,
+    }
 }
 
 /// How results are printed.
@@ -292,7 +312,9 @@ impl Style {
         if o.json {
             Style::Json
         } else if o.verbose || o.info_filter.is_some() {
-            Style::Verbose { filter: o.info_filter.clone() }
+            Style::Verbose {
+                filter: o.info_filter.clone(),
+            }
         } else if o.list {
             Style::List
         } else {
@@ -314,7 +336,10 @@ pub(crate) fn render(infos: &[Info], style: &Style) -> Result<String, serde_json
             let needle = filter.as_ref().map(|f| f.to_lowercase());
             for info in infos {
                 let text = info.verbose().to_string();
-                if needle.as_ref().is_none_or(|n| text.to_lowercase().contains(n.as_str())) {
+                if needle
+                    .as_ref()
+                    .is_none_or(|n| text.to_lowercase().contains(n.as_str()))
+                {
                     out.push_str(&format!("---\n{text}\n"));
                 }
             }
@@ -348,7 +373,10 @@ pub(crate) fn render_env(
     let needle = filter.map(str::to_lowercase);
     let mut out = String::new();
     for v in vars {
-        if needle.as_ref().is_some_and(|n| !v.name.to_lowercase().contains(n.as_str())) {
+        if needle
+            .as_ref()
+            .is_some_and(|n| !v.name.to_lowercase().contains(n.as_str()))
+        {
             continue;
         }
         out.push_str(&format!("# {}: {}\n# {}\n", v.name, v.kind, v.help));
@@ -376,7 +404,11 @@ pub(crate) fn env_vars(registry: &Registry) -> Vec<EnvVar> {
 /// `fabric: getinfo: FI_ENODATA (-61): <detail>`.
 pub(crate) fn error_line(e: &fabric::Error) -> String {
     let detail = e.detail().split_whitespace().collect::<Vec<_>>().join(" ");
-    format!("fabric: getinfo: {} ({}): {detail}", e.kind().c_name(), e.code())
+    format!(
+        "fabric: getinfo: {} ({}): {detail}",
+        e.kind().c_name(),
+        e.code()
+    )
 }
 
 /// Writes `text` to stdout; a closed pipe ends quietly with a failure.
@@ -415,8 +447,13 @@ pub(crate) fn run(args: &InfoArgs) -> Status {
         Some(path) => match hints_json::read(path) {
             Ok(info) => Some(info),
             Err(e) => {
+                let stdin = if path.as_os_str() == "-" {
+                    " (stdin)"
+                } else {
+                    ""
+                };
                 eprint_line(&format!(
-                    "error: invalid value '{}' for '--hints <FILE>': {e}",
+                    "error: invalid value '{}'{stdin} for '--hints <FILE>': {e}",
                     path.display()
                 ));
                 return Status::Usage;
@@ -479,8 +516,24 @@ mod tests {
     #[test]
     fn no_hint_option_means_no_hints() {
         let q = query(&[]);
-        assert_eq!(q, Query { node: None, service: None, flags: GetinfoFlags::empty(), hints: None });
-        let q = query(&["-n", "host", "-P", "7471", "--flags", "FI_NUMERICHOST", "-v"]);
+        assert_eq!(
+            q,
+            Query {
+                node: None,
+                service: None,
+                flags: GetinfoFlags::empty(),
+                hints: None
+            }
+        );
+        let q = query(&[
+            "-n",
+            "host",
+            "-P",
+            "7471",
+            "--flags",
+            "FI_NUMERICHOST",
+            "-v",
+        ]);
         assert_eq!(q.hints, None);
         assert_eq!(q.node.as_deref(), Some("host"));
         assert_eq!(q.service.as_deref(), Some("7471"));
@@ -516,7 +569,9 @@ mod tests {
 
     #[test]
     fn mode_option_replaces_the_default() {
-        let h = query(&["-m", "FI_CONTEXT|FI_MSG_PREFIX"]).hints.expect("hints");
+        let h = query(&["-m", "FI_CONTEXT|FI_MSG_PREFIX"])
+            .hints
+            .expect("hints");
         assert_eq!(h.mode, Mode::CONTEXT | Mode::MSG_PREFIX);
         let h = query(&["-m", ""]).hints.expect("hints");
         assert_eq!(h.mode, Mode::empty());
@@ -524,9 +579,18 @@ mod tests {
 
     #[test]
     fn names_and_provider_options_set_their_fields() {
-        let h = query(&["-p", "tcp", "-d", "eth0", "-f", "192.0.2.0/24", "-a", "fi_sockaddr_in6"])
-            .hints
-            .expect("hints");
+        let h = query(&[
+            "-p",
+            "tcp",
+            "-d",
+            "eth0",
+            "-f",
+            "192.0.2.0/24",
+            "-a",
+            "fi_sockaddr_in6",
+        ])
+        .hints
+        .expect("hints");
         assert_eq!(h.fabric_attr.prov_name.as_deref(), Some("tcp"));
         assert_eq!(h.domain_attr.name.as_deref(), Some("eth0"));
         assert_eq!(h.fabric_attr.name.as_deref(), Some("192.0.2.0/24"));
@@ -573,7 +637,12 @@ mod tests {
 
     #[test]
     fn flags_option_takes_any_combination() {
-        let q = query(&["--flags", "FI_SOURCE|FI_NUMERICHOST|FI_PROV_ATTR_ONLY", "-P", "1"]);
+        let q = query(&[
+            "--flags",
+            "FI_SOURCE|FI_NUMERICHOST|FI_PROV_ATTR_ONLY",
+            "-P",
+            "1",
+        ]);
         assert_eq!(q.flags, GetinfoFlags::all());
         let q = query(&["--flags", "fi_numerichost", "-s", "::1"]);
         assert_eq!(q.flags, GetinfoFlags::NUMERICHOST | GetinfoFlags::SOURCE);
@@ -620,12 +689,19 @@ mod tests {
             (&["--flags", "FI_NOPE"], "FI_NOPE"),
         ] {
             let e = parse_err(argv);
-            assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation, "{argv:?}");
+            assert_eq!(
+                e.kind(),
+                clap::error::ErrorKind::ValueValidation,
+                "{argv:?}"
+            );
             assert_eq!(e.exit_code(), 2);
             assert!(e.to_string().contains(name), "{argv:?}: {e}");
         }
         let e = parse_err(&["-c", "FI_BOGUS"]).to_string();
-        assert!(e.contains("invalid value 'FI_BOGUS' for '--caps <CAPS>'"), "{e}");
+        assert!(
+            e.contains("invalid value 'FI_BOGUS' for '--caps <CAPS>'"),
+            "{e}"
+        );
         assert!(e.contains("unknown Caps name `FI_BOGUS`"), "{e}");
     }
 
@@ -633,7 +709,11 @@ mod tests {
     fn json_conflicts_with_other_text_outputs() {
         for other in ["-v", "-e", "-i=tcp", "-g=FI"] {
             let e = parse_err(&["--json", other]);
-            assert_eq!(e.kind(), clap::error::ErrorKind::ArgumentConflict, "{other}");
+            assert_eq!(
+                e.kind(),
+                clap::error::ErrorKind::ArgumentConflict,
+                "{other}"
+            );
         }
         assert_eq!(Style::of(&parse(&["--json", "-l"]).opts), Style::Json);
     }
@@ -642,16 +722,23 @@ mod tests {
     fn style_precedence_is_verbose_then_list() {
         assert_eq!(Style::of(&parse(&[]).opts), Style::Short);
         assert_eq!(Style::of(&parse(&["-l"]).opts), Style::List);
-        assert_eq!(Style::of(&parse(&["-l", "-v"]).opts), Style::Verbose { filter: None });
+        assert_eq!(
+            Style::of(&parse(&["-l", "-v"]).opts),
+            Style::Verbose { filter: None }
+        );
         assert_eq!(
             Style::of(&parse(&["-i", "RDM"]).opts),
-            Style::Verbose { filter: Some("RDM".into()) }
+            Style::Verbose {
+                filter: Some("RDM".into())
+            }
         );
     }
 
     fn sample() -> Vec<Info> {
-        let mut a = Info::default();
-        a.caps = Caps::MSG | Caps::TAGGED;
+        let mut a = Info {
+            caps: Caps::MSG | Caps::TAGGED,
+            ..Info::default()
+        };
         a.ep_attr.ep_type = EpType::Rdm;
         a.ep_attr.protocol = Protocol::SockTcp;
         a.fabric_attr.prov_name = Some("tcp".into());
@@ -700,12 +787,26 @@ provider: shm
         assert_eq!(text.matches("---\nfi_info:\n").count(), 2);
         assert!(text.contains("        type: FI_EP_RDM\n"));
         assert!(text.ends_with("api_version: 1.17\n"));
-        assert_eq!(text, format!("---\n{}\n---\n{}\n", infos[0].verbose(), infos[1].verbose()));
+        assert_eq!(
+            text,
+            format!("---\n{}\n---\n{}\n", infos[0].verbose(), infos[1].verbose())
+        );
 
-        let only_msg = render(&infos, &Style::Verbose { filter: Some("fi_ep_msg".into()) })
-            .expect("text");
+        let only_msg = render(
+            &infos,
+            &Style::Verbose {
+                filter: Some("fi_ep_msg".into()),
+            },
+        )
+        .expect("text");
         assert_eq!(only_msg, format!("---\n{}\n", infos[1].verbose()));
-        let none = render(&infos, &Style::Verbose { filter: Some("verbs".into()) }).expect("text");
+        let none = render(
+            &infos,
+            &Style::Verbose {
+                filter: Some("verbs".into()),
+            },
+        )
+        .expect("text");
         assert_eq!(none, "");
     }
 
@@ -724,8 +825,16 @@ provider: shm
     }
 
     const VARS: &[EnvVar] = &[
-        EnvVar { name: "FI_PROVIDER", kind: "String", help: "Only these providers." },
-        EnvVar { name: "FI_TCP_IFACE", kind: "String", help: "tcp: interface." },
+        EnvVar {
+            name: "FI_PROVIDER",
+            kind: "String",
+            help: "Only these providers.",
+        },
+        EnvVar {
+            name: "FI_TCP_IFACE",
+            kind: "String",
+            help: "tcp: interface.",
+        },
         RUST_LOG,
     ];
 

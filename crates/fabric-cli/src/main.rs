@@ -19,7 +19,11 @@ mod info;
 
 /// Command-line tools for the fabric interface (the libfabric / OFI model).
 #[derive(Debug, Parser)]
-#[command(name = "fabric", about, disable_version_flag = true, arg_required_else_help = true)]
+#[command(
+    name = "fabric",
+    disable_version_flag = true,
+    arg_required_else_help = true
+)]
 struct Cli {
     /// Print the version of this tool and of the fabric API, and exit.
     #[arg(long)]
@@ -57,7 +61,11 @@ impl From<Status> for ExitCode {
 
 /// The `--version` text: this tool's version and the API version it speaks.
 pub(crate) fn version_text() -> String {
-    format!("fabric: {}\napi: {}\n", env!("CARGO_PKG_VERSION"), fabric::Version::CURRENT)
+    format!(
+        "fabric: {}\napi: {}\n",
+        env!("CARGO_PKG_VERSION"),
+        fabric::Version::CURRENT
+    )
 }
 
 /// Logs to stderr, filtered by `RUST_LOG` (invalid directives are

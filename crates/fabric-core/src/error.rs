@@ -138,13 +138,19 @@ pub struct Error {
 impl Error {
     /// An error of `kind` described by `detail`.
     pub fn new(kind: ErrorKind, detail: impl Into<Cow<'static, str>>) -> Self {
-        Error { kind, detail: detail.into() }
+        Error {
+            kind,
+            detail: detail.into(),
+        }
     }
 
     /// An error of `kind` whose message is the kind's own description; does
     /// not allocate.
     pub const fn from_kind(kind: ErrorKind) -> Self {
-        Error { kind, detail: Cow::Borrowed(kind.description()) }
+        Error {
+            kind,
+            detail: Cow::Borrowed(kind.description()),
+        }
     }
 
     /// The kind.
@@ -191,7 +197,13 @@ impl Error {
 
 impl fmt::Debug for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}({}): {}", self.kind.c_name(), self.code(), self.detail)
+        write!(
+            f,
+            "{}({}): {}",
+            self.kind.c_name(),
+            self.code(),
+            self.detail
+        )
     }
 }
 
@@ -241,7 +253,10 @@ mod tests {
     fn message_is_the_detail() {
         let e = Error::no_data("no provider matches these hints: x");
         assert_eq!(e.to_string(), "no provider matches these hints: x");
-        assert_eq!(format!("{e:?}"), "FI_ENODATA(-61): no provider matches these hints: x");
+        assert_eq!(
+            format!("{e:?}"),
+            "FI_ENODATA(-61): no provider matches these hints: x"
+        );
     }
 
     #[test]

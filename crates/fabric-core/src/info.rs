@@ -99,11 +99,16 @@ pub struct Verbose<'a>(&'a Info);
 
 fn list<T: fmt::Display>(names: impl IntoIterator<Item = T>) -> String {
     let items: Vec<String> = names.into_iter().map(|n| n.to_string()).collect();
-    if items.is_empty() { "[  ]".to_string() } else { format!("[ {} ]", items.join(", ")) }
+    if items.is_empty() {
+        "[  ]".to_string()
+    } else {
+        format!("[ {} ]", items.join(", "))
+    }
 }
 
 fn opt_addr(a: &Option<Address>) -> String {
-    a.as_ref().map_or_else(|| "(null)".to_string(), Address::to_string)
+    a.as_ref()
+        .map_or_else(|| "(null)".to_string(), Address::to_string)
 }
 
 fn opt_str(s: &Option<String>) -> &str {

@@ -248,7 +248,12 @@ where
         Text(String),
         List(Vec<String>),
     }
-    let unknown = |n: &str| D::Error::custom(UnknownName { kind, name: n.to_string() });
+    let unknown = |n: &str| {
+        D::Error::custom(UnknownName {
+            kind,
+            name: n.to_string(),
+        })
+    };
     let mut out = empty;
     match <Repr as serde::Deserialize>::deserialize(d)? {
         Repr::Num(v) => return from_num(v).ok_or_else(|| unknown(&v.to_string())),
@@ -265,4 +270,3 @@ where
     }
     Ok(out)
 }
-

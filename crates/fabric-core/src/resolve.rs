@@ -60,7 +60,9 @@ pub struct Query<'a> {
 pub fn service_port(service: &str) -> Result<u16> {
     if !service.is_empty() && service.bytes().all(|b| b.is_ascii_digit()) {
         return service.parse::<u16>().map_err(|_| {
-            Error::inval(format!("service `{service}` is not a port number in 0..=65535"))
+            Error::inval(format!(
+                "service `{service}` is not a port number in 0..=65535"
+            ))
         });
     }
     let hints = dns_lookup::AddrInfoHints {
@@ -89,8 +91,11 @@ pub fn resolve(q: &Query<'_>) -> Result<Vec<SocketAddr>> {
         } else {
             [Ipv4Addr::LOCALHOST.into(), Ipv6Addr::LOCALHOST.into()]
         };
-        let out: Vec<_> =
-            ips.into_iter().filter(|ip| q.family.admits(ip)).map(|ip| SocketAddr::new(ip, port)).collect();
+        let out: Vec<_> = ips
+            .into_iter()
+            .filter(|ip| q.family.admits(ip))
+            .map(|ip| SocketAddr::new(ip, port))
+            .collect();
         return Ok(out);
     };
     if node.contains("://") {
@@ -101,7 +106,10 @@ pub fn resolve(q: &Query<'_>) -> Result<Vec<SocketAddr>> {
         }
         let a: Address = node.parse()?;
         let sa = a.socket_addr().ok_or_else(|| {
-            Error::inval(format!("node `{node}` is {}, not an IP socket address", a.format()))
+            Error::inval(format!(
+                "node `{node}` is {}, not an IP socket address",
+                a.format()
+            ))
         })?;
         return admit(vec![sa], q.family, node);
     }
@@ -134,9 +142,14 @@ pub fn resolve(q: &Query<'_>) -> Result<Vec<SocketAddr>> {
 const AI_PASSIVE: i32 = 1;
 
 fn admit(addrs: Vec<SocketAddr>, family: Family, node: &str) -> Result<Vec<SocketAddr>> {
-    let out: Vec<_> = addrs.into_iter().filter(|a| family.admits(&a.ip())).collect();
+    let out: Vec<_> = addrs
+        .into_iter()
+        .filter(|a| family.admits(&a.ip()))
+        .collect();
     if out.is_empty() {
-        return Err(Error::no_data(format!("node `{node}` has no address of family {family:?}")));
+        return Err(Error::no_data(format!(
+            "node `{node}` has no address of family {family:?}"
+        )));
     }
     Ok(out)
 }
@@ -147,29 +160,54 @@ mod tests {
     use crate::error::ErrorKind;
 
     fn q(node: Option<&'static str>, service: Option<&'static str>) -> Query<'static> {
-        Query { node, service, ..Default::default() }
+        Query {
+            node,
+            service,
+            ..Default::default()
+        }
     }
 
     #[test]
     fn numeric_nodes_need_no_lookup() {
-        let r = resolve(&Query { numeric_host: true, ..q(Some("10.1.2.3"), Some("7471")) });
+        let r = resolve(&Query {
+            numeric_host: true,
+            ..q(Some("10.1.2.3"), Some("7471"))
+        });
         assert_eq!(r, Ok(vec!["10.1.2.3:7471".parse().unwrap()]));
-        let r = resolve(&Query { numeric_host: true, ..q(Some("::1"), Some("1")) });
+        let r = resolve(&Query {
+            numeric_host: true,
+            ..q(Some("::1"), Some("1"))
+        });
         assert_eq!(r, Ok(vec!["[::1]:1".parse().unwrap()]));
     }
 
     #[test]
     fn numerichost_refuses_names() {
-        let e = resolve(&Query { numeric_host: true, ..q(Some("localhost"), None) }).unwrap_err();
+        let e = resolve(&Query {
+            numeric_host: true,
+            ..q(Some("localhost"), None)
+        })
+        .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Inval);
         assert!(e.detail().contains("FI_NUMERICHOST"), "{e}");
     }
 
     #[test]
     fn missing_node_is_wildcard_when_passive_else_loopback() {
-        let r = resolve(&Query { passive: true, ..q(None, Some("9")) }).unwrap();
-        assert_eq!(r, vec!["0.0.0.0:9".parse().unwrap(), "[::]:9".parse().unwrap()]);
-        let r = resolve(&Query { family: Family::V4, ..q(None, Some("9")) }).unwrap();
+        let r = resolve(&Query {
+            passive: true,
+            ..q(None, Some("9"))
+        })
+        .unwrap();
+        assert_eq!(
+            r,
+            vec!["0.0.0.0:9".parse().unwrap(), "[::]:9".parse().unwrap()]
+        );
+        let r = resolve(&Query {
+            family: Family::V4,
+            ..q(None, Some("9"))
+        })
+        .unwrap();
         assert_eq!(r, vec!["127.0.0.1:9".parse().unwrap()]);
     }
 
@@ -177,7 +215,12 @@ mod tests {
     fn ports_are_checked() {
         assert_eq!(service_port("65535"), Ok(65535));
         assert_eq!(service_port("65536").unwrap_err().kind(), ErrorKind::Inval);
-        assert_eq!(resolve(&q(Some("127.0.0.1"), Some("99999"))).unwrap_err().kind(), ErrorKind::Inval);
+        assert_eq!(
+            resolve(&q(Some("127.0.0.1"), Some("99999")))
+                .unwrap_err()
+                .kind(),
+            ErrorKind::Inval
+        );
     }
 
     #[test]
@@ -190,7 +233,11 @@ mod tests {
 
     #[test]
     fn family_filter() {
-        let e = resolve(&Query { family: Family::V6, ..q(Some("10.0.0.1"), None) }).unwrap_err();
+        let e = resolve(&Query {
+            family: Family::V6,
+            ..q(Some("10.0.0.1"), None)
+        })
+        .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::NoData);
     }
 
@@ -198,6 +245,9 @@ mod tests {
     fn localhost_resolves() {
         // /etc/hosts lookup, no network needed.
         let r = resolve(&q(Some("localhost"), Some("80"))).unwrap();
-        assert!(r.iter().all(|a| a.ip().is_loopback() && a.port() == 80), "{r:?}");
+        assert!(
+            r.iter().all(|a| a.ip().is_loopback() && a.port() == 80),
+            "{r:?}"
+        );
     }
 }

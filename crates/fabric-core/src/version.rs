@@ -88,7 +88,6 @@ impl<'de> serde::Deserialize<'de> for Version {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,7 +97,10 @@ mod tests {
         assert!(Version::new(1, 17) > Version::new(1, 5));
         assert!(Version::new(2, 0) > Version::new(1, 99));
         assert_eq!(Version::new(1, 17).to_u32(), (1 << 16) | 17);
-        assert_eq!(Version::from_u32(Version::CURRENT.to_u32()), Version::CURRENT);
+        assert_eq!(
+            Version::from_u32(Version::CURRENT.to_u32()),
+            Version::CURRENT
+        );
     }
 
     #[test]

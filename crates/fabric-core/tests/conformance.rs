@@ -4,6 +4,8 @@
 //! that needs FI_MR_LOCAL and provider keys); each row changes the hints
 //! and says whether the offer must match, and what the answer must hold.
 
+#![allow(clippy::field_reassign_with_default, clippy::unwrap_used)]
+
 use fabric_core::matching::{self, Request, check};
 use fabric_core::*;
 
@@ -36,7 +38,9 @@ fn rdm() -> Info {
     i.addr_format = AddrFormat::SockaddrIn;
     i.tx_attr = TxAttr {
         caps: base_caps() - Caps::RX_ONLY,
-        op_flags: OpFlags::COMPLETION | OpFlags::INJECT_COMPLETE | OpFlags::TRANSMIT_COMPLETE
+        op_flags: OpFlags::COMPLETION
+            | OpFlags::INJECT_COMPLETE
+            | OpFlags::TRANSMIT_COMPLETE
             | OpFlags::DELIVERY_COMPLETE,
         msg_order: MsgOrder::SAS | MsgOrder::RAW | MsgOrder::WAW,
         comp_order: CompOrder::empty(),
@@ -111,7 +115,8 @@ fn verbs() -> Info {
     i.mode = Mode::CONTEXT;
     i.rx_attr.mode = Mode::CONTEXT;
     i.tx_attr.mode = Mode::CONTEXT;
-    i.domain_attr.mr_mode = MrMode::LOCAL | MrMode::VIRT_ADDR | MrMode::PROV_KEY | MrMode::ALLOCATED;
+    i.domain_attr.mr_mode =
+        MrMode::LOCAL | MrMode::VIRT_ADDR | MrMode::PROV_KEY | MrMode::ALLOCATED;
     i.ep_attr.protocol = Protocol::RdmaCmIbRc;
     i.addr_format = AddrFormat::SockaddrIb;
     i
@@ -327,14 +332,26 @@ fn conformance_table() {
                 }
                 // The answer serves the hints it came from.
                 if let Err(m) = check(&offer, &answer, row.api) {
-                    failures.push(format!("{}: the answer fed back as hints misses: {m}", row.rule));
+                    failures.push(format!(
+                        "{}: the answer fed back as hints misses: {m}",
+                        row.rule
+                    ));
                 }
             }
-            (Match(_), Err(m)) => failures.push(format!("{}: expected a match, got miss on {}: {m}", row.rule, m.field)),
-            (Miss(field), Ok(())) => failures.push(format!("{}: expected a miss on {field}, got a match", row.rule)),
+            (Match(_), Err(m)) => failures.push(format!(
+                "{}: expected a match, got miss on {}: {m}",
+                row.rule, m.field
+            )),
+            (Miss(field), Ok(())) => failures.push(format!(
+                "{}: expected a miss on {field}, got a match",
+                row.rule
+            )),
             (Miss(field), Err(m)) => {
                 if m.field != *field {
-                    failures.push(format!("{}: expected a miss on {field}, got {}: {m}", row.rule, m.field));
+                    failures.push(format!(
+                        "{}: expected a miss on {field}, got {}: {m}",
+                        row.rule, m.field
+                    ));
                 }
                 if m.reason.is_empty() {
                     failures.push(format!("{}: empty reason", row.rule));
@@ -342,7 +359,12 @@ fn conformance_table() {
             }
         }
     }
-    assert!(failures.is_empty(), "{} rule(s) failed:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} rule(s) failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -350,7 +372,10 @@ fn null_hints_return_the_offer_unchanged() {
     let offer = rdm();
     assert_eq!(matching::alter(&offer, None, Version::CURRENT), offer);
     let r = Request::new(Version::CURRENT);
-    assert_eq!(matching::select(&[offer.clone()], &r).unwrap(), vec![offer]);
+    assert_eq!(
+        matching::select(std::slice::from_ref(&offer), &r).unwrap(),
+        vec![offer]
+    );
 }
 
 #[test]
@@ -358,7 +383,10 @@ fn select_explains_the_closest_miss() {
     let mut h = hints();
     h.ep_attr.ep_type = EpType::Rdm;
     h.tx_attr.size = 1 << 30;
-    let r = Request { hints: Some(&h), ..Request::new(Version::CURRENT) };
+    let r = Request {
+        hints: Some(&h),
+        ..Request::new(Version::CURRENT)
+    };
     // The MSG offer fails at step 1 (type), the RDM one at step 9 (tx size):
     // the RDM reason is the one reported.
     let e = matching::select(&[msg(), rdm()], &r).unwrap_err();
@@ -371,7 +399,10 @@ fn select_uses_hint_addresses() {
     let mut h = hints();
     h.dest_addr = Some("fi_sockaddr_in://10.0.0.2:7471".parse().unwrap());
     h.src_addr = Some("fi_sockaddr_in://10.0.0.1:0".parse().unwrap());
-    let r = Request { hints: Some(&h), ..Request::new(Version::CURRENT) };
+    let r = Request {
+        hints: Some(&h),
+        ..Request::new(Version::CURRENT)
+    };
     let a = matching::select(&[rdm()], &r).unwrap();
     assert_eq!(a[0].dest_addr, h.dest_addr);
     assert_eq!(a[0].src_addr, h.src_addr);
@@ -381,7 +412,10 @@ fn select_uses_hint_addresses() {
 fn handle_is_copied_from_the_hints() {
     let mut h = hints();
     h.handle = Some(Handle(42));
-    assert_eq!(matching::alter(&rdm(), Some(&h), Version::CURRENT).handle, Some(Handle(42)));
+    assert_eq!(
+        matching::alter(&rdm(), Some(&h), Version::CURRENT).handle,
+        Some(Handle(42))
+    );
 }
 
 // -- request validation -----------------------------------------------------
@@ -410,11 +444,13 @@ fn unknown_getinfo_flags_are_badflags() {
 fn source_needs_node_or_service() {
     let e = validate(|r| r.flags = GetinfoFlags::SOURCE).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Inval);
-    assert!(validate(|r| {
-        r.flags = GetinfoFlags::SOURCE;
-        r.service = Some("7471");
-    })
-    .is_ok());
+    assert!(
+        validate(|r| {
+            r.flags = GetinfoFlags::SOURCE;
+            r.service = Some("7471");
+        })
+        .is_ok()
+    );
 }
 
 #[test]
@@ -430,9 +466,15 @@ fn addr_str_node_takes_no_service() {
 
 #[test]
 fn prov_attr_only_is_exact() {
-    let r = Request { flags: GetinfoFlags::PROV_ATTR_ONLY, ..Request::new(Version::CURRENT) };
+    let r = Request {
+        flags: GetinfoFlags::PROV_ATTR_ONLY,
+        ..Request::new(Version::CURRENT)
+    };
     assert!(r.prov_attr_only());
-    let r = Request { flags: GetinfoFlags::PROV_ATTR_ONLY | GetinfoFlags::SOURCE, ..Request::new(Version::CURRENT) };
+    let r = Request {
+        flags: GetinfoFlags::PROV_ATTR_ONLY | GetinfoFlags::SOURCE,
+        ..Request::new(Version::CURRENT)
+    };
     assert!(!r.prov_attr_only());
 }
 
@@ -451,7 +493,11 @@ fn invalid_cap_combinations_are_badflags() {
         let e = validate(|r| r.hints = Some(&h)).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::BadFlags, "{caps}");
     }
-    for caps in [Caps::RMA | Caps::RMA_EVENT, Caps::RMA | Caps::REMOTE_READ | Caps::RMA_EVENT, Caps::MULTICAST | Caps::SEND] {
+    for caps in [
+        Caps::RMA | Caps::RMA_EVENT,
+        Caps::RMA | Caps::REMOTE_READ | Caps::RMA_EVENT,
+        Caps::MULTICAST | Caps::SEND,
+    ] {
         let mut h = hints();
         h.caps = caps;
         assert!(validate(|r| r.hints = Some(&h)).is_ok(), "{caps}");
@@ -462,7 +508,10 @@ fn invalid_cap_combinations_are_badflags() {
 fn unknown_op_flags_are_badflags() {
     let mut h = hints();
     h.tx_attr.op_flags = OpFlags::from_bits_retain(1 << 40);
-    assert_eq!(validate(|r| r.hints = Some(&h)).unwrap_err().kind(), ErrorKind::BadFlags);
+    assert_eq!(
+        validate(|r| r.hints = Some(&h)).unwrap_err().kind(),
+        ErrorKind::BadFlags
+    );
 }
 
 #[test]
@@ -470,7 +519,10 @@ fn hint_addresses_must_fit_addr_format() {
     let mut h = hints();
     h.addr_format = AddrFormat::SockaddrIn6;
     h.src_addr = Some("fi_sockaddr_in://10.0.0.1:1".parse().unwrap());
-    assert_eq!(validate(|r| r.hints = Some(&h)).unwrap_err().kind(), ErrorKind::Inval);
+    assert_eq!(
+        validate(|r| r.hints = Some(&h)).unwrap_err().kind(),
+        ErrorKind::Inval
+    );
     h.addr_format = AddrFormat::Sockaddr;
     assert!(validate(|r| r.hints = Some(&h)).is_ok());
 }
@@ -486,7 +538,10 @@ fn fabric_and_domain_names_are_exact_and_case_insensitive() {
     h.domain_attr.name = Some("LO".into());
     assert!(matching::names_match(&info, &h).is_ok());
     h.domain_attr.name = Some("l".into());
-    assert_eq!(matching::names_match(&info, &h).unwrap_err().field, "domain_attr.name");
+    assert_eq!(
+        matching::names_match(&info, &h).unwrap_err().field,
+        "domain_attr.name"
+    );
     h.domain_attr.name = None;
     h.fabric_attr.name = Some("127.0.0.1".into());
     let m = matching::names_match(&info, &h).unwrap_err();
@@ -499,30 +554,72 @@ mod fixed_point {
     use super::*;
     use proptest::prelude::*;
 
-    fn bits<T: Copy + std::fmt::Debug + std::ops::BitOr<Output = T> + 'static>(all: Vec<T>, empty: T) -> impl Strategy<Value = T> {
+    fn bits<T: Copy + std::fmt::Debug + std::ops::BitOr<Output = T> + 'static>(
+        all: Vec<T>,
+        empty: T,
+    ) -> impl Strategy<Value = T> {
         let n = all.len();
-        prop::sample::subsequence(all, 0..=n).prop_map(move |v| v.into_iter().fold(empty, |a, b| a | b))
+        prop::sample::subsequence(all, 0..=n)
+            .prop_map(move |v| v.into_iter().fold(empty, |a, b| a | b))
     }
 
     fn arb_hints() -> impl Strategy<Value = (Info, Version)> {
         let caps = bits(
-            vec![Caps::MSG, Caps::RMA, Caps::TAGGED, Caps::ATOMIC, Caps::READ, Caps::WRITE, Caps::SEND, Caps::RECV,
-                 Caps::REMOTE_READ, Caps::REMOTE_WRITE, Caps::MULTI_RECV, Caps::FENCE, Caps::LOCAL_COMM,
-                 Caps::RMA_EVENT, Caps::INJECT],
+            vec![
+                Caps::MSG,
+                Caps::RMA,
+                Caps::TAGGED,
+                Caps::ATOMIC,
+                Caps::READ,
+                Caps::WRITE,
+                Caps::SEND,
+                Caps::RECV,
+                Caps::REMOTE_READ,
+                Caps::REMOTE_WRITE,
+                Caps::MULTI_RECV,
+                Caps::FENCE,
+                Caps::LOCAL_COMM,
+                Caps::RMA_EVENT,
+                Caps::INJECT,
+            ],
             Caps::empty(),
         );
         let mr = bits(
-            vec![MrMode::LOCAL, MrMode::VIRT_ADDR, MrMode::PROV_KEY, MrMode::ALLOCATED, MrMode::RAW, MrMode::ENDPOINT],
+            vec![
+                MrMode::LOCAL,
+                MrMode::VIRT_ADDR,
+                MrMode::PROV_KEY,
+                MrMode::ALLOCATED,
+                MrMode::RAW,
+                MrMode::ENDPOINT,
+            ],
             MrMode::empty(),
         );
-        let mode = bits(vec![Mode::CONTEXT, Mode::LOCAL_MR, Mode::MSG_PREFIX, Mode::RX_CQ_DATA], Mode::empty());
+        let mode = bits(
+            vec![
+                Mode::CONTEXT,
+                Mode::LOCAL_MR,
+                Mode::MSG_PREFIX,
+                Mode::RX_CQ_DATA,
+            ],
+            Mode::empty(),
+        );
         (
             caps,
             mr,
             mode,
-            prop::sample::select(vec![Version::CURRENT, Version::new(1, 4), Version::new(1, 5)]),
+            prop::sample::select(vec![
+                Version::CURRENT,
+                Version::new(1, 4),
+                Version::new(1, 5),
+            ]),
             prop::sample::select(vec![EpType::Unspec, EpType::Msg, EpType::Rdm]),
-            prop::sample::select(vec![Threading::Unspec, Threading::Safe, Threading::Domain, Threading::Completion]),
+            prop::sample::select(vec![
+                Threading::Unspec,
+                Threading::Safe,
+                Threading::Domain,
+                Threading::Completion,
+            ]),
             prop::sample::select(vec![0usize, 1, 16, 1024]),
             prop::sample::select(vec![0usize, 100, 1 << 20]),
             any::<bool>(),

@@ -1,6 +1,8 @@
 //! The JSON form of `Info`: C field names, flag sets as arrays of FI_
 //! names, enums as FI_ names; round trips; partial input; strictness.
 
+#![allow(clippy::field_reassign_with_default, clippy::unwrap_used)]
+
 use fabric_core::*;
 
 fn full() -> Info {
@@ -36,28 +38,52 @@ fn round_trip() {
     let json = serde_json::to_string(&i).unwrap();
     let back: Info = serde_json::from_str(&json).unwrap();
     assert_eq!(back, i);
-    assert_eq!(serde_json::from_str::<Info>(&serde_json::to_string(&Info::default()).unwrap()).unwrap(), Info::default());
+    assert_eq!(
+        serde_json::from_str::<Info>(&serde_json::to_string(&Info::default()).unwrap()).unwrap(),
+        Info::default()
+    );
 }
 
 #[test]
 fn field_and_value_names_are_libfabric_s() {
     let v = serde_json::to_value(full()).unwrap();
-    assert_eq!(v["caps"], serde_json::json!(["FI_MSG", "FI_TAGGED", "FI_RECV", "FI_SEND", "FI_REMOTE_CQ_DATA"]));
+    assert_eq!(
+        v["caps"],
+        serde_json::json!([
+            "FI_MSG",
+            "FI_TAGGED",
+            "FI_RECV",
+            "FI_SEND",
+            "FI_REMOTE_CQ_DATA"
+        ])
+    );
     assert_eq!(v["ep_attr"]["type"], "FI_EP_RDM");
     assert_eq!(v["fabric_attr"]["prov_name"], "tcp");
     assert_eq!(v["fabric_attr"]["api_version"], "1.17");
     assert_eq!(v["addr_format"], "FI_SOCKADDR_IN");
     assert_eq!(v["src_addr"], "fi_sockaddr_in://127.0.0.1:7471");
-    assert_eq!(v["domain_attr"]["mr_mode"], serde_json::json!(["FI_MR_LOCAL", "FI_MR_PROV_KEY"]));
-    assert_eq!(v["tx_attr"]["msg_order"], serde_json::json!(["FI_ORDER_SAS", "FI_ORDER_RMA_WAW"]));
-    assert_eq!(v["tx_attr"]["comp_order"], serde_json::json!(["FI_ORDER_STRICT"]));
+    assert_eq!(
+        v["domain_attr"]["mr_mode"],
+        serde_json::json!(["FI_MR_LOCAL", "FI_MR_PROV_KEY"])
+    );
+    assert_eq!(
+        v["tx_attr"]["msg_order"],
+        serde_json::json!(["FI_ORDER_SAS", "FI_ORDER_RMA_WAW"])
+    );
+    assert_eq!(
+        v["tx_attr"]["comp_order"],
+        serde_json::json!(["FI_ORDER_STRICT"])
+    );
     assert_eq!(v["domain_attr"]["threading"], "FI_THREAD_DOMAIN");
     assert_eq!(v["mode"], serde_json::json!(["FI_CONTEXT"]));
 }
 
 #[test]
 fn partial_input_is_zero_elsewhere() {
-    let i: Info = serde_json::from_str(r#"{"caps":["FI_MSG","fi_tagged"],"ep_attr":{"type":"FI_EP_RDM"},"tx_attr":{"size":16}}"#).unwrap();
+    let i: Info = serde_json::from_str(
+        r#"{"caps":["FI_MSG","fi_tagged"],"ep_attr":{"type":"FI_EP_RDM"},"tx_attr":{"size":16}}"#,
+    )
+    .unwrap();
     assert_eq!(i.caps, Caps::MSG | Caps::TAGGED);
     assert_eq!(i.ep_attr.ep_type, EpType::Rdm);
     assert_eq!(i.tx_attr.size, 16);
@@ -86,12 +112,20 @@ fn unknown_names_and_fields_are_refused() {
 #[test]
 fn verbose_display_is_fi_info_style() {
     let text = full().verbose().to_string();
-    assert!(text.starts_with("fi_info:\n    caps: [ FI_MSG, FI_TAGGED, FI_RECV, FI_SEND, FI_REMOTE_CQ_DATA ]\n"), "{text}");
+    assert!(
+        text.starts_with(
+            "fi_info:\n    caps: [ FI_MSG, FI_TAGGED, FI_RECV, FI_SEND, FI_REMOTE_CQ_DATA ]\n"
+        ),
+        "{text}"
+    );
     assert!(text.contains("    src_addr: fi_sockaddr_in://127.0.0.1:7471\n"));
     assert!(text.contains("    fi_ep_attr:\n        type: FI_EP_RDM\n"));
     assert!(text.contains("        mr_mode: [ FI_MR_LOCAL, FI_MR_PROV_KEY ]\n"));
     assert!(text.contains("        op_flags: [  ]\n"));
     assert!(text.ends_with("        api_version: 1.17"));
     let short = full().to_string();
-    assert_eq!(short, "provider: tcp\n    fabric: 127.0.0.1/32\n    domain: lo\n    version: 1.0\n    type: FI_EP_RDM\n    protocol: FI_PROTO_XNET");
+    assert_eq!(
+        short,
+        "provider: tcp\n    fabric: 127.0.0.1/32\n    domain: lo\n    version: 1.0\n    type: FI_EP_RDM\n    protocol: FI_PROTO_XNET"
+    );
 }

@@ -1,7 +1,7 @@
 //! [`Hints`]: a builder for `getinfo` requests.
 
 use fabric_core::{
-    Address, AddrFormat, AvType, Caps, EpType, GetinfoFlags, Info, Mode, MrMode, Progress,
+    AddrFormat, Address, AvType, Caps, EpType, GetinfoFlags, Info, Mode, MrMode, Progress,
     Protocol, Request, Result, Threading, Version,
 };
 
@@ -41,7 +41,10 @@ impl Hints {
 
     /// Starts from a whole `Info` (for example one read from JSON).
     pub fn from_info(info: Info) -> Self {
-        Hints { info, ..Hints::default() }
+        Hints {
+            info,
+            ..Hints::default()
+        }
     }
 
     /// Required capabilities.

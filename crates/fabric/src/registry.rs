@@ -23,7 +23,10 @@ pub struct Registry {
 impl std::fmt::Debug for Registry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Registry")
-            .field("providers", &self.providers.iter().map(|p| p.name()).collect::<Vec<_>>())
+            .field(
+                "providers",
+                &self.providers.iter().map(|p| p.name()).collect::<Vec<_>>(),
+            )
             .field("filter", &self.filter)
             .finish()
     }
@@ -94,7 +97,11 @@ impl Registry {
             ));
         }
         if req.prov_attr_only() {
-            return Ok(self.providers.iter().map(|p| prov_only(p.as_ref(), req.version)).collect());
+            return Ok(self
+                .providers
+                .iter()
+                .map(|p| prov_only(p.as_ref(), req.version))
+                .collect());
         }
         let mut out = Vec::new();
         // reason -> providers giving it, in rank order.
@@ -104,12 +111,18 @@ impl Registry {
         for p in &self.providers {
             let name = p.name();
             if !self.filter.allows(name) {
-                declined.entry((0, "FI_PROVIDER excludes".into(), false)).or_default().push(name);
+                declined
+                    .entry((0, "FI_PROVIDER excludes".into(), false))
+                    .or_default()
+                    .push(name);
                 continue;
             }
             if let Some(h) = hint_prov {
                 if !prov_name_selects(h, name) {
-                    declined.entry((0, format!("prov_name `{h}` does not select"), false)).or_default().push(name);
+                    declined
+                        .entry((0, format!("prov_name `{h}` does not select"), false))
+                        .or_default()
+                        .push(name);
                     continue;
                 }
             }
@@ -144,7 +157,10 @@ impl Registry {
                 }
                 Err(e) if e.kind() == ErrorKind::NoData => {
                     tracing::debug!(provider = name, reason = e.detail(), "provider declined");
-                    declined.entry((2, e.detail().to_string(), true)).or_default().push(name);
+                    declined
+                        .entry((2, e.detail().to_string(), true))
+                        .or_default()
+                        .push(name);
                 }
                 Err(e) => {
                     tracing::debug!(provider = name, error = ?e, "provider failed");
@@ -158,7 +174,10 @@ impl Registry {
         if let Some(e) = failure {
             return Err(e);
         }
-        Err(Error::no_data(format!("no provider matches these hints: {}", explain(&declined))))
+        Err(Error::no_data(format!(
+            "no provider matches these hints: {}",
+            explain(&declined)
+        )))
     }
 }
 
@@ -199,5 +218,11 @@ pub fn getinfo(
     flags: GetinfoFlags,
     hints: Option<&Info>,
 ) -> Result<Vec<Info>> {
-    Registry::global().getinfo(&Request { version, node, service, flags, hints })
+    Registry::global().getinfo(&Request {
+        version,
+        node,
+        service,
+        flags,
+        hints,
+    })
 }

@@ -1,6 +1,8 @@
 //! The registry's getinfo: provider selection, ordering, stamping, errors,
 //! and the fixed-point property, with providers described as data.
 
+#![allow(clippy::field_reassign_with_default, clippy::unwrap_used)]
+
 use fabric::matching::{ProviderFilter, select};
 use fabric::objects::Fabric;
 use fabric::*;
@@ -60,16 +62,35 @@ fn tcp() -> Box<dyn Provider> {
         name: "tcp",
         rank: 30,
         offers: vec![
-            offer(EpType::Rdm, Caps::MSG | Caps::TAGGED | Caps::LOCAL_COMM | Caps::REMOTE_COMM, "127.0.0.1/32", "lo"),
-            offer(EpType::Msg, Caps::MSG | Caps::LOCAL_COMM | Caps::REMOTE_COMM, "127.0.0.1/32", "lo"),
+            offer(
+                EpType::Rdm,
+                Caps::MSG | Caps::TAGGED | Caps::LOCAL_COMM | Caps::REMOTE_COMM,
+                "127.0.0.1/32",
+                "lo",
+            ),
+            offer(
+                EpType::Msg,
+                Caps::MSG | Caps::LOCAL_COMM | Caps::REMOTE_COMM,
+                "127.0.0.1/32",
+                "lo",
+            ),
         ],
     })
 }
 
 fn shm() -> Box<dyn Provider> {
-    let mut o = offer(EpType::Rdm, Caps::MSG | Caps::TAGGED | Caps::LOCAL_COMM | Caps::MULTI_RECV, "shm", "shm");
+    let mut o = offer(
+        EpType::Rdm,
+        Caps::MSG | Caps::TAGGED | Caps::LOCAL_COMM | Caps::MULTI_RECV,
+        "shm",
+        "shm",
+    );
     o.addr_format = AddrFormat::Str;
-    Box::new(DataProvider { name: "shm", rank: 20, offers: vec![o] })
+    Box::new(DataProvider {
+        name: "shm",
+        rank: 20,
+        offers: vec![o],
+    })
 }
 
 fn registry(filter: &str) -> Registry {
@@ -77,7 +98,10 @@ fn registry(filter: &str) -> Registry {
 }
 
 fn req(hints: Option<&Info>) -> Request<'_> {
-    Request { hints, ..Request::new(Version::CURRENT) }
+    Request {
+        hints,
+        ..Request::new(Version::CURRENT)
+    }
 }
 
 fn all_modes() -> Info {
@@ -108,7 +132,10 @@ fn null_hints_list_everything_fastest_first_and_stamped() {
 
 #[test]
 fn api_version_is_the_requested_one() {
-    let r = Request { version: Version::new(1, 5), ..req(None) };
+    let r = Request {
+        version: Version::new(1, 5),
+        ..req(None)
+    };
     for i in registry("").getinfo(&r).unwrap() {
         assert_eq!(i.fabric_attr.api_version, Version::new(1, 5));
     }
@@ -121,7 +148,10 @@ fn nodata_names_the_reason_and_the_providers() {
     let e = registry("").getinfo(&req(Some(&h))).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NoData);
     assert_eq!(e.code(), -61);
-    assert_eq!(e.detail(), "no provider matches these hints: ep_type FI_EP_DGRAM is not offered by shm, tcp");
+    assert_eq!(
+        e.detail(),
+        "no provider matches these hints: ep_type FI_EP_DGRAM is not offered by shm, tcp"
+    );
 }
 
 #[test]
@@ -147,7 +177,10 @@ fn prov_name_hint_selects() {
     assert_eq!(list.len(), 1);
     assert_eq!(list[0].prov_name(), Some("tcp"));
     h.fabric_attr.prov_name = Some("tc".into());
-    assert_eq!(registry("").getinfo(&req(Some(&h))).unwrap_err().kind(), ErrorKind::NoData);
+    assert_eq!(
+        registry("").getinfo(&req(Some(&h))).unwrap_err().kind(),
+        ErrorKind::NoData
+    );
 }
 
 #[test]
@@ -159,12 +192,19 @@ fn name_hints_filter_answers() {
     h.domain_attr.name = Some("eth9".into());
     let e = registry("").getinfo(&req(Some(&h))).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NoData);
-    assert!(e.detail().contains("domain name `eth9` is not offered by shm, tcp"), "{e}");
+    assert!(
+        e.detail()
+            .contains("domain name `eth9` is not offered by shm, tcp"),
+        "{e}"
+    );
 }
 
 #[test]
 fn prov_attr_only_lists_providers() {
-    let r = Request { flags: GetinfoFlags::PROV_ATTR_ONLY, ..req(None) };
+    let r = Request {
+        flags: GetinfoFlags::PROV_ATTR_ONLY,
+        ..req(None)
+    };
     let list = registry("nosuch").getinfo(&r).unwrap();
     let names: Vec<_> = list.iter().map(|i| i.prov_name().unwrap_or("")).collect();
     assert_eq!(names, ["shm", "tcp"]);
@@ -173,13 +213,28 @@ fn prov_attr_only_lists_providers() {
 
 #[test]
 fn invalid_requests_are_refused_before_providers() {
-    let r = Request { version: Version::new(2, 0), ..req(None) };
-    assert_eq!(registry("").getinfo(&r).unwrap_err().kind(), ErrorKind::NoSys);
-    let r = Request { flags: GetinfoFlags::SOURCE, ..req(None) };
-    assert_eq!(registry("").getinfo(&r).unwrap_err().kind(), ErrorKind::Inval);
+    let r = Request {
+        version: Version::new(2, 0),
+        ..req(None)
+    };
+    assert_eq!(
+        registry("").getinfo(&r).unwrap_err().kind(),
+        ErrorKind::NoSys
+    );
+    let r = Request {
+        flags: GetinfoFlags::SOURCE,
+        ..req(None)
+    };
+    assert_eq!(
+        registry("").getinfo(&r).unwrap_err().kind(),
+        ErrorKind::Inval
+    );
     let mut h = all_modes();
     h.caps = Caps::WRITE;
-    assert_eq!(registry("").getinfo(&req(Some(&h))).unwrap_err().kind(), ErrorKind::BadFlags);
+    assert_eq!(
+        registry("").getinfo(&req(Some(&h))).unwrap_err().kind(),
+        ErrorKind::BadFlags
+    );
 }
 
 #[test]
@@ -198,10 +253,16 @@ fn getinfo_from_many_threads() {
 
 #[test]
 fn hints_builder() {
-    let h = Hints::new().caps(Caps::TAGGED).ep_type(EpType::Rdm).mode(Mode::all());
+    let h = Hints::new()
+        .caps(Caps::TAGGED)
+        .ep_type(EpType::Rdm)
+        .mode(Mode::all());
     let list = h.getinfo_in(&registry("")).unwrap();
     assert_eq!(list.len(), 2);
-    assert!(list.iter().all(|i| i.caps.contains(Caps::TAGGED) && i.ep_attr.ep_type == EpType::Rdm));
+    assert!(
+        list.iter()
+            .all(|i| i.caps.contains(Caps::TAGGED) && i.ep_attr.ep_type == EpType::Rdm)
+    );
 }
 
 #[test]
@@ -214,7 +275,15 @@ fn global_registry_has_no_providers_yet() {
 
 fn arb_caps() -> impl Strategy<Value = Caps> {
     prop::sample::subsequence(
-        vec![Caps::MSG, Caps::TAGGED, Caps::SEND, Caps::RECV, Caps::LOCAL_COMM, Caps::REMOTE_COMM, Caps::MULTI_RECV],
+        vec![
+            Caps::MSG,
+            Caps::TAGGED,
+            Caps::SEND,
+            Caps::RECV,
+            Caps::LOCAL_COMM,
+            Caps::REMOTE_COMM,
+            Caps::MULTI_RECV,
+        ],
         0..4,
     )
     .prop_map(|v| v.into_iter().fold(Caps::empty(), |a, b| a | b))
@@ -223,11 +292,26 @@ fn arb_caps() -> impl Strategy<Value = Caps> {
 fn arb_hints() -> impl Strategy<Value = Info> {
     (
         arb_caps(),
-        prop::sample::select(vec![EpType::Unspec, EpType::Msg, EpType::Rdm, EpType::Dgram]),
+        prop::sample::select(vec![
+            EpType::Unspec,
+            EpType::Msg,
+            EpType::Rdm,
+            EpType::Dgram,
+        ]),
         prop::sample::select(vec![0usize, 16, 1024, 4096]),
         prop::sample::select(vec![0usize, 8, 64, 128]),
-        prop::sample::select(vec![Threading::Unspec, Threading::Safe, Threading::Domain, Threading::Endpoint]),
-        prop::sample::select(vec![AddrFormat::Unspec, AddrFormat::Sockaddr, AddrFormat::SockaddrIn, AddrFormat::Str]),
+        prop::sample::select(vec![
+            Threading::Unspec,
+            Threading::Safe,
+            Threading::Domain,
+            Threading::Endpoint,
+        ]),
+        prop::sample::select(vec![
+            AddrFormat::Unspec,
+            AddrFormat::Sockaddr,
+            AddrFormat::SockaddrIn,
+            AddrFormat::Str,
+        ]),
         any::<bool>(),
         prop::sample::select(vec![None, Some("lo"), Some("shm"), Some("eth0")]),
     )

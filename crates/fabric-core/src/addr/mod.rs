@@ -147,7 +147,14 @@ impl fmt::Display for Address {
                 Ok(())
             }
             Address::Ib(a) => {
-                write!(f, "fi_sockaddr_ib://[{}]:{:#x}:{:#x}:{:#x}", a.gid, a.pkey, a.port_space(), a.scope_id)?;
+                write!(
+                    f,
+                    "fi_sockaddr_ib://[{}]:{:#x}:{:#x}:{:#x}",
+                    a.gid,
+                    a.pkey,
+                    a.port_space(),
+                    a.scope_id
+                )?;
                 if a.sid != 0 {
                     write!(f, ":{}", a.port())?;
                 }
@@ -188,4 +195,3 @@ impl<'de> serde::Deserialize<'de> for Address {
         s.parse().map_err(serde::de::Error::custom)
     }
 }
-

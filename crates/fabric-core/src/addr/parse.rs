@@ -16,7 +16,7 @@
 //! fi_sockaddr_in6://[IPV6{%SCOPE}]{:{PORT}}{?flowinfo=FLOW}
 //! fi_sockaddr_in6://:PORT{?flowinfo=FLOW}   the unspecified address ::
 //!
-//! fi_sockaddr_ib://[GID]:PKEY:PS:SID_SCOPE{:{PORT}}{?flowinfo=FLOW}
+//! fi_sockaddr_ib://[GID]:PKEY:PS:SCOPE{:{PORT}}{?flowinfo=FLOW}
 //!
 //! fi_addr_raw://FORMAT/HEX              FORMAT: an FI_ADDR_* name (FI_ADDR_EFA, ...)
 //!
@@ -30,13 +30,14 @@
 //!     SERVICE  decimal port; empty or absent means 0
 //! ```
 //!
-//! * `PORT`, `SCOPE` and `FLOW` are decimal: digits only, no sign. A port is
-//!   at most 65535, a scope id and a flow label fit in 32 bits. A port that
-//!   is absent, or empty after its `:`, is 0.
-//! * `PKEY` (16 bits), `PS` (the rdma_cm port space, 48 bits) and `SID_SCOPE`
-//!   (64 bits) are `0x` hexadecimal or decimal without a leading zero. The
-//!   InfiniBand `PORT` is decimal without a leading zero. The service id is
-//!   `PS << 16 | PORT`, which is what [`Address`]'s `Display` writes back.
+//! * `PORT`, the IPv6 `%SCOPE` and `FLOW` are decimal: digits only, no
+//!   sign. A port is at most 65535, a scope id and a flow label fit in 32
+//!   bits. A port that is absent, or empty after its `:`, is 0.
+//! * `PKEY` (16 bits), `PS` (the rdma_cm port space, 48 bits) and the
+//!   InfiniBand `SCOPE` (64 bits) are `0x` hexadecimal or decimal without a
+//!   leading zero. The InfiniBand `PORT` is decimal without a leading zero.
+//!   The service id is `PS << 16 | PORT`, which is what [`Address`]'s
+//!   `Display` writes back.
 //! * `HEX` is an even, non-zero number of hexadecimal digits, at most
 //!   [`MAX_RAW_LEN`] bytes. `FORMAT` may not be `FI_FORMAT_UNSPEC`,
 //!   `FI_SOCKADDR`, `FI_SOCKADDR_IN`, `FI_SOCKADDR_IN6`, `FI_SOCKADDR_IB` or

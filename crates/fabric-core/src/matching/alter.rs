@@ -133,11 +133,20 @@ fn alter_domain(out: &mut Info, h: &Info, api: Version) {
     d.mr_mode = if hd.mr_mode.intersects(MrMode::LEGACY) {
         hd.mr_mode
     } else if api < Version::V1_5 {
-        if !pm.is_empty() && pm != MrMode::SCALABLE { MrMode::BASIC } else { MrMode::SCALABLE }
+        if !pm.is_empty() && pm != MrMode::SCALABLE {
+            MrMode::BASIC
+        } else {
+            MrMode::SCALABLE
+        }
     } else {
         let needed = needed_mr_mode(caps, pm)
-            | (pm & (MrMode::ALLOCATED | MrMode::MMU_NOTIFY | MrMode::ENDPOINT | MrMode::COLLECTIVE));
-        if hd.mr_mode.is_empty() { needed } else { needed & hd.mr_mode }
+            | (pm
+                & (MrMode::ALLOCATED | MrMode::MMU_NOTIFY | MrMode::ENDPOINT | MrMode::COLLECTIVE));
+        if hd.mr_mode.is_empty() {
+            needed
+        } else {
+            needed & hd.mr_mode
+        }
     };
     if hd.threading != Threading::Unspec {
         d.threading = hd.threading;
@@ -210,8 +219,14 @@ mod tests {
             Caps::MSG | Caps::SEND | Caps::RECV | sec
         );
         // MSG|SEND: send only.
-        assert_eq!(report_caps(TCP_MSG, Caps::MSG | Caps::SEND, TCP_MSG), Caps::MSG | Caps::SEND | sec);
+        assert_eq!(
+            report_caps(TCP_MSG, Caps::MSG | Caps::SEND, TCP_MSG),
+            Caps::MSG | Caps::SEND | sec
+        );
         // RMA|WRITE: write only, no RMA_EVENT without a remote direction.
-        assert_eq!(report_caps(TCP_MSG, Caps::RMA | Caps::WRITE, TCP_MSG), Caps::RMA | Caps::WRITE | sec);
+        assert_eq!(
+            report_caps(TCP_MSG, Caps::RMA | Caps::WRITE, TCP_MSG),
+            Caps::RMA | Caps::WRITE | sec
+        );
     }
 }

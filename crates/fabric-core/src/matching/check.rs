@@ -31,7 +31,11 @@ impl fmt::Display for Mismatch {
 }
 
 fn miss(step: u8, field: &'static str, reason: String) -> Result<(), Mismatch> {
-    Err(Mismatch { step, field, reason })
+    Err(Mismatch {
+        step,
+        field,
+        reason,
+    })
 }
 
 /// `hint > offer` is a mismatch for counts and sizes (zero is "any").
@@ -45,7 +49,11 @@ fn limit(step: u8, field: &'static str, hint: usize, offer: usize) -> Result<(),
 /// All-ones up to the most significant set bit: the tag width that
 /// `mem_tag_format` describes.
 fn max_tag(format: u64) -> u64 {
-    if format == 0 { 0 } else { u64::MAX >> format.leading_zeros() }
+    if format == 0 {
+        0
+    } else {
+        u64::MAX >> format.leading_zeros()
+    }
 }
 
 /// Whether `caps` let the endpoint be the target of RMA or atomics
@@ -95,11 +103,19 @@ pub fn check(offer: &Info, hints: &Info, api: Version) -> Result<(), Mismatch> {
     let needed = needed_mode(offer, hints, api);
     if !hints.mode.contains(needed) {
         let lacking = needed - hints.mode;
-        return miss(3, "mode", format!("mode {lacking} is required but the hints do not accept it"));
+        return miss(
+            3,
+            "mode",
+            format!("mode {lacking} is required but the hints do not accept it"),
+        );
     }
     // 4. Address format.
     if !offer.addr_format.serves(hints.addr_format) {
-        return miss(4, "addr_format", format!("addr_format {} is not offered", hints.addr_format));
+        return miss(
+            4,
+            "addr_format",
+            format!("addr_format {} is not offered", hints.addr_format),
+        );
     }
     check_fabric(offer, hints)?;
     check_domain(offer, hints, api)?;
@@ -126,7 +142,10 @@ fn check_fabric(offer: &Info, hints: &Info) -> Result<(), Mismatch> {
         return miss(
             5,
             "fabric_attr.prov_version",
-            format!("fabric_attr.prov_version {} is newer than offered", h.prov_version),
+            format!(
+                "fabric_attr.prov_version {} is newer than offered",
+                h.prov_version
+            ),
         );
     }
     Ok(())
@@ -136,7 +155,11 @@ fn check_domain(offer: &Info, hints: &Info, api: Version) -> Result<(), Mismatch
     let (h, p) = (&hints.domain_attr, &offer.domain_attr);
     const S: u8 = 6;
     if h.threading.rank() < p.threading.rank() {
-        return miss(S, "domain_attr.threading", format!("threading {} is not offered", h.threading));
+        return miss(
+            S,
+            "domain_attr.threading",
+            format!("threading {} is not offered", h.threading),
+        );
     }
     if h.control_progress.rank() < p.control_progress.rank() {
         return miss(
@@ -161,9 +184,18 @@ fn check_domain(offer: &Info, hints: &Info, api: Version) -> Result<(), Mismatch
     }
     use crate::enums::AvType;
     if h.av_type != AvType::Unspec && p.av_type != AvType::Unspec && h.av_type != p.av_type {
-        return miss(S, "domain_attr.av_type", format!("av_type {} is not offered", h.av_type));
+        return miss(
+            S,
+            "domain_attr.av_type",
+            format!("av_type {} is not offered", h.av_type),
+        );
     }
-    limit(S, "domain_attr.cq_data_size", h.cq_data_size, p.cq_data_size)?;
+    limit(
+        S,
+        "domain_attr.cq_data_size",
+        h.cq_data_size,
+        p.cq_data_size,
+    )?;
     check_mr_mode(offer, hints, api)?;
     // Counts: the man page promises output >= requested for every one of
     // them (libfabric checks only some; we check all).
@@ -172,19 +204,48 @@ fn check_domain(offer: &Info, hints: &Info, api: Version) -> Result<(), Mismatch
     limit(S, "domain_attr.ep_cnt", h.ep_cnt, p.ep_cnt)?;
     limit(S, "domain_attr.tx_ctx_cnt", h.tx_ctx_cnt, p.tx_ctx_cnt)?;
     limit(S, "domain_attr.rx_ctx_cnt", h.rx_ctx_cnt, p.rx_ctx_cnt)?;
-    limit(S, "domain_attr.max_ep_tx_ctx", h.max_ep_tx_ctx, p.max_ep_tx_ctx)?;
-    limit(S, "domain_attr.max_ep_rx_ctx", h.max_ep_rx_ctx, p.max_ep_rx_ctx)?;
-    limit(S, "domain_attr.max_ep_stx_ctx", h.max_ep_stx_ctx, p.max_ep_stx_ctx)?;
-    limit(S, "domain_attr.max_ep_srx_ctx", h.max_ep_srx_ctx, p.max_ep_srx_ctx)?;
+    limit(
+        S,
+        "domain_attr.max_ep_tx_ctx",
+        h.max_ep_tx_ctx,
+        p.max_ep_tx_ctx,
+    )?;
+    limit(
+        S,
+        "domain_attr.max_ep_rx_ctx",
+        h.max_ep_rx_ctx,
+        p.max_ep_rx_ctx,
+    )?;
+    limit(
+        S,
+        "domain_attr.max_ep_stx_ctx",
+        h.max_ep_stx_ctx,
+        p.max_ep_stx_ctx,
+    )?;
+    limit(
+        S,
+        "domain_attr.max_ep_srx_ctx",
+        h.max_ep_srx_ctx,
+        p.max_ep_srx_ctx,
+    )?;
     if api < Version::V1_5 {
         // Before 1.5 libfabric stops here.
         return Ok(());
     }
     limit(S, "domain_attr.cntr_cnt", h.cntr_cnt, p.cntr_cnt)?;
-    limit(S, "domain_attr.mr_iov_limit", h.mr_iov_limit, p.mr_iov_limit)?;
+    limit(
+        S,
+        "domain_attr.mr_iov_limit",
+        h.mr_iov_limit,
+        p.mr_iov_limit,
+    )?;
     let missing = h.caps - p.caps;
     if !missing.is_empty() {
-        return miss(S, "domain_attr.caps", format!("domain_attr.caps {missing} are not supported"));
+        return miss(
+            S,
+            "domain_attr.caps",
+            format!("domain_attr.caps {missing} are not supported"),
+        );
     }
     if !h.mode.contains(p.mode) {
         let lacking = p.mode - h.mode;
@@ -194,13 +255,21 @@ fn check_domain(offer: &Info, hints: &Info, api: Version) -> Result<(), Mismatch
             format!("domain_attr.mode {lacking} is required but the hints do not accept it"),
         );
     }
-    limit(S, "domain_attr.max_err_data", h.max_err_data, p.max_err_data)?;
+    limit(
+        S,
+        "domain_attr.max_err_data",
+        h.max_err_data,
+        p.max_err_data,
+    )?;
     limit(S, "domain_attr.mr_cnt", h.mr_cnt, p.mr_cnt)?;
     if h.auth_key_size != 0 && h.auth_key_size != p.auth_key_size {
         return miss(
             S,
             "domain_attr.auth_key_size",
-            format!("domain_attr.auth_key_size {} is not offered", h.auth_key_size),
+            format!(
+                "domain_attr.auth_key_size {} is not offered",
+                h.auth_key_size
+            ),
         );
     }
     Ok(())
@@ -212,7 +281,9 @@ fn check_mr_mode(offer: &Info, hints: &Info, api: Version) -> Result<(), Mismatc
     const F: &str = "domain_attr.mr_mode";
     let p = offer.domain_attr.mr_mode;
     let u = hints.domain_attr.mr_mode;
-    if p.contains(MrMode::LOCAL) && !u.contains(MrMode::LOCAL) && !hints.mode.contains(Mode::LOCAL_MR)
+    if p.contains(MrMode::LOCAL)
+        && !u.contains(MrMode::LOCAL)
+        && !hints.mode.contains(Mode::LOCAL_MR)
     {
         return miss(
             S,
@@ -237,7 +308,11 @@ fn check_mr_mode(offer: &Info, hints: &Info, api: Version) -> Result<(), Mismatc
     for legacy in [MrMode::BASIC, MrMode::SCALABLE] {
         if u.contains(legacy) {
             if u != legacy {
-                return miss(S, F, format!("mr_mode {u}: {legacy} cannot be combined with other bits"));
+                return miss(
+                    S,
+                    F,
+                    format!("mr_mode {u}: {legacy} cannot be combined with other bits"),
+                );
             }
             if !p.contains(legacy) {
                 return miss(S, F, format!("mr_mode {u} is not offered"));
@@ -248,7 +323,11 @@ fn check_mr_mode(offer: &Info, hints: &Info, api: Version) -> Result<(), Mismatc
     let needed = needed_mr_mode(hints.caps, p);
     if !u.is_empty() && !u.contains(needed) {
         let lacking = needed - u;
-        return miss(S, F, format!("mr_mode {lacking} is required but the hints do not accept it"));
+        return miss(
+            S,
+            F,
+            format!("mr_mode {lacking} is required but the hints do not accept it"),
+        );
     }
     Ok(())
 }
@@ -264,7 +343,11 @@ fn ctx_cnt(
     const S: u8 = 7;
     if hint == 0 {
         if offer_ep == SHARED_CONTEXT {
-            return miss(S, field, format!("{field} must be FI_SHARED_CONTEXT for this provider"));
+            return miss(
+                S,
+                field,
+                format!("{field} must be FI_SHARED_CONTEXT for this provider"),
+            );
         }
         return Ok(());
     }
@@ -272,7 +355,11 @@ fn ctx_cnt(
         if hint == SHARED_CONTEXT && offer_shared_max != 0 {
             return Ok(());
         }
-        let shown = if hint == SHARED_CONTEXT { "FI_SHARED_CONTEXT".to_string() } else { hint.to_string() };
+        let shown = if hint == SHARED_CONTEXT {
+            "FI_SHARED_CONTEXT".to_string()
+        } else {
+            hint.to_string()
+        };
         return miss(S, field, format!("{field} {shown} is more than offered"));
     }
     Ok(())
@@ -283,23 +370,57 @@ fn check_ep(offer: &Info, hints: &Info) -> Result<(), Mismatch> {
     const S: u8 = 7;
     let (h, p) = (&hints.ep_attr, &offer.ep_attr);
     if h.protocol != Protocol::Unspec && h.protocol != p.protocol {
-        return miss(S, "ep_attr.protocol", format!("protocol {} is not offered", h.protocol));
+        return miss(
+            S,
+            "ep_attr.protocol",
+            format!("protocol {} is not offered", h.protocol),
+        );
     }
     if h.protocol_version > p.protocol_version {
         return miss(
             S,
             "ep_attr.protocol_version",
-            format!("protocol_version {} is newer than offered", h.protocol_version),
+            format!(
+                "protocol_version {} is newer than offered",
+                h.protocol_version
+            ),
         );
     }
     limit(S, "ep_attr.max_msg_size", h.max_msg_size, p.max_msg_size)?;
     let d = &offer.domain_attr;
-    ctx_cnt("ep_attr.tx_ctx_cnt", h.tx_ctx_cnt, p.tx_ctx_cnt, d.max_ep_tx_ctx, d.max_ep_stx_ctx)?;
-    ctx_cnt("ep_attr.rx_ctx_cnt", h.rx_ctx_cnt, p.rx_ctx_cnt, d.max_ep_rx_ctx, d.max_ep_srx_ctx)?;
+    ctx_cnt(
+        "ep_attr.tx_ctx_cnt",
+        h.tx_ctx_cnt,
+        p.tx_ctx_cnt,
+        d.max_ep_tx_ctx,
+        d.max_ep_stx_ctx,
+    )?;
+    ctx_cnt(
+        "ep_attr.rx_ctx_cnt",
+        h.rx_ctx_cnt,
+        p.rx_ctx_cnt,
+        d.max_ep_rx_ctx,
+        d.max_ep_srx_ctx,
+    )?;
     if hints.caps.intersects(Caps::RMA | Caps::ATOMIC) {
-        limit(S, "ep_attr.max_order_raw_size", h.max_order_raw_size, p.max_order_raw_size)?;
-        limit(S, "ep_attr.max_order_war_size", h.max_order_war_size, p.max_order_war_size)?;
-        limit(S, "ep_attr.max_order_waw_size", h.max_order_waw_size, p.max_order_waw_size)?;
+        limit(
+            S,
+            "ep_attr.max_order_raw_size",
+            h.max_order_raw_size,
+            p.max_order_raw_size,
+        )?;
+        limit(
+            S,
+            "ep_attr.max_order_war_size",
+            h.max_order_war_size,
+            p.max_order_war_size,
+        )?;
+        limit(
+            S,
+            "ep_attr.max_order_waw_size",
+            h.max_order_waw_size,
+            p.max_order_waw_size,
+        )?;
     }
     if h.auth_key_size != 0 && h.auth_key_size != p.auth_key_size {
         return miss(
@@ -315,7 +436,10 @@ fn check_ep(offer: &Info, hints: &Info) -> Result<(), Mismatch> {
         return miss(
             S,
             "ep_attr.mem_tag_format",
-            format!("mem_tag_format {:#x} is wider than offered", h.mem_tag_format),
+            format!(
+                "mem_tag_format {:#x} is wider than offered",
+                h.mem_tag_format
+            ),
         );
     }
     Ok(())
@@ -326,9 +450,17 @@ fn check_rx(offer: &Info, hints: &Info) -> Result<(), Mismatch> {
     let (h, p) = (&hints.rx_attr, &offer.rx_attr);
     let missing = (h.caps - Caps::TX_ONLY) - p.caps;
     if !missing.is_empty() {
-        return miss(S, "rx_attr.caps", format!("rx_attr.caps {missing} are not supported"));
+        return miss(
+            S,
+            "rx_attr.caps",
+            format!("rx_attr.caps {missing} are not supported"),
+        );
     }
-    let mode = if h.mode.is_empty() { hints.mode } else { h.mode };
+    let mode = if h.mode.is_empty() {
+        hints.mode
+    } else {
+        h.mode
+    };
     if !mode.contains(p.mode) {
         let lacking = p.mode - mode;
         return miss(
@@ -339,17 +471,34 @@ fn check_rx(offer: &Info, hints: &Info) -> Result<(), Mismatch> {
     }
     let flags = h.op_flags - p.op_flags;
     if !flags.is_empty() {
-        return miss(S, "rx_attr.op_flags", format!("rx_attr.op_flags {flags} are not supported"));
+        return miss(
+            S,
+            "rx_attr.op_flags",
+            format!("rx_attr.op_flags {flags} are not supported"),
+        );
     }
     let order = h.msg_order - p.msg_order;
     if !order.is_empty() {
-        return miss(S, "rx_attr.msg_order", format!("rx_attr.msg_order {order} is not offered"));
+        return miss(
+            S,
+            "rx_attr.msg_order",
+            format!("rx_attr.msg_order {order} is not offered"),
+        );
     }
     let order = h.comp_order - p.comp_order;
     if !order.is_empty() {
-        return miss(S, "rx_attr.comp_order", format!("rx_attr.comp_order {order} is not offered"));
+        return miss(
+            S,
+            "rx_attr.comp_order",
+            format!("rx_attr.comp_order {order} is not offered"),
+        );
     }
-    limit(S, "rx_attr.total_buffered_recv", h.total_buffered_recv, p.total_buffered_recv)?;
+    limit(
+        S,
+        "rx_attr.total_buffered_recv",
+        h.total_buffered_recv,
+        p.total_buffered_recv,
+    )?;
     limit(S, "rx_attr.size", h.size, p.size)?;
     limit(S, "rx_attr.iov_limit", h.iov_limit, p.iov_limit)
 }
@@ -359,9 +508,17 @@ fn check_tx(offer: &Info, hints: &Info) -> Result<(), Mismatch> {
     let (h, p) = (&hints.tx_attr, &offer.tx_attr);
     let missing = (h.caps - Caps::RX_ONLY) - p.caps;
     if !missing.is_empty() {
-        return miss(S, "tx_attr.caps", format!("tx_attr.caps {missing} are not supported"));
+        return miss(
+            S,
+            "tx_attr.caps",
+            format!("tx_attr.caps {missing} are not supported"),
+        );
     }
-    let mode = if h.mode.is_empty() { hints.mode } else { h.mode };
+    let mode = if h.mode.is_empty() {
+        hints.mode
+    } else {
+        h.mode
+    };
     if !mode.contains(p.mode) {
         let lacking = p.mode - mode;
         return miss(
@@ -372,15 +529,27 @@ fn check_tx(offer: &Info, hints: &Info) -> Result<(), Mismatch> {
     }
     let flags = h.op_flags - p.op_flags;
     if !flags.is_empty() {
-        return miss(S, "tx_attr.op_flags", format!("tx_attr.op_flags {flags} are not supported"));
+        return miss(
+            S,
+            "tx_attr.op_flags",
+            format!("tx_attr.op_flags {flags} are not supported"),
+        );
     }
     let order = h.msg_order - p.msg_order;
     if !order.is_empty() {
-        return miss(S, "tx_attr.msg_order", format!("tx_attr.msg_order {order} is not offered"));
+        return miss(
+            S,
+            "tx_attr.msg_order",
+            format!("tx_attr.msg_order {order} is not offered"),
+        );
     }
     let order = h.comp_order - p.comp_order;
     if !order.is_empty() {
-        return miss(S, "tx_attr.comp_order", format!("tx_attr.comp_order {order} is not offered"));
+        return miss(
+            S,
+            "tx_attr.comp_order",
+            format!("tx_attr.comp_order {order} is not offered"),
+        );
     }
     limit(S, "tx_attr.inject_size", h.inject_size, p.inject_size)?;
     limit(S, "tx_attr.size", h.size, p.size)?;
@@ -406,6 +575,8 @@ mod tests {
         assert!(!rma_target_allowed(Caps::MSG));
         assert!(rma_target_allowed(Caps::RMA));
         assert!(!rma_target_allowed(Caps::RMA | Caps::READ));
-        assert!(rma_target_allowed(Caps::RMA | Caps::READ | Caps::REMOTE_WRITE));
+        assert!(rma_target_allowed(
+            Caps::RMA | Caps::READ | Caps::REMOTE_WRITE
+        ));
     }
 }

@@ -45,7 +45,10 @@ impl ProviderFilter {
         if self.names.is_empty() {
             return true;
         }
-        let listed = self.names.iter().any(|n| core_name(n).eq_ignore_ascii_case(provider));
+        let listed = self
+            .names
+            .iter()
+            .any(|n| core_name(n).eq_ignore_ascii_case(provider));
         listed != self.exclude
     }
 
@@ -67,7 +70,11 @@ impl ProviderFilter {
 /// is only exclusions selects every provider not excluded. `,` is not a
 /// separator, as in libfabric.
 pub fn prov_name_selects(hint: &str, provider: &str) -> bool {
-    let parts: Vec<&str> = hint.split(';').map(str::trim).filter(|p| !p.is_empty()).collect();
+    let parts: Vec<&str> = hint
+        .split(';')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect();
     let mut wanted = None;
     for p in &parts {
         if let Some(ex) = p.strip_prefix('^') {
@@ -88,13 +95,28 @@ pub fn prov_name_selects(hint: &str, provider: &str) -> bool {
 /// 1.19 and later; 1.17's IP providers ignored them, against the man page).
 pub fn names_match(info: &Info, hints: &Info) -> Result<(), Mismatch> {
     for (field, hint, have) in [
-        ("fabric_attr.name", &hints.fabric_attr.name, &info.fabric_attr.name),
-        ("domain_attr.name", &hints.domain_attr.name, &info.domain_attr.name),
+        (
+            "fabric_attr.name",
+            &hints.fabric_attr.name,
+            &info.fabric_attr.name,
+        ),
+        (
+            "domain_attr.name",
+            &hints.domain_attr.name,
+            &info.domain_attr.name,
+        ),
     ] {
         if let Some(h) = hint {
             if !have.as_deref().is_some_and(|n| n.eq_ignore_ascii_case(h)) {
-                let short = field.split_once('.').map_or(field, |(a, _)| a).trim_end_matches("_attr");
-                return Err(Mismatch { step: 10, field, reason: format!("{short} name `{h}` is not offered") });
+                let short = field
+                    .split_once('.')
+                    .map_or(field, |(a, _)| a)
+                    .trim_end_matches("_attr");
+                return Err(Mismatch {
+                    step: 10,
+                    field,
+                    reason: format!("{short} name `{h}` is not offered"),
+                });
             }
         }
     }

@@ -61,7 +61,13 @@ pub struct Request<'a> {
 impl<'a> Request<'a> {
     /// A request for `version` with no node, service, flags or hints.
     pub fn new(version: Version) -> Self {
-        Request { version, node: None, service: None, flags: GetinfoFlags::empty(), hints: None }
+        Request {
+            version,
+            node: None,
+            service: None,
+            flags: GetinfoFlags::empty(),
+            hints: None,
+        }
     }
 
     /// Whether this request only lists providers: the flags are exactly
@@ -89,14 +95,20 @@ impl<'a> Request<'a> {
         }
         let unknown = self.flags.bits() & !GetinfoFlags::all().bits();
         if unknown != 0 {
-            return Err(Error::bad_flags(format!("unknown getinfo flag bits {unknown:#x}")));
+            return Err(Error::bad_flags(format!(
+                "unknown getinfo flag bits {unknown:#x}"
+            )));
         }
         if self.prov_attr_only() {
             return Ok(());
         }
-        if self.flags.contains(GetinfoFlags::SOURCE) && self.node.is_none() && self.service.is_none()
+        if self.flags.contains(GetinfoFlags::SOURCE)
+            && self.node.is_none()
+            && self.service.is_none()
         {
-            return Err(Error::inval("FI_SOURCE needs a node or a service (the local address to use)"));
+            return Err(Error::inval(
+                "FI_SOURCE needs a node or a service (the local address to use)",
+            ));
         }
         if self.node_is_addr_str() && self.service.is_some() {
             return Err(Error::inval(format!(
@@ -105,7 +117,9 @@ impl<'a> Request<'a> {
             )));
         }
         if self.node.is_some_and(str::is_empty) || self.service.is_some_and(str::is_empty) {
-            return Err(Error::inval("node and service must not be empty strings (leave them out)"));
+            return Err(Error::inval(
+                "node and service must not be empty strings (leave them out)",
+            ));
         }
         if let Some(h) = self.hints {
             validate_hints(h)?;
@@ -124,18 +138,26 @@ pub fn validate_hints(h: &Info) -> Result<()> {
     ] {
         validate_caps(what, caps)?;
     }
-    for (what, flags) in [("tx_attr.op_flags", h.tx_attr.op_flags), ("rx_attr.op_flags", h.rx_attr.op_flags)]
-    {
+    for (what, flags) in [
+        ("tx_attr.op_flags", h.tx_attr.op_flags),
+        ("rx_attr.op_flags", h.rx_attr.op_flags),
+    ] {
         let unknown = flags.bits() & !OpFlags::all().bits();
         if unknown != 0 {
-            return Err(Error::bad_flags(format!("{what} has unknown bits {unknown:#x}")));
+            return Err(Error::bad_flags(format!(
+                "{what} has unknown bits {unknown:#x}"
+            )));
         }
     }
-    for (what, order) in [("tx_attr.msg_order", h.tx_attr.msg_order), ("rx_attr.msg_order", h.rx_attr.msg_order)]
-    {
+    for (what, order) in [
+        ("tx_attr.msg_order", h.tx_attr.msg_order),
+        ("rx_attr.msg_order", h.rx_attr.msg_order),
+    ] {
         let unknown = order.bits() & !MsgOrder::all().bits();
         if unknown != 0 {
-            return Err(Error::bad_flags(format!("{what} has unknown bits {unknown:#x}")));
+            return Err(Error::bad_flags(format!(
+                "{what} has unknown bits {unknown:#x}"
+            )));
         }
     }
     for (what, addr) in [("src_addr", &h.src_addr), ("dest_addr", &h.dest_addr)] {
@@ -149,12 +171,16 @@ pub fn validate_hints(h: &Info) -> Result<()> {
 fn validate_caps(what: &str, caps: Caps) -> Result<()> {
     let unknown = caps.bits() & !Caps::all().bits();
     if unknown != 0 {
-        return Err(Error::bad_flags(format!("{what} has unknown bits {unknown:#x}")));
+        return Err(Error::bad_flags(format!(
+            "{what} has unknown bits {unknown:#x}"
+        )));
     }
     let rma = caps.intersects(Caps::RMA | Caps::ATOMIC);
     if caps.intersects(Caps::RMA_DIRECTIONS) && !rma {
         let dirs = caps & Caps::RMA_DIRECTIONS;
-        return Err(Error::bad_flags(format!("{what}: {dirs} need FI_RMA or FI_ATOMIC")));
+        return Err(Error::bad_flags(format!(
+            "{what}: {dirs} need FI_RMA or FI_ATOMIC"
+        )));
     }
     let remote = caps.intersects(Caps::REMOTE_READ | Caps::REMOTE_WRITE)
         || (rma && !caps.intersects(Caps::RMA_DIRECTIONS));
@@ -164,7 +190,9 @@ fn validate_caps(what: &str, caps: Caps) -> Result<()> {
         )));
     }
     if caps.contains(Caps::SOURCE_ERR) && !caps.contains(Caps::SOURCE) {
-        return Err(Error::bad_flags(format!("{what}: FI_SOURCE_ERR needs FI_SOURCE")));
+        return Err(Error::bad_flags(format!(
+            "{what}: FI_SOURCE_ERR needs FI_SOURCE"
+        )));
     }
     let transfer = Caps::MSG | Caps::TAGGED | Caps::SEND | Caps::RECV | Caps::RMA | Caps::ATOMIC;
     if caps.contains(Caps::MULTICAST) && !caps.intersects(transfer) {
@@ -180,14 +208,19 @@ fn check_addr_format(what: &str, a: &Address, format: AddrFormat) -> Result<()> 
     let ok = match format {
         AddrFormat::Unspec => true,
         AddrFormat::Sockaddr => {
-            matches!(af, AddrFormat::SockaddrIn | AddrFormat::SockaddrIn6 | AddrFormat::SockaddrIb)
+            matches!(
+                af,
+                AddrFormat::SockaddrIn | AddrFormat::SockaddrIn6 | AddrFormat::SockaddrIb
+            )
         }
         f => f == af,
     };
     if ok {
         Ok(())
     } else {
-        Err(Error::inval(format!("hints {what} `{a}` is {af}, but hints addr_format is {format}")))
+        Err(Error::inval(format!(
+            "hints {what} `{a}` is {af}, but hints addr_format is {format}"
+        )))
     }
 }
 

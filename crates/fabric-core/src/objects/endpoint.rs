@@ -279,7 +279,13 @@ pub trait TaggedOps {
 pub trait RmaOps {
     /// RMA write without completion (`fi_inject_write`,
     /// `fi_inject_writedata`).
-    fn inject_write(&self, buf: &[u8], dest: FiAddr, remote: RmaIov, data: Option<u64>) -> Result<()> {
+    fn inject_write(
+        &self,
+        buf: &[u8],
+        dest: FiAddr,
+        remote: RmaIov,
+        data: Option<u64>,
+    ) -> Result<()> {
         let _ = (buf, dest, remote, data);
         Err(NOT_SUPPORTED)
     }
@@ -309,7 +315,13 @@ pub trait RmaOps {
 pub trait AtomicOps {
     /// Whether `op` on `datatype` is supported, and how many elements one
     /// operation may carry (`fi_atomicvalid` and its fetch / compare forms).
-    fn atomic_valid(&self, datatype: Datatype, op: AtomicOp, fetch: bool, compare: bool) -> Result<usize> {
+    fn atomic_valid(
+        &self,
+        datatype: Datatype,
+        op: AtomicOp,
+        fetch: bool,
+        compare: bool,
+    ) -> Result<usize> {
         let _ = (datatype, op, fetch, compare);
         Err(NOT_SUPPORTED)
     }

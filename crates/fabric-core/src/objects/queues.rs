@@ -155,7 +155,12 @@ pub trait CompletionQueue: AsAny + Send + Sync {
 
     /// As [`sread`](CompletionQueue::sread) with source addresses
     /// (`fi_cq_sreadfrom`).
-    fn sreadfrom(&self, out: &mut [CqEntry], src: &mut [FiAddr], timeout: Option<Duration>) -> Result<usize>;
+    fn sreadfrom(
+        &self,
+        out: &mut [CqEntry],
+        src: &mut [FiAddr],
+        timeout: Option<Duration>,
+    ) -> Result<usize>;
 
     /// Wakes a thread blocked in `sread` (`fi_cq_signal`).
     fn signal(&self) -> Result<()>;
