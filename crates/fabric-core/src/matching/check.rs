@@ -5,7 +5,7 @@
 use std::fmt;
 
 use crate::enums::EpType;
-use crate::flags::{Caps, Mode, MrMode};
+use crate::flags::{Caps, CompOrder, Mode, MrMode, MsgOrder, OpFlags};
 use crate::info::Info;
 use crate::version::Version;
 
@@ -445,54 +445,110 @@ fn check_ep(offer: &Info, hints: &Info) -> Result<(), Mismatch> {
     Ok(())
 }
 
-fn check_rx(offer: &Info, hints: &Info) -> Result<(), Mismatch> {
-    const S: u8 = 8;
-    let (h, p) = (&hints.rx_attr, &offer.rx_attr);
-    let missing = (h.caps - Caps::TX_ONLY) - p.caps;
+/// The fields transmit and receive attributes share, for one side.
+struct Queue {
+    caps: Caps,
+    mode: Mode,
+    op_flags: OpFlags,
+    msg_order: MsgOrder,
+    comp_order: CompOrder,
+}
+
+/// The names of those fields on one side.
+struct QueueNames {
+    caps: &'static str,
+    mode: &'static str,
+    op_flags: &'static str,
+    msg_order: &'static str,
+    comp_order: &'static str,
+}
+
+const RX: QueueNames = QueueNames {
+    caps: "rx_attr.caps",
+    mode: "rx_attr.mode",
+    op_flags: "rx_attr.op_flags",
+    msg_order: "rx_attr.msg_order",
+    comp_order: "rx_attr.comp_order",
+};
+
+const TX: QueueNames = QueueNames {
+    caps: "tx_attr.caps",
+    mode: "tx_attr.mode",
+    op_flags: "tx_attr.op_flags",
+    msg_order: "tx_attr.msg_order",
+    comp_order: "tx_attr.comp_order",
+};
+
+/// Rules common to both sides: caps (minus the other side's bits) and
+/// op_flags offered, every mode accepted (the side's mode hint, or the
+/// info's when it is zero), each requested ordering kept (1.17's subset
+/// rule for comp_order too).
+fn check_queue(
+    step: u8,
+    n: &QueueNames,
+    other_side: Caps,
+    info_mode: Mode,
+    h: Queue,
+    p: Queue,
+) -> Result<(), Mismatch> {
+    let missing = (h.caps - other_side) - p.caps;
     if !missing.is_empty() {
         return miss(
-            S,
-            "rx_attr.caps",
-            format!("rx_attr.caps {missing} are not supported"),
+            step,
+            n.caps,
+            format!("{} {missing} are not supported", n.caps),
         );
     }
-    let mode = if h.mode.is_empty() {
-        hints.mode
-    } else {
-        h.mode
-    };
+    let mode = if h.mode.is_empty() { info_mode } else { h.mode };
     if !mode.contains(p.mode) {
         let lacking = p.mode - mode;
         return miss(
-            S,
-            "rx_attr.mode",
-            format!("rx_attr.mode {lacking} is required but the hints do not accept it"),
+            step,
+            n.mode,
+            format!(
+                "{} {lacking} is required but the hints do not accept it",
+                n.mode
+            ),
         );
     }
     let flags = h.op_flags - p.op_flags;
     if !flags.is_empty() {
         return miss(
-            S,
-            "rx_attr.op_flags",
-            format!("rx_attr.op_flags {flags} are not supported"),
+            step,
+            n.op_flags,
+            format!("{} {flags} are not supported", n.op_flags),
         );
     }
     let order = h.msg_order - p.msg_order;
     if !order.is_empty() {
         return miss(
-            S,
-            "rx_attr.msg_order",
-            format!("rx_attr.msg_order {order} is not offered"),
+            step,
+            n.msg_order,
+            format!("{} {order} is not offered", n.msg_order),
         );
     }
     let order = h.comp_order - p.comp_order;
     if !order.is_empty() {
         return miss(
-            S,
-            "rx_attr.comp_order",
-            format!("rx_attr.comp_order {order} is not offered"),
+            step,
+            n.comp_order,
+            format!("{} {order} is not offered", n.comp_order),
         );
     }
+    Ok(())
+}
+
+fn check_rx(offer: &Info, hints: &Info) -> Result<(), Mismatch> {
+    const S: u8 = 8;
+    let (h, p) = (&hints.rx_attr, &offer.rx_attr);
+    let view = |a: &crate::attr::RxAttr| Queue {
+        caps: a.caps,
+        mode: a.mode,
+        op_flags: a.op_flags,
+        msg_order: a.msg_order,
+        comp_order: a.comp_order,
+    };
+    check_queue(S, &RX, Caps::TX_ONLY, hints.mode, view(h), view(p))?;
     limit(
         S,
         "rx_attr.total_buffered_recv",
@@ -506,51 +562,14 @@ fn check_rx(offer: &Info, hints: &Info) -> Result<(), Mismatch> {
 fn check_tx(offer: &Info, hints: &Info) -> Result<(), Mismatch> {
     const S: u8 = 9;
     let (h, p) = (&hints.tx_attr, &offer.tx_attr);
-    let missing = (h.caps - Caps::RX_ONLY) - p.caps;
-    if !missing.is_empty() {
-        return miss(
-            S,
-            "tx_attr.caps",
-            format!("tx_attr.caps {missing} are not supported"),
-        );
-    }
-    let mode = if h.mode.is_empty() {
-        hints.mode
-    } else {
-        h.mode
+    let view = |a: &crate::attr::TxAttr| Queue {
+        caps: a.caps,
+        mode: a.mode,
+        op_flags: a.op_flags,
+        msg_order: a.msg_order,
+        comp_order: a.comp_order,
     };
-    if !mode.contains(p.mode) {
-        let lacking = p.mode - mode;
-        return miss(
-            S,
-            "tx_attr.mode",
-            format!("tx_attr.mode {lacking} is required but the hints do not accept it"),
-        );
-    }
-    let flags = h.op_flags - p.op_flags;
-    if !flags.is_empty() {
-        return miss(
-            S,
-            "tx_attr.op_flags",
-            format!("tx_attr.op_flags {flags} are not supported"),
-        );
-    }
-    let order = h.msg_order - p.msg_order;
-    if !order.is_empty() {
-        return miss(
-            S,
-            "tx_attr.msg_order",
-            format!("tx_attr.msg_order {order} is not offered"),
-        );
-    }
-    let order = h.comp_order - p.comp_order;
-    if !order.is_empty() {
-        return miss(
-            S,
-            "tx_attr.comp_order",
-            format!("tx_attr.comp_order {order} is not offered"),
-        );
-    }
+    check_queue(S, &TX, Caps::RX_ONLY, hints.mode, view(h), view(p))?;
     limit(S, "tx_attr.inject_size", h.inject_size, p.inject_size)?;
     limit(S, "tx_attr.size", h.size, p.size)?;
     limit(S, "tx_attr.iov_limit", h.iov_limit, p.iov_limit)?;
