@@ -13,6 +13,8 @@
 //!   provider implements (fabric, domain, endpoint, CQ, EQ, AV, MR,
 //!   counter).
 //! - [`Error`]: one error type whose kinds are the `FI_E*` codes.
+//! - [`kit`]: transport-independent building blocks of providers (CQ core,
+//!   spin-then-block wait, counters, tag matching, MR key and AV tables).
 //!
 //! Applications use the `fabric` crate, which re-exports this one and adds
 //! the registry of providers. This crate is for provider authors and for
@@ -51,6 +53,7 @@ pub mod enums;
 pub mod error;
 pub mod flags;
 pub mod info;
+pub mod kit;
 pub mod matching;
 // Declares `unsafe fn` contracts (zero-copy buffers) that providers
 // implement; it runs no unsafe code itself.

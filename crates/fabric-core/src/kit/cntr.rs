@@ -1,0 +1,106 @@
+//! The counter core: success and error counts with a blocking wait.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use super::wait::Signal;
+use crate::error::{Error, ErrorKind, Result};
+
+/// The shared part of a counter (`fi_cntr`).
+#[derive(Debug)]
+pub struct CntrCore {
+    ok: AtomicU64,
+    err: AtomicU64,
+    signal: Signal,
+}
+
+impl CntrCore {
+    /// A counter at zero.
+    pub fn new() -> Result<Self> {
+        Ok(CntrCore { ok: AtomicU64::new(0), err: AtomicU64::new(0), signal: Signal::new()? })
+    }
+
+    /// Successful completions.
+    pub fn read(&self) -> u64 {
+        self.ok.load(Ordering::Acquire)
+    }
+
+    /// Failed completions.
+    pub fn read_err(&self) -> u64 {
+        self.err.load(Ordering::Acquire)
+    }
+
+    /// Adds to the success count.
+    pub fn add(&self, v: u64) {
+        self.ok.fetch_add(v, Ordering::AcqRel);
+        self.signal.notify();
+    }
+
+    /// Sets the success count.
+    pub fn set(&self, v: u64) {
+        self.ok.store(v, Ordering::Release);
+        self.signal.notify();
+    }
+
+    /// Adds to the error count.
+    pub fn add_err(&self, v: u64) {
+        self.err.fetch_add(v, Ordering::AcqRel);
+        self.signal.notify();
+    }
+
+    /// Sets the error count.
+    pub fn set_err(&self, v: u64) {
+        self.err.store(v, Ordering::Release);
+        self.signal.notify();
+    }
+
+    /// The wake-up signal.
+    pub fn signal(&self) -> &Signal {
+        &self.signal
+    }
+
+    /// Waits until the success count reaches `threshold`; `progress` is
+    /// called while waiting (manual progress). `TimedOut` on timeout,
+    /// `Avail` if the error count rose while waiting.
+    pub fn wait(
+        &self,
+        threshold: u64,
+        timeout: Option<Duration>,
+        mut progress: impl FnMut() -> Result<()>,
+    ) -> Result<()> {
+        let errs = self.read_err();
+        let r = self.signal.wait(&[], timeout, || {
+            progress()?;
+            if self.read_err() != errs {
+                return Err(Error::from_kind(ErrorKind::Avail));
+            }
+            Ok((self.read() >= threshold).then_some(()))
+        })?;
+        r.ok_or_else(|| Error::new(ErrorKind::TimedOut, "counter wait timed out"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_and_waits() {
+        let c = CntrCore::new().unwrap();
+        c.add(2);
+        c.add_err(1);
+        assert_eq!((c.read(), c.read_err()), (2, 1));
+        assert!(c.wait(2, Some(Duration::from_millis(1)), || Ok(())).is_ok());
+        let e = c.wait(3, Some(Duration::from_millis(5)), || Ok(())).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::TimedOut);
+        let mut n = 0;
+        assert!(c.wait(5, None, || {
+            n += 1;
+            if n == 3 {
+                c.add(3);
+            }
+            Ok(())
+        })
+        .is_ok());
+    }
+}
