@@ -69,9 +69,47 @@ fn have(program: &str, args: &[&str]) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// Debian packages the tests use: libfabric's headers (C ABI layout tests),
+/// its tools (`fi_info`, `fi_pingpong` to compare against), valgrind (leak
+/// checks of the C interface).
+const APT_PACKAGES: &[&str] = &["libfabric-dev", "libfabric-bin", "valgrind", "pkg-config"];
+
+fn missing_packages() -> Vec<&'static str> {
+    APT_PACKAGES
+        .iter()
+        .copied()
+        .filter(|p| {
+            !Command::new("dpkg-query")
+                .args(["-W", "-f=${Status}", p])
+                .output()
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+        })
+        .collect()
+}
+
+fn is_root() -> bool {
+    Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n"))
+}
+
 fn ci() -> ExitCode {
     let total = Instant::now();
     let mut steps = Vec::new();
+    let missing = missing_packages();
+    if !missing.is_empty() {
+        if is_root() {
+            steps.push(step("setup: apt-get update", "apt-get update -qq"));
+            let mut s = step("setup: Debian packages", "apt-get install -y -qq --no-install-recommends");
+            s.args.extend(missing.iter().map(|p| p.to_string()));
+            s.env.push(("DEBIAN_FRONTEND".into(), "noninteractive".into()));
+            steps.push(s);
+        } else {
+            println!(
+                "--- setup: not root, so not installing {}; run `sudo apt-get install {}` (tests that need them say they skip)",
+                missing.join(" "),
+                missing.join(" ")
+            );
+        }
+    }
     // Setup: the toolchain components the checks need.
     if !have("cargo", &["fmt", "--version"]) || !have("cargo", &["clippy", "--version"]) {
         steps.push(step(
