@@ -10,5 +10,6 @@ pub mod av;
 pub mod cntr;
 pub mod cq;
 pub mod mr;
+pub mod objects;
 pub mod tag;
 pub mod wait;

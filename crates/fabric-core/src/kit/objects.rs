@@ -1,0 +1,251 @@
+//! Ready-made CQ, counter and AV objects over the kit's cores, for any
+//! provider: the provider supplies only how to drive progress.
+
+use std::os::fd::BorrowedFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::av::AvTable;
+use super::cntr::CntrCore;
+use super::cq::CqCore;
+use crate::addr::Address;
+use crate::error::{Error, Result};
+use crate::objects::{
+    AddressVector, CompletionQueue, Counter, CqAttr, CqEntry, CqErrEntry, CqFormat, FiAddr, WaitObj,
+};
+
+/// How a provider makes progress (manual progress: called from CQ reads,
+/// counter reads and waits).
+pub trait Progress: Send + Sync {
+    /// Does whatever IO is ready, without blocking.
+    fn progress(&self) -> Result<()>;
+
+    /// Calls `f` with every fd whose readiness means progress can be made
+    /// (for example the provider's sockets), so that blocking waits wake up.
+    fn wait_fds<'a>(&'a self, f: &mut dyn FnMut(BorrowedFd<'a>));
+}
+
+/// A completion queue: [`CqCore`] plus the domain's progress.
+pub struct Cq {
+    core: Arc<CqCore>,
+    format: CqFormat,
+    wait: WaitObj,
+    progress: Arc<dyn Progress>,
+}
+
+impl std::fmt::Debug for Cq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cq").field("core", &self.core).field("format", &self.format).finish()
+    }
+}
+
+impl Cq {
+    /// A CQ with `attr`, progressed by `progress`.
+    pub fn new(attr: &CqAttr, progress: Arc<dyn Progress>) -> Result<Self> {
+        Ok(Cq { core: Arc::new(CqCore::new(attr.size)?), format: attr.format, wait: attr.wait_obj, progress })
+    }
+
+    /// The core, for the provider to push completions into.
+    pub fn core(&self) -> &Arc<CqCore> {
+        &self.core
+    }
+
+    /// The entry format.
+    pub fn format(&self) -> CqFormat {
+        self.format
+    }
+
+    fn read_now(&self, out: &mut [CqEntry], src: Option<&mut [FiAddr]>) -> Result<usize> {
+        self.progress.progress()?;
+        let n = self.core.read(out, src)?;
+        // Keep only what the format carries.
+        for e in &mut out[..n] {
+            trim(e, self.format);
+        }
+        Ok(n)
+    }
+
+    fn sread_any(&self, out: &mut [CqEntry], mut src: Option<&mut [FiAddr]>, timeout: Option<Duration>) -> Result<usize> {
+        if self.wait == WaitObj::None {
+            return Err(Error::new(crate::ErrorKind::NoSys, "sread on a CQ opened with FI_WAIT_NONE"));
+        }
+        let mut fds: Vec<BorrowedFd<'_>> = Vec::new();
+        self.progress.wait_fds(&mut |fd| fds.push(fd));
+        let r = self.core.signal().wait(&fds, timeout, || match self.read_now(out, src.as_deref_mut()) {
+            Ok(n) => Ok(Some(n)),
+            Err(e) if e.kind() == crate::ErrorKind::Again => Ok(None),
+            Err(e) => Err(e),
+        })?;
+        r.ok_or_else(Error::again)
+    }
+}
+
+fn trim(e: &mut CqEntry, format: CqFormat) {
+    match format {
+        CqFormat::Context => *e = CqEntry { context: e.context, ..CqEntry::default() },
+        CqFormat::Msg => {
+            e.buf = 0;
+            e.data = 0;
+            e.tag = 0;
+        }
+        CqFormat::Data => e.tag = 0,
+        CqFormat::Tagged | CqFormat::Unspec => {}
+    }
+}
+
+impl CompletionQueue for Cq {
+    fn read(&self, out: &mut [CqEntry]) -> Result<usize> {
+        self.read_now(out, None)
+    }
+
+    fn readfrom(&self, out: &mut [CqEntry], src: &mut [FiAddr]) -> Result<usize> {
+        self.read_now(out, Some(src))
+    }
+
+    fn readerr(&self) -> Result<CqErrEntry> {
+        self.core.read_err()
+    }
+
+    fn sread(&self, out: &mut [CqEntry], timeout: Option<Duration>) -> Result<usize> {
+        self.sread_any(out, None, timeout)
+    }
+
+    fn sreadfrom(&self, out: &mut [CqEntry], src: &mut [FiAddr], timeout: Option<Duration>) -> Result<usize> {
+        self.sread_any(out, Some(src), timeout)
+    }
+
+    fn signal(&self) -> Result<()> {
+        self.core.signal().notify_always();
+        Ok(())
+    }
+
+    fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
+        match self.wait {
+            WaitObj::None => None,
+            _ => Some(self.core.signal().fd()),
+        }
+    }
+}
+
+/// A counter: [`CntrCore`] plus the domain's progress.
+pub struct Cntr {
+    core: Arc<CntrCore>,
+    progress: Arc<dyn Progress>,
+}
+
+impl std::fmt::Debug for Cntr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cntr").field("core", &self.core).finish()
+    }
+}
+
+impl Cntr {
+    /// A counter progressed by `progress`.
+    pub fn new(progress: Arc<dyn Progress>) -> Result<Self> {
+        Ok(Cntr { core: Arc::new(CntrCore::new()?), progress })
+    }
+
+    /// The core, for the provider to count into.
+    pub fn core(&self) -> &Arc<CntrCore> {
+        &self.core
+    }
+}
+
+impl Counter for Cntr {
+    fn read(&self) -> u64 {
+        let _ = self.progress.progress();
+        self.core.read()
+    }
+    fn readerr(&self) -> u64 {
+        let _ = self.progress.progress();
+        self.core.read_err()
+    }
+    fn add(&self, value: u64) -> Result<()> {
+        self.core.add(value);
+        Ok(())
+    }
+    fn set(&self, value: u64) -> Result<()> {
+        self.core.set(value);
+        Ok(())
+    }
+    fn adderr(&self, value: u64) -> Result<()> {
+        self.core.add_err(value);
+        Ok(())
+    }
+    fn seterr(&self, value: u64) -> Result<()> {
+        self.core.set_err(value);
+        Ok(())
+    }
+    fn wait(&self, threshold: u64, timeout: Option<Duration>) -> Result<()> {
+        self.core.wait(threshold, timeout, || self.progress.progress())
+    }
+}
+
+/// How a provider turns `insertsvc`'s node and service into an address,
+/// and which addresses it accepts.
+pub trait AddressBook: Send + Sync {
+    /// Resolves node / service (`fi_av_insertsvc`).
+    fn resolve(&self, node: &str, service: &str) -> Result<Address>;
+    /// Checks that an address is one the provider can reach.
+    fn accept(&self, addr: &Address) -> Result<()>;
+}
+
+/// An address vector: [`AvTable`] plus the provider's address rules.
+pub struct Av {
+    table: Arc<AvTable>,
+    book: Arc<dyn AddressBook>,
+}
+
+impl std::fmt::Debug for Av {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Av").field("table", &self.table).finish()
+    }
+}
+
+impl Av {
+    /// An empty AV.
+    pub fn new(book: Arc<dyn AddressBook>) -> Self {
+        Av { table: Arc::new(AvTable::new()), book }
+    }
+
+    /// The table, for the provider's endpoints.
+    pub fn table(&self) -> &Arc<AvTable> {
+        &self.table
+    }
+}
+
+impl AddressVector for Av {
+    fn insert(&self, addrs: &[Address], out: &mut [FiAddr]) -> Result<usize> {
+        if out.len() < addrs.len() {
+            return Err(Error::inval("av insert: the output array is shorter than the address array"));
+        }
+        let mut n = 0;
+        for (a, o) in addrs.iter().zip(out.iter_mut()) {
+            match self.book.accept(a) {
+                Ok(()) => {
+                    *o = self.table.insert(a.clone());
+                    n += 1;
+                }
+                Err(_) => *o = FiAddr::NOTAVAIL,
+            }
+        }
+        Ok(n)
+    }
+
+    fn insertsvc(&self, node: &str, service: &str) -> Result<FiAddr> {
+        let a = self.book.resolve(node, service)?;
+        self.book.accept(&a)?;
+        Ok(self.table.insert(a))
+    }
+
+    fn remove(&self, addrs: &[FiAddr]) -> Result<()> {
+        for a in addrs {
+            self.table.remove(*a)?;
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, addr: FiAddr) -> Result<Address> {
+        self.table.lookup(addr)
+    }
+}
