@@ -249,3 +249,177 @@ impl AddressVector for Av {
         self.table.lookup(addr)
     }
 }
+
+/// An event queue: events and error events in arrival order, a signal for
+/// blocking reads, and the provider's progress (connection management is
+/// progressed by EQ reads under manual progress).
+pub struct Eq {
+    events: std::sync::Mutex<std::collections::VecDeque<std::result::Result<crate::objects::EqEvent, crate::objects::EqErrEntry>>>,
+    signal: super::wait::Signal,
+    wait: WaitObj,
+    progress: std::sync::RwLock<Option<Arc<dyn Progress>>>,
+}
+
+impl std::fmt::Debug for Eq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Eq").field("wait", &self.wait).finish()
+    }
+}
+
+impl Eq {
+    /// An empty event queue.
+    pub fn new(attr: &crate::objects::EqAttr) -> Result<Self> {
+        Ok(Eq {
+            events: std::sync::Mutex::new(std::collections::VecDeque::new()),
+            signal: super::wait::Signal::new()?,
+            wait: attr.wait_obj,
+            progress: std::sync::RwLock::new(None),
+        })
+    }
+
+    /// Sets what drives connection progress when the EQ is read (the EQ is
+    /// opened on the fabric, before the domain that progresses it).
+    pub fn set_progress(&self, p: Arc<dyn Progress>) {
+        *self.progress.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(p);
+    }
+
+    /// Queues an event.
+    pub fn push(&self, e: crate::objects::EqEvent) {
+        super::cq::lock(&self.events).push_back(Ok(e));
+        self.signal.notify();
+    }
+
+    /// Queues an error event.
+    pub fn push_err(&self, e: crate::objects::EqErrEntry) {
+        super::cq::lock(&self.events).push_back(Err(e));
+        self.signal.notify();
+    }
+
+    fn progress(&self) -> Result<()> {
+        let p = self.progress.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        match p {
+            Some(p) => p.progress(),
+            None => Ok(()),
+        }
+    }
+
+    fn take(&self) -> Result<crate::objects::EqEvent> {
+        let mut q = super::cq::lock(&self.events);
+        match q.front() {
+            None => Err(Error::again()),
+            Some(Err(_)) => Err(Error::from_kind(crate::ErrorKind::Avail)),
+            Some(Ok(_)) => match q.pop_front() {
+                Some(Ok(e)) => Ok(e),
+                _ => Err(Error::again()),
+            },
+        }
+    }
+}
+
+impl crate::objects::EventQueue for Eq {
+    fn read(&self) -> Result<crate::objects::EqEvent> {
+        self.progress()?;
+        self.take()
+    }
+
+    fn readerr(&self) -> Result<crate::objects::EqErrEntry> {
+        let mut q = super::cq::lock(&self.events);
+        match q.front() {
+            Some(Err(_)) => match q.pop_front() {
+                Some(Err(e)) => Ok(e),
+                _ => Err(Error::again()),
+            },
+            _ => Err(Error::again()),
+        }
+    }
+
+    fn sread(&self, timeout: Option<Duration>) -> Result<crate::objects::EqEvent> {
+        let p = self.progress.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let mut fds: Vec<BorrowedFd<'_>> = Vec::new();
+        if let Some(p) = &p {
+            p.wait_fds(&mut |fd| fds.push(fd));
+        }
+        let r = self.signal.wait(&fds, timeout, || {
+            if let Some(p) = &p {
+                p.progress()?;
+            }
+            match self.take() {
+                Ok(e) => Ok(Some(e)),
+                Err(e) if e.kind() == crate::ErrorKind::Again => Ok(None),
+                Err(e) => Err(e),
+            }
+        })?;
+        r.ok_or_else(Error::again)
+    }
+
+    fn write(&self, event: crate::objects::EqEvent) -> Result<()> {
+        self.push(event);
+        Ok(())
+    }
+
+    fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
+        match self.wait {
+            WaitObj::None => None,
+            _ => Some(self.signal.fd()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::objects::{EqAttr, EqEvent, EventQueue};
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// A progress hook that completes something on its third call.
+    struct Later {
+        calls: AtomicU32,
+        cq: std::sync::OnceLock<Arc<CqCore>>,
+    }
+
+    impl Progress for Later {
+        fn progress(&self) -> Result<()> {
+            if self.calls.fetch_add(1, Ordering::SeqCst) == 2 {
+                if let Some(cq) = self.cq.get() {
+                    cq.push(CqEntry { context: 9, len: 5, tag: 3, ..Default::default() }, FiAddr(1));
+                }
+            }
+            Ok(())
+        }
+        fn wait_fds<'a>(&'a self, _: &mut dyn FnMut(BorrowedFd<'a>)) {}
+    }
+
+    #[test]
+    fn cq_reads_drive_progress_and_trim_to_format() {
+        let p = Arc::new(Later { calls: AtomicU32::new(0), cq: std::sync::OnceLock::new() });
+        let attr = CqAttr { format: CqFormat::Msg, wait_obj: WaitObj::Unspec, ..Default::default() };
+        let cq = Cq::new(&attr, p.clone()).unwrap();
+        let _ = p.cq.set(cq.core().clone());
+        let mut out = [CqEntry::default(); 4];
+        assert_eq!(cq.read(&mut out).unwrap_err().kind(), crate::ErrorKind::Again);
+        let mut src = [FiAddr(0); 4];
+        let n = cq.sreadfrom(&mut out, &mut src, Some(Duration::from_secs(10))).unwrap();
+        assert_eq!(n, 1);
+        assert_eq!((out[0].context, out[0].len, out[0].tag), (9, 5, 0), "Msg format has no tag");
+        assert_eq!(src[0], FiAddr(1));
+        assert!(cq.wait_fd().is_some());
+    }
+
+    #[test]
+    fn eq_events_and_errors_in_order() {
+        let eq = Eq::new(&EqAttr { wait_obj: WaitObj::Unspec, ..Default::default() }).unwrap();
+        eq.push(EqEvent::Shutdown { fid: 1 });
+        eq.push_err(crate::objects::EqErrEntry {
+            fid: 2,
+            context: 0,
+            err: crate::ErrorKind::ConnRefused,
+            prov_errno: 111,
+            data: b"no".to_vec(),
+            err_text: "refused".into(),
+        });
+        assert_eq!(eq.read().unwrap(), EqEvent::Shutdown { fid: 1 });
+        assert_eq!(eq.read().unwrap_err().kind(), crate::ErrorKind::Avail);
+        assert_eq!(eq.readerr().unwrap().data, b"no");
+        assert_eq!(eq.sread(Some(Duration::from_millis(5))).unwrap_err().kind(), crate::ErrorKind::Again);
+    }
+}
