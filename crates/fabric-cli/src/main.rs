@@ -16,6 +16,7 @@ use tracing_subscriber::filter::LevelFilter;
 
 mod hints_json;
 mod info;
+mod pingpong;
 
 /// Command-line tools for the fabric interface (the libfabric / OFI model).
 #[derive(Debug, Parser)]
@@ -39,6 +40,8 @@ struct Cli {
 enum Command {
     /// Show the fabric interfaces `getinfo` finds, like libfabric's fi_info.
     Info(info::InfoArgs),
+    /// Measure round-trip latency between two endpoints, like fi_pingpong.
+    Pingpong(pingpong::PingpongArgs),
 }
 
 /// How a subcommand ended; the process exit status.
@@ -90,6 +93,7 @@ fn main() -> ExitCode {
     }
     match cli.command {
         Some(Command::Info(args)) => info::run(&args).into(),
+        Some(Command::Pingpong(args)) => pingpong::run(&args).into(),
         None => {
             let _ = Cli::command().print_help();
             Status::Usage.into()

@@ -32,11 +32,13 @@ impl std::fmt::Debug for Registry {
     }
 }
 
-/// The providers the enabled Cargo features compile in.
+/// The providers the enabled Cargo features compile in (shm and verbs
+/// register here once their crates implement `Provider`).
 #[allow(unused_mut, clippy::vec_init_then_push)]
 fn compiled_in() -> Vec<Box<dyn Provider>> {
     let mut v: Vec<Box<dyn Provider>> = Vec::new();
-    // Each provider crate registers here once it implements `Provider`.
+    #[cfg(feature = "tcp")]
+    v.push(Box::new(prov_tcp::TcpProvider));
     v
 }
 
@@ -68,6 +70,25 @@ impl Registry {
     /// The providers, fastest first.
     pub fn providers(&self) -> impl Iterator<Item = &dyn Provider> {
         self.providers.iter().map(|p| p.as_ref())
+    }
+
+    /// The provider of that name (case-insensitive).
+    pub fn provider(&self, name: &str) -> Option<&dyn Provider> {
+        self.providers
+            .iter()
+            .map(|p| p.as_ref())
+            .find(|p| p.name().eq_ignore_ascii_case(name))
+    }
+
+    /// Opens the fabric of an entry `getinfo` returned (`fi_fabric`).
+    pub fn fabric(&self, info: &Info) -> Result<Box<dyn fabric_core::objects::Fabric>> {
+        let name = info
+            .prov_name()
+            .ok_or_else(|| Error::inval("the entry names no provider (fabric_attr.prov_name)"))?;
+        let p = self
+            .provider(name)
+            .ok_or_else(|| Error::no_sys(format!("provider `{name}` is not compiled in")))?;
+        p.fabric(&info.fabric_attr)
     }
 
     /// Every environment variable the registry and its providers read.

@@ -266,11 +266,23 @@ fn hints_builder() {
 }
 
 #[test]
-fn global_registry_has_no_providers_yet() {
-    // Until a provider crate implements `Provider`, the global registry is
-    // empty whatever the features: getinfo says so.
-    let e = getinfo(Version::CURRENT, None, None, GetinfoFlags::empty(), None).unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::NoSys);
+fn global_registry_lists_the_compiled_in_providers() {
+    let names: Vec<&str> = Registry::global().providers().map(|p| p.name()).collect();
+    assert_eq!(names.contains(&"tcp"), cfg!(feature = "tcp"), "{names:?}");
+    match getinfo(Version::CURRENT, None, None, GetinfoFlags::empty(), None) {
+        Ok(list) => {
+            assert!(!names.is_empty());
+            assert!(
+                list.iter()
+                    .all(|i| names.contains(&i.prov_name().unwrap_or("")))
+            );
+        }
+        Err(e) => {
+            // No provider compiled in: kfi_getinfo's NoSys.
+            assert!(names.is_empty(), "{e}");
+            assert_eq!(e.kind(), ErrorKind::NoSys);
+        }
+    }
 }
 
 fn arb_caps() -> impl Strategy<Value = Caps> {

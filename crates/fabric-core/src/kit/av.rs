@@ -32,7 +32,10 @@ impl AvTable {
     /// Inserts one address; inserting an address already present returns
     /// its existing handle.
     pub fn insert(&self, addr: Address) -> FiAddr {
-        let mut g = self.inner.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut g = self
+            .inner
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(i) = g.index.get(&addr) {
             return FiAddr(*i);
         }
@@ -44,36 +47,56 @@ impl AvTable {
 
     /// Removes a handle; `NoEnt` if it is not in the table.
     pub fn remove(&self, a: FiAddr) -> Result<()> {
-        let mut g = self.inner.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut g = self
+            .inner
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let slot = usize::try_from(a.0).ok().and_then(|i| g.slots.get_mut(i));
         match slot.and_then(Option::take) {
             Some(addr) => {
                 g.index.remove(&addr);
                 Ok(())
             }
-            None => Err(Error::new(ErrorKind::NoEnt, format!("fi_addr {} is not in the address vector", a.0))),
+            None => Err(Error::new(
+                ErrorKind::NoEnt,
+                format!("fi_addr {} is not in the address vector", a.0),
+            )),
         }
     }
 
     /// The address of a handle; `NoEnt` if unknown.
     pub fn lookup(&self, a: FiAddr) -> Result<Address> {
-        let g = self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let g = self
+            .inner
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         usize::try_from(a.0)
             .ok()
             .and_then(|i| g.slots.get(i))
             .and_then(Clone::clone)
-            .ok_or_else(|| Error::new(ErrorKind::NoEnt, format!("fi_addr {} is not in the address vector", a.0)))
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::NoEnt,
+                    format!("fi_addr {} is not in the address vector", a.0),
+                )
+            })
     }
 
     /// The handle of an address, or `FiAddr::NOTAVAIL`.
     pub fn reverse(&self, addr: &Address) -> FiAddr {
-        let g = self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let g = self
+            .inner
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         g.index.get(addr).map_or(FiAddr::NOTAVAIL, |i| FiAddr(*i))
     }
 
     /// Number of live entries.
     pub fn len(&self) -> usize {
-        let g = self.inner.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let g = self
+            .inner
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         g.index.len()
     }
 

@@ -17,7 +17,11 @@ pub struct CntrCore {
 impl CntrCore {
     /// A counter at zero.
     pub fn new() -> Result<Self> {
-        Ok(CntrCore { ok: AtomicU64::new(0), err: AtomicU64::new(0), signal: Signal::new()? })
+        Ok(CntrCore {
+            ok: AtomicU64::new(0),
+            err: AtomicU64::new(0),
+            signal: Signal::new()?,
+        })
     }
 
     /// Successful completions.
@@ -91,16 +95,20 @@ mod tests {
         c.add_err(1);
         assert_eq!((c.read(), c.read_err()), (2, 1));
         assert!(c.wait(2, Some(Duration::from_millis(1)), || Ok(())).is_ok());
-        let e = c.wait(3, Some(Duration::from_millis(5)), || Ok(())).unwrap_err();
+        let e = c
+            .wait(3, Some(Duration::from_millis(5)), || Ok(()))
+            .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::TimedOut);
         let mut n = 0;
-        assert!(c.wait(5, None, || {
-            n += 1;
-            if n == 3 {
-                c.add(3);
-            }
-            Ok(())
-        })
-        .is_ok());
+        assert!(
+            c.wait(5, None, || {
+                n += 1;
+                if n == 3 {
+                    c.add(3);
+                }
+                Ok(())
+            })
+            .is_ok()
+        );
     }
 }

@@ -106,7 +106,9 @@ impl CqCore {
         }
         if let Some(s) = src.as_deref() {
             if s.len() < out.len() {
-                return Err(Error::inval("readfrom: the source array is shorter than the entry array"));
+                return Err(Error::inval(
+                    "readfrom: the source array is shorter than the entry array",
+                ));
             }
         }
         let mut n = 0;
@@ -151,7 +153,10 @@ mod tests {
     use super::*;
 
     fn e(ctx: u64) -> CqEntry {
-        CqEntry { context: ctx, ..Default::default() }
+        CqEntry {
+            context: ctx,
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -215,7 +220,11 @@ mod tests {
         assert_eq!(seen.len(), 40_000);
         // Per producer, order is kept.
         for t in 0..4u64 {
-            let mine: Vec<u64> = seen.iter().copied().filter(|c| c / 1_000_000 == t).collect();
+            let mine: Vec<u64> = seen
+                .iter()
+                .copied()
+                .filter(|c| c / 1_000_000 == t)
+                .collect();
             assert!(mine.windows(2).all(|w| w[0] < w[1]));
         }
     }

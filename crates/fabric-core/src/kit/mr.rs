@@ -41,7 +41,12 @@ impl MrTable {
     /// (FI_MR_VIRT_ADDR); `prov_key`: the table chooses keys
     /// (FI_MR_PROV_KEY), else the application's requested key is used.
     pub fn new(virt_addr: bool, prov_key: bool) -> Self {
-        MrTable { map: RwLock::new(HashMap::new()), next_key: AtomicU64::new(1), virt_addr, prov_key }
+        MrTable {
+            map: RwLock::new(HashMap::new()),
+            next_key: AtomicU64::new(1),
+            virt_addr,
+            prov_key,
+        }
     }
 
     /// Registers a region under `requested` (or a fresh key with
@@ -50,7 +55,10 @@ impl MrTable {
         if region.base.checked_add(region.len).is_none() {
             return Err(Error::inval("memory region wraps around the address space"));
         }
-        let mut map = self.map.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut map = self
+            .map
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let key = if self.prov_key {
             loop {
                 let k = self.next_key.fetch_add(1, Ordering::Relaxed);
@@ -60,7 +68,10 @@ impl MrTable {
             }
         } else {
             if map.contains_key(&requested) {
-                return Err(Error::new(ErrorKind::NoKey, format!("memory key {requested:#x} is already in use")));
+                return Err(Error::new(
+                    ErrorKind::NoKey,
+                    format!("memory key {requested:#x} is already in use"),
+                ));
             }
             requested
         };
@@ -70,26 +81,50 @@ impl MrTable {
 
     /// Deregisters a key; `NoKey` if unknown.
     pub fn remove(&self, key: u64) -> Result<Region> {
-        let mut map = self.map.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        map.remove(&key).ok_or_else(|| Error::new(ErrorKind::NoKey, format!("no memory region with key {key:#x}")))
+        let mut map = self
+            .map
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.remove(&key).ok_or_else(|| {
+            Error::new(
+                ErrorKind::NoKey,
+                format!("no memory region with key {key:#x}"),
+            )
+        })
     }
 
     /// Checks a remote access of `len` bytes at `addr` with key `key`
     /// needing `need`; returns the local address of the first byte.
     pub fn check(&self, key: u64, addr: u64, len: usize, need: MrAccess) -> Result<usize> {
-        let map = self.map.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let r = map
-            .get(&key)
-            .ok_or_else(|| Error::new(ErrorKind::NoKey, format!("no memory region with key {key:#x}")))?;
+        let map = self
+            .map
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let r = map.get(&key).ok_or_else(|| {
+            Error::new(
+                ErrorKind::NoKey,
+                format!("no memory region with key {key:#x}"),
+            )
+        })?;
         if !r.access.contains(need) {
             let missing = need - r.access;
-            return Err(Error::new(ErrorKind::Access, format!("memory key {key:#x} does not grant {missing}")));
+            return Err(Error::new(
+                ErrorKind::Access,
+                format!("memory key {key:#x} does not grant {missing}"),
+            ));
         }
-        let start = if self.virt_addr { r.base as u64 } else { r.offset };
+        let start = if self.virt_addr {
+            r.base as u64
+        } else {
+            r.offset
+        };
         let out_of_bounds = || {
             Error::new(
                 ErrorKind::Access,
-                format!("range {addr:#x}+{len} is outside the region of key {key:#x} ({start:#x}+{})", r.len),
+                format!(
+                    "range {addr:#x}+{len} is outside the region of key {key:#x} ({start:#x}+{})",
+                    r.len
+                ),
             )
         };
         let delta = addr.checked_sub(start).ok_or_else(out_of_bounds)?;
@@ -107,7 +142,12 @@ mod tests {
     use super::*;
 
     fn region(access: MrAccess) -> Region {
-        Region { base: 0x1000, len: 100, access, offset: 0 }
+        Region {
+            base: 0x1000,
+            len: 100,
+            access,
+            offset: 0,
+        }
     }
 
     #[test]
@@ -115,14 +155,41 @@ mod tests {
         let t = MrTable::new(false, false);
         let k = t.insert(7, region(MrAccess::REMOTE_WRITE)).unwrap();
         assert_eq!(k, 7);
-        assert_eq!(t.insert(7, region(MrAccess::REMOTE_READ)).unwrap_err().kind(), ErrorKind::NoKey);
-        assert_eq!(t.check(7, 10, 90, MrAccess::REMOTE_WRITE).unwrap(), 0x1000 + 10);
-        assert_eq!(t.check(8, 0, 1, MrAccess::REMOTE_WRITE).unwrap_err().kind(), ErrorKind::NoKey);
-        assert_eq!(t.check(7, 10, 91, MrAccess::REMOTE_WRITE).unwrap_err().kind(), ErrorKind::Access);
-        assert_eq!(t.check(7, u64::MAX, 2, MrAccess::REMOTE_WRITE).unwrap_err().kind(), ErrorKind::Access);
-        assert_eq!(t.check(7, 0, 1, MrAccess::REMOTE_READ).unwrap_err().kind(), ErrorKind::Access);
+        assert_eq!(
+            t.insert(7, region(MrAccess::REMOTE_READ))
+                .unwrap_err()
+                .kind(),
+            ErrorKind::NoKey
+        );
+        assert_eq!(
+            t.check(7, 10, 90, MrAccess::REMOTE_WRITE).unwrap(),
+            0x1000 + 10
+        );
+        assert_eq!(
+            t.check(8, 0, 1, MrAccess::REMOTE_WRITE).unwrap_err().kind(),
+            ErrorKind::NoKey
+        );
+        assert_eq!(
+            t.check(7, 10, 91, MrAccess::REMOTE_WRITE)
+                .unwrap_err()
+                .kind(),
+            ErrorKind::Access
+        );
+        assert_eq!(
+            t.check(7, u64::MAX, 2, MrAccess::REMOTE_WRITE)
+                .unwrap_err()
+                .kind(),
+            ErrorKind::Access
+        );
+        assert_eq!(
+            t.check(7, 0, 1, MrAccess::REMOTE_READ).unwrap_err().kind(),
+            ErrorKind::Access
+        );
         t.remove(7).unwrap();
-        assert_eq!(t.check(7, 0, 1, MrAccess::REMOTE_WRITE).unwrap_err().kind(), ErrorKind::NoKey);
+        assert_eq!(
+            t.check(7, 0, 1, MrAccess::REMOTE_WRITE).unwrap_err().kind(),
+            ErrorKind::NoKey
+        );
     }
 
     #[test]
@@ -131,7 +198,10 @@ mod tests {
         let k1 = t.insert(0, region(MrAccess::REMOTE_READ)).unwrap();
         let k2 = t.insert(0, region(MrAccess::REMOTE_READ)).unwrap();
         assert_ne!(k1, k2);
-        assert_eq!(t.check(k1, 0x1000 + 99, 1, MrAccess::REMOTE_READ).unwrap(), 0x1000 + 99);
+        assert_eq!(
+            t.check(k1, 0x1000 + 99, 1, MrAccess::REMOTE_READ).unwrap(),
+            0x1000 + 99
+        );
         assert!(t.check(k1, 0x0fff, 1, MrAccess::REMOTE_READ).is_err());
     }
 }

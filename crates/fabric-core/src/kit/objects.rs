@@ -35,14 +35,22 @@ pub struct Cq {
 
 impl std::fmt::Debug for Cq {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cq").field("core", &self.core).field("format", &self.format).finish()
+        f.debug_struct("Cq")
+            .field("core", &self.core)
+            .field("format", &self.format)
+            .finish()
     }
 }
 
 impl Cq {
     /// A CQ with `attr`, progressed by `progress`.
     pub fn new(attr: &CqAttr, progress: Arc<dyn Progress>) -> Result<Self> {
-        Ok(Cq { core: Arc::new(CqCore::new(attr.size)?), format: attr.format, wait: attr.wait_obj, progress })
+        Ok(Cq {
+            core: Arc::new(CqCore::new(attr.size)?),
+            format: attr.format,
+            wait: attr.wait_obj,
+            progress,
+        })
     }
 
     /// The core, for the provider to push completions into.
@@ -65,16 +73,26 @@ impl Cq {
         Ok(n)
     }
 
-    fn sread_any(&self, out: &mut [CqEntry], mut src: Option<&mut [FiAddr]>, timeout: Option<Duration>) -> Result<usize> {
+    fn sread_any(
+        &self,
+        out: &mut [CqEntry],
+        mut src: Option<&mut [FiAddr]>,
+        timeout: Option<Duration>,
+    ) -> Result<usize> {
         if self.wait == WaitObj::None {
-            return Err(Error::new(crate::ErrorKind::NoSys, "sread on a CQ opened with FI_WAIT_NONE"));
+            return Err(Error::new(
+                crate::ErrorKind::NoSys,
+                "sread on a CQ opened with FI_WAIT_NONE",
+            ));
         }
         let mut fds: Vec<BorrowedFd<'_>> = Vec::new();
         self.progress.wait_fds(&mut |fd| fds.push(fd));
-        let r = self.core.signal().wait(&fds, timeout, || match self.read_now(out, src.as_deref_mut()) {
-            Ok(n) => Ok(Some(n)),
-            Err(e) if e.kind() == crate::ErrorKind::Again => Ok(None),
-            Err(e) => Err(e),
+        let r = self.core.signal().wait(&fds, timeout, || {
+            match self.read_now(out, src.as_deref_mut()) {
+                Ok(n) => Ok(Some(n)),
+                Err(e) if e.kind() == crate::ErrorKind::Again => Ok(None),
+                Err(e) => Err(e),
+            }
         })?;
         r.ok_or_else(Error::again)
     }
@@ -82,7 +100,12 @@ impl Cq {
 
 fn trim(e: &mut CqEntry, format: CqFormat) {
     match format {
-        CqFormat::Context => *e = CqEntry { context: e.context, ..CqEntry::default() },
+        CqFormat::Context => {
+            *e = CqEntry {
+                context: e.context,
+                ..CqEntry::default()
+            }
+        }
         CqFormat::Msg => {
             e.buf = 0;
             e.data = 0;
@@ -110,7 +133,12 @@ impl CompletionQueue for Cq {
         self.sread_any(out, None, timeout)
     }
 
-    fn sreadfrom(&self, out: &mut [CqEntry], src: &mut [FiAddr], timeout: Option<Duration>) -> Result<usize> {
+    fn sreadfrom(
+        &self,
+        out: &mut [CqEntry],
+        src: &mut [FiAddr],
+        timeout: Option<Duration>,
+    ) -> Result<usize> {
         self.sread_any(out, Some(src), timeout)
     }
 
@@ -142,7 +170,10 @@ impl std::fmt::Debug for Cntr {
 impl Cntr {
     /// A counter progressed by `progress`.
     pub fn new(progress: Arc<dyn Progress>) -> Result<Self> {
-        Ok(Cntr { core: Arc::new(CntrCore::new()?), progress })
+        Ok(Cntr {
+            core: Arc::new(CntrCore::new()?),
+            progress,
+        })
     }
 
     /// The core, for the provider to count into.
@@ -177,7 +208,8 @@ impl Counter for Cntr {
         Ok(())
     }
     fn wait(&self, threshold: u64, timeout: Option<Duration>) -> Result<()> {
-        self.core.wait(threshold, timeout, || self.progress.progress())
+        self.core
+            .wait(threshold, timeout, || self.progress.progress())
     }
 }
 
@@ -205,7 +237,10 @@ impl std::fmt::Debug for Av {
 impl Av {
     /// An empty AV.
     pub fn new(book: Arc<dyn AddressBook>) -> Self {
-        Av { table: Arc::new(AvTable::new()), book }
+        Av {
+            table: Arc::new(AvTable::new()),
+            book,
+        }
     }
 
     /// The table, for the provider's endpoints.
@@ -217,7 +252,9 @@ impl Av {
 impl AddressVector for Av {
     fn insert(&self, addrs: &[Address], out: &mut [FiAddr]) -> Result<usize> {
         if out.len() < addrs.len() {
-            return Err(Error::inval("av insert: the output array is shorter than the address array"));
+            return Err(Error::inval(
+                "av insert: the output array is shorter than the address array",
+            ));
         }
         let mut n = 0;
         for (a, o) in addrs.iter().zip(out.iter_mut()) {
@@ -254,7 +291,11 @@ impl AddressVector for Av {
 /// blocking reads, and the provider's progress (connection management is
 /// progressed by EQ reads under manual progress).
 pub struct Eq {
-    events: std::sync::Mutex<std::collections::VecDeque<std::result::Result<crate::objects::EqEvent, crate::objects::EqErrEntry>>>,
+    events: std::sync::Mutex<
+        std::collections::VecDeque<
+            std::result::Result<crate::objects::EqEvent, crate::objects::EqErrEntry>,
+        >,
+    >,
     signal: super::wait::Signal,
     wait: WaitObj,
     progress: std::sync::RwLock<Option<Arc<dyn Progress>>>,
@@ -280,7 +321,10 @@ impl Eq {
     /// Sets what drives connection progress when the EQ is read (the EQ is
     /// opened on the fabric, before the domain that progresses it).
     pub fn set_progress(&self, p: Arc<dyn Progress>) {
-        *self.progress.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(p);
+        *self
+            .progress
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(p);
     }
 
     /// Queues an event.
@@ -296,7 +340,11 @@ impl Eq {
     }
 
     fn progress(&self) -> Result<()> {
-        let p = self.progress.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let p = self
+            .progress
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
         match p {
             Some(p) => p.progress(),
             None => Ok(()),
@@ -334,7 +382,11 @@ impl crate::objects::EventQueue for Eq {
     }
 
     fn sread(&self, timeout: Option<Duration>) -> Result<crate::objects::EqEvent> {
-        let p = self.progress.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let p = self
+            .progress
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
         let mut fds: Vec<BorrowedFd<'_>> = Vec::new();
         if let Some(p) = &p {
             p.wait_fds(&mut |fd| fds.push(fd));
@@ -381,7 +433,15 @@ mod tests {
         fn progress(&self) -> Result<()> {
             if self.calls.fetch_add(1, Ordering::SeqCst) == 2 {
                 if let Some(cq) = self.cq.get() {
-                    cq.push(CqEntry { context: 9, len: 5, tag: 3, ..Default::default() }, FiAddr(1));
+                    cq.push(
+                        CqEntry {
+                            context: 9,
+                            len: 5,
+                            tag: 3,
+                            ..Default::default()
+                        },
+                        FiAddr(1),
+                    );
                 }
             }
             Ok(())
@@ -391,23 +451,43 @@ mod tests {
 
     #[test]
     fn cq_reads_drive_progress_and_trim_to_format() {
-        let p = Arc::new(Later { calls: AtomicU32::new(0), cq: std::sync::OnceLock::new() });
-        let attr = CqAttr { format: CqFormat::Msg, wait_obj: WaitObj::Unspec, ..Default::default() };
+        let p = Arc::new(Later {
+            calls: AtomicU32::new(0),
+            cq: std::sync::OnceLock::new(),
+        });
+        let attr = CqAttr {
+            format: CqFormat::Msg,
+            wait_obj: WaitObj::Unspec,
+            ..Default::default()
+        };
         let cq = Cq::new(&attr, p.clone()).unwrap();
         let _ = p.cq.set(cq.core().clone());
         let mut out = [CqEntry::default(); 4];
-        assert_eq!(cq.read(&mut out).unwrap_err().kind(), crate::ErrorKind::Again);
+        assert_eq!(
+            cq.read(&mut out).unwrap_err().kind(),
+            crate::ErrorKind::Again
+        );
         let mut src = [FiAddr(0); 4];
-        let n = cq.sreadfrom(&mut out, &mut src, Some(Duration::from_secs(10))).unwrap();
+        let n = cq
+            .sreadfrom(&mut out, &mut src, Some(Duration::from_secs(10)))
+            .unwrap();
         assert_eq!(n, 1);
-        assert_eq!((out[0].context, out[0].len, out[0].tag), (9, 5, 0), "Msg format has no tag");
+        assert_eq!(
+            (out[0].context, out[0].len, out[0].tag),
+            (9, 5, 0),
+            "Msg format has no tag"
+        );
         assert_eq!(src[0], FiAddr(1));
         assert!(cq.wait_fd().is_some());
     }
 
     #[test]
     fn eq_events_and_errors_in_order() {
-        let eq = Eq::new(&EqAttr { wait_obj: WaitObj::Unspec, ..Default::default() }).unwrap();
+        let eq = Eq::new(&EqAttr {
+            wait_obj: WaitObj::Unspec,
+            ..Default::default()
+        })
+        .unwrap();
         eq.push(EqEvent::Shutdown { fid: 1 });
         eq.push_err(crate::objects::EqErrEntry {
             fid: 2,
@@ -420,6 +500,9 @@ mod tests {
         assert_eq!(eq.read().unwrap(), EqEvent::Shutdown { fid: 1 });
         assert_eq!(eq.read().unwrap_err().kind(), crate::ErrorKind::Avail);
         assert_eq!(eq.readerr().unwrap().data, b"no");
-        assert_eq!(eq.sread(Some(Duration::from_millis(5))).unwrap_err().kind(), crate::ErrorKind::Again);
+        assert_eq!(
+            eq.sread(Some(Duration::from_millis(5))).unwrap_err().kind(),
+            crate::ErrorKind::Again
+        );
     }
 }

@@ -60,7 +60,11 @@ impl<R, M> Matcher<R, M> {
     /// Empty queues. `directed`: FI_DIRECTED_RECV is enabled, so a
     /// receive's source takes part in matching; otherwise it is ignored.
     pub fn new(directed: bool) -> Self {
-        Matcher { posted: VecDeque::new(), unexpected: VecDeque::new(), directed }
+        Matcher {
+            posted: VecDeque::new(),
+            unexpected: VecDeque::new(),
+            directed,
+        }
     }
 
     fn want(&self, src: FiAddr) -> FiAddr {
@@ -98,12 +102,23 @@ impl<R, M> Matcher<R, M> {
 
     /// Keeps a message that matched no receive.
     pub fn push_unexpected(&mut self, tag: u64, src: FiAddr, msg: M) {
-        self.unexpected.push_back(Unexpected { tag, src, claimed_by: None, msg });
+        self.unexpected.push_back(Unexpected {
+            tag,
+            src,
+            claimed_by: None,
+            msg,
+        });
     }
 
     /// FI_PEEK: the oldest unclaimed matching unexpected message, left in
     /// place. With `claim`, it is reserved for `context`.
-    pub fn peek(&mut self, tag: u64, ignore: u64, src: FiAddr, claim: Option<u64>) -> Option<&Unexpected<M>> {
+    pub fn peek(
+        &mut self,
+        tag: u64,
+        ignore: u64,
+        src: FiAddr,
+        claim: Option<u64>,
+    ) -> Option<&Unexpected<M>> {
         let want = self.want(src);
         let u = self
             .unexpected
@@ -117,7 +132,10 @@ impl<R, M> Matcher<R, M> {
 
     /// FI_CLAIM (or FI_DISCARD): takes the message reserved for `context`.
     pub fn claim(&mut self, context: u64) -> Option<Unexpected<M>> {
-        let i = self.unexpected.iter().position(|u| u.claimed_by == Some(context))?;
+        let i = self
+            .unexpected
+            .iter()
+            .position(|u| u.claimed_by == Some(context))?;
         self.unexpected.remove(i)
     }
 
@@ -164,8 +182,20 @@ impl<R, M> Matcher<R, M> {
 mod tests {
     use super::*;
 
-    fn post(m: &mut Matcher<u64, &'static str>, tag: u64, ignore: u64, src: u64, ctx: u64) -> Option<&'static str> {
-        m.post(Posted { tag, ignore, src: FiAddr(src), recv: ctx }).map(|(_, u)| u.msg)
+    fn post(
+        m: &mut Matcher<u64, &'static str>,
+        tag: u64,
+        ignore: u64,
+        src: u64,
+        ctx: u64,
+    ) -> Option<&'static str> {
+        m.post(Posted {
+            tag,
+            ignore,
+            src: FiAddr(src),
+            recv: ctx,
+        })
+        .map(|(_, u)| u.msg)
     }
 
     #[test]
@@ -204,14 +234,20 @@ mod tests {
         m.push_unexpected(1, FiAddr(0), "a");
         m.push_unexpected(1, FiAddr(0), "b");
         assert_eq!(m.peek(1, 0, FiAddr::UNSPEC, None).map(|u| u.msg), Some("a"));
-        assert_eq!(m.peek(1, 0, FiAddr::UNSPEC, Some(42)).map(|u| u.msg), Some("a"));
+        assert_eq!(
+            m.peek(1, 0, FiAddr::UNSPEC, Some(42)).map(|u| u.msg),
+            Some("a")
+        );
         // Claimed messages are invisible to others.
         assert_eq!(m.peek(1, 0, FiAddr::UNSPEC, None).map(|u| u.msg), Some("b"));
         assert_eq!(post(&mut m, 1, 0, 0, 5), Some("b"));
         assert_eq!(m.claim(42).map(|u| u.msg), Some("a"));
         assert_eq!(m.unexpected_len(), 0);
         m.push_unexpected(2, FiAddr(0), "c");
-        assert_eq!(m.take_unexpected(2, 0, FiAddr::UNSPEC).map(|u| u.msg), Some("c"));
+        assert_eq!(
+            m.take_unexpected(2, 0, FiAddr::UNSPEC).map(|u| u.msg),
+            Some("c")
+        );
     }
 
     #[test]

@@ -24,16 +24,21 @@ use crate::error::{Error, ErrorKind, Result};
 /// How long to spin before blocking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SpinPolicy {
-    /// Checks with a CPU pause in between.
-    pub spins: u32,
-    /// Checks with a `yield` in between, after the spins.
+    /// How long to keep checking with a CPU pause in between: long enough
+    /// to catch a reply from another core, short enough that on an
+    /// oversubscribed core the peer is not kept waiting long.
+    pub spin: Duration,
+    /// Checks with a `yield` in between, after spinning.
     pub yields: u32,
 }
 
 impl Default for SpinPolicy {
-    /// About a few microseconds of spinning, then a few yields.
+    /// 20 us of spinning, then 4 yields, then block.
     fn default() -> Self {
-        SpinPolicy { spins: 200, yields: 4 }
+        SpinPolicy {
+            spin: Duration::from_micros(20),
+            yields: 4,
+        }
     }
 }
 
@@ -55,7 +60,11 @@ impl Signal {
     pub fn with_policy(policy: SpinPolicy) -> Result<Self> {
         let fd = eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)
             .map_err(|e| Error::new(ErrorKind::NoMem, format!("eventfd: {e}")))?;
-        Ok(Signal { fd, sleepers: AtomicU32::new(0), policy })
+        Ok(Signal {
+            fd,
+            sleepers: AtomicU32::new(0),
+            policy,
+        })
     }
 
     /// The fd that becomes readable when notified (for poll / epoll /
@@ -96,10 +105,15 @@ impl Signal {
         timeout: Option<Duration>,
         mut ready: impl FnMut() -> Result<Option<T>>,
     ) -> Result<Option<T>> {
-        let deadline = timeout.map(|t| Instant::now() + t);
-        for _ in 0..self.policy.spins {
+        let start = Instant::now();
+        let deadline = timeout.map(|t| start + t);
+        let spin = timeout.map_or(self.policy.spin, |t| t.min(self.policy.spin));
+        loop {
             if let Some(v) = ready()? {
                 return Ok(Some(v));
+            }
+            if start.elapsed() >= spin {
+                break;
             }
             std::hint::spin_loop();
         }
@@ -147,10 +161,19 @@ impl Signal {
     }
 
     fn block(&self, extra: &[BorrowedFd<'_>], left: Option<Duration>) -> Result<()> {
-        let ts = left.map(|d| Timespec::try_from(d).unwrap_or(Timespec { tv_sec: i64::MAX, tv_nsec: 0 }));
+        let ts = left.map(|d| {
+            Timespec::try_from(d).unwrap_or(Timespec {
+                tv_sec: i64::MAX,
+                tv_nsec: 0,
+            })
+        });
         let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(1 + extra.len());
         fds.push(PollFd::from_borrowed_fd(self.fd.as_fd(), PollFlags::IN));
-        fds.extend(extra.iter().map(|fd| PollFd::from_borrowed_fd(*fd, PollFlags::IN)));
+        fds.extend(
+            extra
+                .iter()
+                .map(|fd| PollFd::from_borrowed_fd(*fd, PollFlags::IN)),
+        );
         match poll(&mut fds, ts.as_ref()) {
             Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
             Err(e) => Err(Error::new(ErrorKind::Io, format!("poll: {e}"))),
@@ -168,14 +191,22 @@ mod tests {
     fn times_out_without_work() {
         let s = Signal::new().unwrap();
         let t = Instant::now();
-        let r: Option<()> = s.wait(&[], Some(Duration::from_millis(20)), || Ok(None)).unwrap();
+        let r: Option<()> = s
+            .wait(&[], Some(Duration::from_millis(20)), || Ok(None))
+            .unwrap();
         assert!(r.is_none());
         assert!(t.elapsed() >= Duration::from_millis(20));
     }
 
     #[test]
     fn wakes_on_notify_from_another_thread() {
-        let s = Arc::new(Signal::with_policy(SpinPolicy { spins: 0, yields: 0 }).unwrap());
+        let s = Arc::new(
+            Signal::with_policy(SpinPolicy {
+                spin: Duration::ZERO,
+                yields: 0,
+            })
+            .unwrap(),
+        );
         let flag = Arc::new(AtomicBool::new(false));
         let (s2, f2) = (s.clone(), flag.clone());
         let h = std::thread::spawn(move || {
@@ -184,7 +215,9 @@ mod tests {
             s2.notify();
         });
         let r = s
-            .wait(&[], Some(Duration::from_secs(30)), || Ok(flag.load(Ordering::SeqCst).then_some(7)))
+            .wait(&[], Some(Duration::from_secs(30)), || {
+                Ok(flag.load(Ordering::SeqCst).then_some(7))
+            })
             .unwrap();
         assert_eq!(r, Some(7));
         h.join().unwrap();
@@ -195,7 +228,10 @@ mod tests {
         let s = Signal::new().unwrap();
         s.notify();
         let mut fds = [PollFd::from_borrowed_fd(s.fd(), PollFlags::IN)];
-        let zero = Timespec { tv_sec: 0, tv_nsec: 0 };
+        let zero = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
         assert_eq!(poll(&mut fds, Some(&zero)).unwrap(), 0);
         s.notify_always();
         assert_eq!(poll(&mut fds, Some(&zero)).unwrap(), 1);

@@ -1,0 +1,169 @@
+//! Fabric and domain objects of the tcp provider.
+
+use std::sync::Arc;
+
+use fabric_core::kit::mr::{MrTable, Region};
+use fabric_core::kit::objects::{AddressBook, Av, Cntr, Cq, Eq};
+use fabric_core::objects::{
+    AddressVector, AvAttr, CntrAttr, CompletionQueue, Counter, CqAttr, Domain, Endpoint, EqAttr,
+    EventQueue, Fabric, MemoryRegion, MrAttr, MrDesc, PassiveEndpoint,
+};
+use fabric_core::resolve::{Query, resolve};
+use fabric_core::{
+    Address, DomainAttr, EpType, Error, ErrorKind, FabricAttr, Info, MrMode, Result,
+};
+
+use crate::ep::rdm::RdmEndpoint;
+use crate::progress::Poller;
+
+/// A tcp fabric (one IP subnet).
+#[derive(Debug)]
+pub struct TcpFabric {
+    attr: FabricAttr,
+}
+
+impl TcpFabric {
+    pub(crate) fn new(attr: &FabricAttr) -> Self {
+        TcpFabric { attr: attr.clone() }
+    }
+}
+
+impl Fabric for TcpFabric {
+    fn attr(&self) -> &FabricAttr {
+        &self.attr
+    }
+
+    fn domain(&self, info: &Info) -> Result<Box<dyn Domain>> {
+        Ok(Box::new(TcpDomain::new(info)?))
+    }
+
+    fn passive_endpoint(&self, _info: &Info) -> Result<Box<dyn PassiveEndpoint>> {
+        Err(Error::new(
+            ErrorKind::OpNotSupp,
+            "tcp: MSG endpoints are not implemented yet",
+        ))
+    }
+
+    fn eq(&self, attr: &EqAttr) -> Result<Box<dyn EventQueue>> {
+        Ok(Box::new(Eq::new(attr)?))
+    }
+}
+
+/// A tcp domain (one interface).
+#[derive(Debug)]
+pub struct TcpDomain {
+    attr: DomainAttr,
+    poller: Arc<Poller>,
+    mr: Arc<MrTable>,
+}
+
+/// How the tcp provider reads addresses for an AV.
+#[derive(Debug)]
+struct IpBook;
+
+impl AddressBook for IpBook {
+    fn resolve(&self, node: &str, service: &str) -> Result<Address> {
+        let q = Query {
+            node: Some(node),
+            service: Some(service),
+            ..Query::default()
+        };
+        let first = resolve(&q)?.into_iter().next();
+        first
+            .map(Address::from)
+            .ok_or_else(|| Error::no_data(format!("`{node}` resolves to nothing")))
+    }
+
+    fn accept(&self, addr: &Address) -> Result<()> {
+        match addr.socket_addr() {
+            Some(_) => Ok(()),
+            None => Err(Error::inval(format!(
+                "tcp cannot reach `{addr}`: not an IP socket address"
+            ))),
+        }
+    }
+}
+
+impl TcpDomain {
+    pub(crate) fn new(info: &Info) -> Result<Self> {
+        let m = info.domain_attr.mr_mode;
+        Ok(TcpDomain {
+            attr: info.domain_attr.clone(),
+            poller: Arc::new(Poller::new()?),
+            mr: Arc::new(MrTable::new(
+                m.contains(MrMode::VIRT_ADDR),
+                m.contains(MrMode::PROV_KEY),
+            )),
+        })
+    }
+}
+
+impl Domain for TcpDomain {
+    fn attr(&self) -> &DomainAttr {
+        &self.attr
+    }
+
+    fn endpoint(&self, info: &Info) -> Result<Box<dyn Endpoint>> {
+        match info.ep_attr.ep_type {
+            EpType::Rdm => Ok(Box::new(RdmEndpoint::open(info, self.poller.clone())?)),
+            t => Err(Error::new(
+                ErrorKind::OpNotSupp,
+                format!("tcp: {t} endpoints are not implemented yet"),
+            )),
+        }
+    }
+
+    fn cq(&self, attr: &CqAttr) -> Result<Box<dyn CompletionQueue>> {
+        Ok(Box::new(Cq::new(attr, self.poller.clone())?))
+    }
+
+    fn av(&self, _attr: &AvAttr) -> Result<Box<dyn AddressVector>> {
+        Ok(Box::new(Av::new(Arc::new(IpBook))))
+    }
+
+    fn cntr(&self, _attr: &CntrAttr) -> Result<Box<dyn Counter>> {
+        Ok(Box::new(Cntr::new(self.poller.clone())?))
+    }
+
+    unsafe fn mr_reg(&self, attr: &MrAttr) -> Result<Box<dyn MemoryRegion>> {
+        let [piece] = attr.iov else {
+            return Err(Error::inval(
+                "tcp: a memory region is one contiguous piece (mr_iov_limit 1)",
+            ));
+        };
+        let region = Region {
+            base: piece.addr as usize,
+            len: piece.len,
+            access: attr.access,
+            offset: attr.offset,
+        };
+        let key = self.mr.insert(attr.requested_key, region)?;
+        Ok(Box::new(TcpMr {
+            key,
+            table: self.mr.clone(),
+        }))
+    }
+}
+
+/// A registered memory region; dropping it deregisters.
+#[derive(Debug)]
+pub struct TcpMr {
+    key: u64,
+    table: Arc<MrTable>,
+}
+
+impl MemoryRegion for TcpMr {
+    fn key(&self) -> u64 {
+        self.key
+    }
+
+    fn desc(&self) -> MrDesc {
+        MrDesc(self.key)
+    }
+}
+
+impl Drop for TcpMr {
+    fn drop(&mut self) {
+        let _ = self.table.remove(self.key);
+    }
+}

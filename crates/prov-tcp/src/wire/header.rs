@@ -1,0 +1,617 @@
+//! The 40-byte base header, the op codes and flags, and the checks that
+//! need only the base header.
+
+use std::fmt;
+
+use fabric_core::{ErrorKind, Result};
+
+use super::bytes::{Reader, Writer};
+use super::{Limits, MAX_EXT_LEN, RMA_IOV_LEN, proto};
+
+/// First byte of every frame.
+pub const MAGIC: u8 = 0xFA;
+
+/// The protocol version this code speaks (second byte of every frame).
+pub const VERSION: u8 = 1;
+
+/// Length of the base header in bytes.
+pub const HEADER_LEN: usize = 40;
+
+macro_rules! ops {
+    ($( $(#[$m:meta])* $name:ident = $value:literal, )*) => {
+        /// What a frame asks for; the third byte of the header.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[repr(u8)]
+        pub enum Op {
+            $( $(#[$m])* $name = $value, )*
+        }
+
+        impl Op {
+            /// Every op, in wire value order.
+            pub const ALL: &'static [Op] = &[$(Op::$name),*];
+
+            /// The op with wire value `v`.
+            pub const fn from_u8(v: u8) -> Option<Op> {
+                match v {
+                    $($value => Some(Op::$name),)*
+                    _ => None,
+                }
+            }
+
+            /// The name used in error messages (`"Msg"`).
+            pub const fn name(self) -> &'static str {
+                match self { $(Op::$name => stringify!($name),)* }
+            }
+        }
+    };
+}
+
+ops! {
+    /// A message (`fi_send` and friends). Payload: the message.
+    Msg = 0x01,
+    /// A tagged message; `tag` set. Payload: the message.
+    Tagged = 0x02,
+    /// Rendezvous request of a message too large to be sent eagerly;
+    /// extended header: its length. No payload.
+    MsgRts = 0x03,
+    /// Rendezvous request of a tagged message; `tag` set.
+    TaggedRts = 0x04,
+    /// Clear to send: the receiver matched rendezvous request `id` and takes
+    /// the length in the extended header. Status: why it takes nothing.
+    Cts = 0x05,
+    /// Data of rendezvous `id` at the offset in the extended header.
+    RndvData = 0x06,
+    /// Completion acknowledgement of request `id` (FI_TRANSMIT_COMPLETE,
+    /// FI_DELIVERY_COMPLETE), with its status.
+    Ack = 0x07,
+    /// RMA write into the ranges of the extended header. Payload: the data.
+    Write = 0x10,
+    /// RMA read request of the ranges of the extended header.
+    ReadReq = 0x11,
+    /// Response to read `id`: status, and the data when it succeeded.
+    ReadRsp = 0x12,
+    /// Atomic operation without result. Payload: the operands.
+    Atomic = 0x20,
+    /// Fetching atomic operation. Payload: the operands (none for
+    /// FI_ATOMIC_READ).
+    FetchAtomic = 0x21,
+    /// Compare atomic operation. Payload: the operands, then the compare
+    /// values.
+    CompareAtomic = 0x22,
+    /// Response to a fetching or compare atomic `id`: status, and the old
+    /// values when it succeeded.
+    AtomicRsp = 0x23,
+    /// MSG connection request (`fi_connect`). Payload: private data.
+    ConnReq = 0x30,
+    /// Accepts a connection request (`fi_accept`). Payload: private data.
+    ConnAccept = 0x31,
+    /// Rejects a connection request (`fi_reject`). Payload: private data.
+    ConnReject = 0x32,
+    /// First frame of an RDM connection: who the initiator is.
+    Hello = 0x33,
+    /// Answer to a hello: accepted (no status) or not (status).
+    HelloAck = 0x34,
+}
+
+impl TryFrom<u8> for Op {
+    type Error = u8;
+
+    fn try_from(v: u8) -> Result<Op, u8> {
+        Op::from_u8(v).ok_or(v)
+    }
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Where the payload of a frame goes; tells the receive path where to put
+/// the bytes that follow a frame's headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PayloadKind {
+    /// The op carries no payload (the frame's payload length is 0).
+    None,
+    /// A (tagged) message: into the matching posted receive buffer.
+    Message,
+    /// Rendezvous data: into the receive buffer that accepted rendezvous
+    /// `id`, at the extended header's offset.
+    RndvData,
+    /// RMA write data: into local registered memory named by the ranges,
+    /// once key, bounds and access rights are checked.
+    RmaWrite,
+    /// Read response data: into the local buffer of read request `id`.
+    ReadResponse,
+    /// Atomic operands: into a bounded scratch buffer
+    /// ([`Limits::max_atomic_payload`]), applied when complete.
+    AtomicOperands,
+    /// Old values of atomic request `id`: into its result buffer.
+    AtomicResult,
+    /// Connection private data (at most [`Limits::max_private_data`]).
+    PrivateData,
+}
+
+/// The shape of an op's extended header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ExtShape {
+    /// None: `ext_len` is 0.
+    None,
+    /// Exactly this many bytes.
+    Fixed(usize),
+    /// 8 bytes plus 1 to `max_rma_iov` ranges of 24 bytes.
+    Iov,
+}
+
+/// What bounds an op's payload length, given the base header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PayloadBound {
+    Zero,
+    MsgSize,
+    AtomicPayload,
+    AtomicResult,
+    PrivateData,
+}
+
+impl Op {
+    /// Flags a frame of this op may carry.
+    pub const fn allowed_flags(self) -> Flags {
+        match self {
+            Op::Msg | Op::Tagged | Op::MsgRts | Op::TaggedRts | Op::Write | Op::Atomic => {
+                Flags(Flags::REMOTE_CQ_DATA.0 | Flags::ACK_TRANSMIT.0 | Flags::ACK_DELIVERY.0)
+            }
+            Op::FetchAtomic | Op::CompareAtomic => Flags::REMOTE_CQ_DATA,
+            _ => Flags::NONE,
+        }
+    }
+
+    /// Whether the op carries a tag.
+    pub const fn is_tagged(self) -> bool {
+        matches!(self, Op::Tagged | Op::TaggedRts)
+    }
+
+    /// Whether the op may carry a status (responses and refusals).
+    pub const fn has_status(self) -> bool {
+        matches!(
+            self,
+            Op::Cts | Op::Ack | Op::ReadRsp | Op::AtomicRsp | Op::ConnReject | Op::HelloAck
+        )
+    }
+
+    /// Where this op's payload goes.
+    pub const fn payload_kind(self) -> PayloadKind {
+        match self {
+            Op::Msg | Op::Tagged => PayloadKind::Message,
+            Op::RndvData => PayloadKind::RndvData,
+            Op::Write => PayloadKind::RmaWrite,
+            Op::ReadRsp => PayloadKind::ReadResponse,
+            Op::Atomic | Op::FetchAtomic | Op::CompareAtomic => PayloadKind::AtomicOperands,
+            Op::AtomicRsp => PayloadKind::AtomicResult,
+            Op::ConnReq | Op::ConnAccept | Op::ConnReject => PayloadKind::PrivateData,
+            Op::MsgRts | Op::TaggedRts | Op::Cts | Op::Ack | Op::ReadReq | Op::Hello => {
+                PayloadKind::None
+            }
+            Op::HelloAck => PayloadKind::None,
+        }
+    }
+
+    pub(crate) const fn ext_shape(self) -> ExtShape {
+        match self {
+            Op::Msg | Op::Tagged | Op::Ack | Op::ReadRsp | Op::AtomicRsp => ExtShape::None,
+            Op::MsgRts | Op::TaggedRts | Op::Cts | Op::RndvData => ExtShape::Fixed(8),
+            Op::Write | Op::ReadReq | Op::Atomic | Op::FetchAtomic | Op::CompareAtomic => {
+                ExtShape::Iov
+            }
+            Op::ConnReq | Op::ConnAccept | Op::ConnReject | Op::Hello | Op::HelloAck => {
+                ExtShape::Fixed(super::CM_LEN)
+            }
+        }
+    }
+
+    const fn payload_bound(self) -> PayloadBound {
+        match self.payload_kind() {
+            PayloadKind::None => PayloadBound::Zero,
+            PayloadKind::Message
+            | PayloadKind::RndvData
+            | PayloadKind::RmaWrite
+            | PayloadKind::ReadResponse => PayloadBound::MsgSize,
+            PayloadKind::AtomicOperands => PayloadBound::AtomicPayload,
+            PayloadKind::AtomicResult => PayloadBound::AtomicResult,
+            PayloadKind::PrivateData => PayloadBound::PrivateData,
+        }
+    }
+}
+
+/// Header flags (bytes 4-5). Bits without a name are reserved: a frame
+/// with one set is refused.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Flags(u16);
+
+impl Flags {
+    /// No flag.
+    pub const NONE: Flags = Flags(0);
+    /// `data` holds remote CQ data (FI_REMOTE_CQ_DATA) for the target's
+    /// completion.
+    pub const REMOTE_CQ_DATA: Flags = Flags(1 << 0);
+    /// The sender wants an [`Op::Ack`] once the target has received the
+    /// request (FI_TRANSMIT_COMPLETE).
+    pub const ACK_TRANSMIT: Flags = Flags(1 << 1);
+    /// The sender wants an [`Op::Ack`] once the data is placed in the
+    /// target buffer (FI_DELIVERY_COMPLETE).
+    pub const ACK_DELIVERY: Flags = Flags(1 << 2);
+    /// Every defined flag.
+    pub const ALL: Flags = Flags(0b111);
+
+    const NAMES: [(Flags, &'static str); 3] = [
+        (Flags::REMOTE_CQ_DATA, "REMOTE_CQ_DATA"),
+        (Flags::ACK_TRANSMIT, "ACK_TRANSMIT"),
+        (Flags::ACK_DELIVERY, "ACK_DELIVERY"),
+    ];
+
+    /// The wire value.
+    pub const fn bits(self) -> u16 {
+        self.0
+    }
+
+    /// The flags of a wire value, or `None` if it has reserved bits set.
+    pub const fn from_bits(bits: u16) -> Option<Flags> {
+        if bits & !Flags::ALL.0 == 0 {
+            Some(Flags(bits))
+        } else {
+            None
+        }
+    }
+
+    /// Whether every flag of `other` is set.
+    pub const fn contains(self, other: Flags) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// Whether no flag is set.
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// Both sets.
+    pub const fn union(self, other: Flags) -> Flags {
+        Flags(self.0 | other.0)
+    }
+
+    /// `self` without `other`.
+    pub const fn difference(self, other: Flags) -> Flags {
+        Flags(self.0 & !other.0)
+    }
+}
+
+impl std::ops::BitOr for Flags {
+    type Output = Flags;
+
+    fn bitor(self, rhs: Flags) -> Flags {
+        self.union(rhs)
+    }
+}
+
+impl std::ops::BitOrAssign for Flags {
+    fn bitor_assign(&mut self, rhs: Flags) {
+        *self = self.union(rhs);
+    }
+}
+
+impl fmt::Debug for Flags {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_empty() {
+            return f.write_str("NONE");
+        }
+        let mut first = true;
+        for (flag, name) in Flags::NAMES {
+            if self.contains(flag) {
+                if !first {
+                    f.write_str("|")?;
+                }
+                f.write_str(name)?;
+                first = false;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The base header of a frame. [`Header::encode`] writes it in the layout
+/// of the crate docs; [`decode_header`] reads and checks it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Header {
+    /// The operation.
+    pub op: Op,
+    /// Flags; only [`Op::allowed_flags`].
+    pub flags: Flags,
+    /// Length of the extended header that follows, in bytes (0 to
+    /// [`MAX_EXT_LEN`]; fixed per op, or 8 + 24 × ranges).
+    pub ext_len: u8,
+    /// Result of the request a response answers: `None` for success, else
+    /// the error (sent as its positive `FI_E*` value). Only on ops with
+    /// [`Op::has_status`].
+    pub status: Option<ErrorKind>,
+    /// Bytes of payload after the extended header.
+    pub payload_len: u64,
+    /// Operation id chosen by the requester; responses echo it.
+    pub id: u64,
+    /// Tag of tagged ops; 0 otherwise.
+    pub tag: u64,
+    /// Remote CQ data with [`Flags::REMOTE_CQ_DATA`]; 0 otherwise.
+    pub data: u64,
+}
+
+impl Header {
+    /// A header of `op` with every other field zero.
+    pub const fn new(op: Op) -> Header {
+        Header {
+            op,
+            flags: Flags::NONE,
+            ext_len: 0,
+            status: None,
+            payload_len: 0,
+            id: 0,
+            tag: 0,
+            data: 0,
+        }
+    }
+
+    /// Writes the header; infallible and allocation-free. It does not check
+    /// the header: see [`super::Frame::validate`].
+    pub fn encode(&self, out: &mut [u8; HEADER_LEN]) {
+        let mut w = Writer::new(out);
+        w.u8(MAGIC);
+        w.u8(VERSION);
+        w.u8(self.op as u8);
+        w.u8(self.ext_len);
+        w.u16(self.flags.bits());
+        w.u16(status_code(self.status));
+        w.u64(self.payload_len);
+        w.u64(self.id);
+        w.u64(self.tag);
+        w.u64(self.data);
+        let written = w.finish();
+        debug_assert_eq!(written, Some(HEADER_LEN));
+    }
+
+    /// The header as bytes.
+    pub fn to_bytes(&self) -> [u8; HEADER_LEN] {
+        let mut out = [0; HEADER_LEN];
+        self.encode(&mut out);
+        out
+    }
+
+    /// The number of remote ranges an `Iov`-shaped extended header of
+    /// `ext_len` bytes holds, if the length has that shape.
+    pub(crate) fn iov_count(&self) -> Option<usize> {
+        let body = usize::from(self.ext_len).checked_sub(8)?;
+        (body % RMA_IOV_LEN == 0).then_some(body / RMA_IOV_LEN)
+    }
+}
+
+/// The wire value of a status.
+pub(crate) fn status_code(status: Option<ErrorKind>) -> u16 {
+    match status {
+        None => 0,
+        Some(kind) => u16::try_from(kind.errno()).unwrap_or(u16::MAX),
+    }
+}
+
+/// Reads a base header and checks everything that can be checked without
+/// the extended header: magic, version, op, reserved flag bits, flags and
+/// fields the op does not use, status, extended header length and payload
+/// length against `limits`.
+pub fn decode_header(bytes: &[u8; HEADER_LEN], limits: &Limits) -> Result<Header> {
+    let header = parse(bytes)?;
+    check_header(&header, limits)?;
+    Ok(header)
+}
+
+fn parse(bytes: &[u8; HEADER_LEN]) -> Result<Header> {
+    let mut r = Reader::new(bytes);
+    let truncated = || proto("tcp wire: truncated header");
+    let magic = r.u8().ok_or_else(truncated)?;
+    if magic != MAGIC {
+        return Err(proto(format!(
+            "tcp wire: bad magic 0x{magic:02x} in header (expected 0x{MAGIC:02x})"
+        )));
+    }
+    let version = r.u8().ok_or_else(truncated)?;
+    if version != VERSION {
+        return Err(proto(format!(
+            "tcp wire: unsupported version {version} in header (this side speaks {VERSION})"
+        )));
+    }
+    let op = r.u8().ok_or_else(truncated)?;
+    let op = Op::from_u8(op)
+        .ok_or_else(|| proto(format!("tcp wire: unknown op 0x{op:02x} in header")))?;
+    let ext_len = r.u8().ok_or_else(truncated)?;
+    let flags = r.u16().ok_or_else(truncated)?;
+    let flags = Flags::from_bits(flags).ok_or_else(|| {
+        proto(format!(
+            "tcp wire: reserved flag bits 0x{:04x} set in {op} header",
+            flags & !Flags::ALL.bits()
+        ))
+    })?;
+    let status = r.u16().ok_or_else(truncated)?;
+    let status = match status {
+        0 => None,
+        code => Some(ErrorKind::from_errno(i32::from(code)).ok_or_else(|| {
+            proto(format!(
+                "tcp wire: unknown status code {code} in {op} header"
+            ))
+        })?),
+    };
+    Ok(Header {
+        op,
+        flags,
+        ext_len,
+        status,
+        payload_len: r.u64().ok_or_else(truncated)?,
+        id: r.u64().ok_or_else(truncated)?,
+        tag: r.u64().ok_or_else(truncated)?,
+        data: r.u64().ok_or_else(truncated)?,
+    })
+}
+
+/// The checks of [`decode_header`] after parsing.
+pub(crate) fn check_header(h: &Header, limits: &Limits) -> Result<()> {
+    let op = h.op;
+    let extra = h.flags.difference(op.allowed_flags());
+    if !extra.is_empty() {
+        return Err(proto(format!(
+            "tcp wire: flags {extra:?} (0x{:04x}) not allowed on {op}",
+            extra.bits()
+        )));
+    }
+    if h.flags
+        .contains(Flags::ACK_TRANSMIT.union(Flags::ACK_DELIVERY))
+    {
+        return Err(proto(format!(
+            "tcp wire: flags ACK_TRANSMIT and ACK_DELIVERY both set on {op}"
+        )));
+    }
+    if h.data != 0 && !h.flags.contains(Flags::REMOTE_CQ_DATA) {
+        return Err(proto(format!(
+            "tcp wire: cq data 0x{:x} without REMOTE_CQ_DATA on {op}",
+            h.data
+        )));
+    }
+    if h.tag != 0 && !op.is_tagged() {
+        return Err(proto(format!(
+            "tcp wire: tag 0x{:x} on untagged {op}",
+            h.tag
+        )));
+    }
+    if let Some(status) = h.status {
+        if !op.has_status() {
+            return Err(proto(format!(
+                "tcp wire: status {} on {op}, which carries none",
+                status.c_name()
+            )));
+        }
+    }
+    check_ext_len(h, limits)?;
+    check_payload_bound(h, limits)
+}
+
+fn check_ext_len(h: &Header, limits: &Limits) -> Result<()> {
+    let op = h.op;
+    let len = usize::from(h.ext_len);
+    match op.ext_shape() {
+        ExtShape::None if len != 0 => Err(proto(format!(
+            "tcp wire: extended header length {len} on {op}, which has none"
+        ))),
+        ExtShape::Fixed(want) if len != want => Err(proto(format!(
+            "tcp wire: extended header length {len} of {op} (expected {want})"
+        ))),
+        ExtShape::Iov => match h.iov_count() {
+            None | Some(0) => Err(proto(format!(
+                "tcp wire: extended header length {len} of {op} is not 8 + 24 x ranges"
+            ))),
+            Some(n) if n > limits.rma_iov() || len > MAX_EXT_LEN => Err(proto(format!(
+                "tcp wire: extended header length {len} of {op} holds {n} rma iov entries (limit {})",
+                limits.rma_iov()
+            ))),
+            Some(_) => Ok(()),
+        },
+        _ => Ok(()),
+    }
+}
+
+fn check_payload_bound(h: &Header, limits: &Limits) -> Result<()> {
+    let op = h.op;
+    let len = h.payload_len;
+    let (limit, what) = match op.payload_bound() {
+        PayloadBound::Zero => (0, "none"),
+        PayloadBound::MsgSize => (limits.max_msg_size, "max_msg_size"),
+        PayloadBound::AtomicPayload => (limits.max_atomic_payload(), "atomic operand limit"),
+        PayloadBound::AtomicResult => (limits.max_atomic_result(), "atomic result limit"),
+        PayloadBound::PrivateData => (limits.max_private_data, "max_private_data"),
+    };
+    if len > limit {
+        return Err(if limit == 0 {
+            proto(format!(
+                "tcp wire: payload length {len} on {op}, which carries none"
+            ))
+        } else {
+            proto(format!(
+                "tcp wire: payload length {len} of {op} exceeds the limit {limit} ({what})"
+            ))
+        });
+    }
+    let data_response = matches!(
+        op.payload_kind(),
+        PayloadKind::ReadResponse | PayloadKind::AtomicResult
+    );
+    if len != 0 && data_response && h.status.is_some() {
+        return Err(proto(format!(
+            "tcp wire: payload length {len} on a failed {op}"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn op_values_are_unique_and_round_trip() {
+        for &op in Op::ALL {
+            assert_eq!(Op::from_u8(op as u8), Some(op));
+            assert_eq!(Op::try_from(op as u8), Ok(op));
+        }
+        let known = (0..=u8::MAX).filter(|&v| Op::from_u8(v).is_some()).count();
+        assert_eq!(known, Op::ALL.len());
+        assert_eq!(Op::try_from(0x7f), Err(0x7f));
+    }
+
+    #[test]
+    fn header_round_trip() {
+        let mut h = Header::new(Op::Tagged);
+        h.flags = Flags::REMOTE_CQ_DATA | Flags::ACK_DELIVERY;
+        h.payload_len = 12;
+        h.id = 0x0102_0304_0506_0708;
+        h.tag = u64::MAX;
+        h.data = 7;
+        let b = h.to_bytes();
+        assert_eq!(b[0], MAGIC);
+        assert_eq!(b[1], VERSION);
+        assert_eq!(b[2], 0x02);
+        assert_eq!(&b[4..6], &[0b101, 0]);
+        assert_eq!(&b[8..16], &12u64.to_le_bytes());
+        assert_eq!(decode_header(&b, &Limits::default()), Ok(h));
+    }
+
+    #[test]
+    fn status_travels_as_errno() {
+        let mut h = Header::new(Op::Ack);
+        h.status = Some(ErrorKind::KeyRejected);
+        let b = h.to_bytes();
+        assert_eq!(&b[6..8], &129u16.to_le_bytes());
+        assert_eq!(decode_header(&b, &Limits::default()), Ok(h));
+    }
+
+    #[test]
+    fn flags_debug() {
+        assert_eq!(format!("{:?}", Flags::NONE), "NONE");
+        assert_eq!(
+            format!("{:?}", Flags::REMOTE_CQ_DATA | Flags::ACK_TRANSMIT),
+            "REMOTE_CQ_DATA|ACK_TRANSMIT"
+        );
+        assert_eq!(Flags::from_bits(8), None);
+    }
+
+    #[test]
+    fn every_op_has_a_consistent_shape() {
+        for &op in Op::ALL {
+            if op.payload_kind() == PayloadKind::None {
+                assert_eq!(op.payload_bound(), PayloadBound::Zero, "{op}");
+            }
+            if op.has_status() {
+                assert!(op.allowed_flags().is_empty(), "{op}");
+            }
+        }
+    }
+}

@@ -1,0 +1,377 @@
+//! Two RDM endpoints over loopback, in one process: every message
+//! operation and its completion, and the error paths.
+
+#![allow(clippy::unwrap_used, clippy::field_reassign_with_default)]
+
+use std::time::Duration;
+
+use fabric_core::matching::Request;
+use fabric_core::objects::{
+    AddressVector, AvAttr, Bind, CompletionQueue, CqAttr, CqEntry, CqFormat, Domain, Endpoint,
+    FiAddr, IoVec, Msg, Provider, WaitObj,
+};
+use fabric_core::*;
+use prov_tcp::TcpProvider;
+
+struct Side {
+    _domain: Box<dyn Domain>,
+    ep: Box<dyn Endpoint>,
+    cq: Box<dyn CompletionQueue>,
+    av: Box<dyn AddressVector>,
+}
+
+fn rdm_info() -> Info {
+    let mut h = Info::default();
+    h.caps = Caps::MSG | Caps::TAGGED | Caps::DIRECTED_RECV;
+    h.mode = Mode::all();
+    h.ep_attr.ep_type = EpType::Rdm;
+    h.addr_format = AddrFormat::SockaddrIn;
+    let req = Request {
+        node: Some("127.0.0.1"),
+        flags: GetinfoFlags::SOURCE,
+        hints: Some(&h),
+        ..Request::new(Version::CURRENT)
+    };
+    let list = TcpProvider.getinfo(&req).unwrap();
+    list.into_iter().next().unwrap()
+}
+
+fn side(info: &Info) -> Side {
+    let fabric = TcpProvider.fabric(&info.fabric_attr).unwrap();
+    let domain = fabric.domain(info).unwrap();
+    let cq = domain
+        .cq(&CqAttr {
+            format: CqFormat::Tagged,
+            wait_obj: WaitObj::Unspec,
+            ..Default::default()
+        })
+        .unwrap();
+    let av = domain.av(&AvAttr::default()).unwrap();
+    let ep = domain.endpoint(info).unwrap();
+    ep.bind(Bind::Cq {
+        cq: cq.as_ref(),
+        transmit: true,
+        recv: true,
+        selective: false,
+    })
+    .unwrap();
+    ep.bind(Bind::Av(av.as_ref())).unwrap();
+    ep.enable().unwrap();
+    Side {
+        _domain: domain,
+        ep,
+        cq,
+        av,
+    }
+}
+
+/// Two endpoints that know each other: a's handle for b, b's for a.
+fn pair() -> (Side, Side, FiAddr, FiAddr) {
+    let info = rdm_info();
+    let a = side(&info);
+    let b = side(&info);
+    let mut out = [FiAddr(0)];
+    a.av.insert(&[b.ep.getname().unwrap()], &mut out).unwrap();
+    let b_at_a = out[0];
+    b.av.insert(&[a.ep.getname().unwrap()], &mut out).unwrap();
+    let a_at_b = out[0];
+    (a, b, b_at_a, a_at_b)
+}
+
+/// Reads one completion, driving both sides' progress.
+fn next(
+    cq: &dyn CompletionQueue,
+    other: &dyn CompletionQueue,
+) -> std::result::Result<(CqEntry, FiAddr), Error> {
+    let mut e = [CqEntry::default()];
+    let mut s = [FiAddr(0)];
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        // Drive the other side's progress without taking its completions.
+        let _ = other.read(&mut []);
+        match cq.readfrom(&mut e, &mut s) {
+            Ok(_) => return Ok((e[0], s[0])),
+            Err(err) if err.kind() == ErrorKind::Again => {}
+            Err(err) => return Err(err),
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no completion within 20 s"
+        );
+    }
+}
+
+fn iov(b: &mut [u8]) -> [IoVec; 1] {
+    [IoVec {
+        addr: b.as_mut_ptr(),
+        len: b.len(),
+    }]
+}
+
+fn msg<'a>(iov: &'a [IoVec], addr: FiAddr, tag: u64, ignore: u64, ctx: u64, data: u64) -> Msg<'a> {
+    Msg {
+        iov,
+        desc: &[],
+        addr,
+        tag,
+        ignore,
+        context: ctx,
+        data,
+    }
+}
+
+#[test]
+fn send_recv_both_ways_with_sources() {
+    let (a, b, b_at_a, a_at_b) = pair();
+    let mut rbuf = vec![0u8; 64];
+    let riov = iov(&mut rbuf);
+    // SAFETY: rbuf outlives the receive's completion, read below.
+    unsafe {
+        b.ep.recvmsg(&msg(&riov, FiAddr::UNSPEC, 0, 0, 7, 0), OpFlags::empty())
+            .unwrap()
+    };
+    let mut sbuf = b"hello over tcp".to_vec();
+    let siov = iov(&mut sbuf);
+    // SAFETY: sbuf outlives the send's completion, read below.
+    unsafe {
+        a.ep.sendmsg(&msg(&siov, b_at_a, 0, 0, 1, 0), OpFlags::empty())
+            .unwrap()
+    };
+    let (tx, _) = next(a.cq.as_ref(), b.cq.as_ref()).unwrap();
+    assert_eq!(tx.context, 1);
+    assert!(
+        tx.flags
+            .contains(objects::CompletionFlags::SEND | objects::CompletionFlags::MSG)
+    );
+    let (rx, src) = next(b.cq.as_ref(), a.cq.as_ref()).unwrap();
+    assert_eq!((rx.context, rx.len), (7, 14));
+    assert_eq!(&rbuf[..14], b"hello over tcp");
+    assert_eq!(src, a_at_b, "the source is a's AV handle at b");
+    // And back, with inject and remote CQ data.
+    let riov = iov(&mut rbuf);
+    // SAFETY: as above.
+    unsafe {
+        a.ep.recvmsg(&msg(&riov, FiAddr::UNSPEC, 0, 0, 8, 0), OpFlags::empty())
+            .unwrap()
+    };
+    b.ep.inject(b"back", a_at_b, Some(0xfeed)).unwrap();
+    let (rx, src) = next(a.cq.as_ref(), b.cq.as_ref()).unwrap();
+    assert_eq!((rx.context, rx.len, rx.data), (8, 4, 0xfeed));
+    assert!(rx.flags.contains(objects::CompletionFlags::REMOTE_CQ_DATA));
+    assert_eq!(src, b_at_a);
+    assert_eq!(&rbuf[..4], b"back");
+}
+
+#[test]
+fn tagged_matching_unexpected_and_order() {
+    let (a, b, b_at_a, _) = pair();
+    // Three tagged messages arrive before any receive (unexpected queue).
+    for (i, tag) in [0x11u64, 0x22, 0x12].into_iter().enumerate() {
+        a.ep.tinject(&[i as u8; 3], b_at_a, tag, None).unwrap();
+    }
+    let mut bufs = vec![vec![0u8; 8]; 3];
+    // Wait until all three are at b (unexpected).
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut e = [CqEntry::default()];
+    loop {
+        let _ = a.cq.read(&mut e);
+        let _ = b.cq.read(&mut e);
+        let mut p = vec![0u8; 1];
+        let piov = iov(&mut p);
+        // SAFETY: no data is written by a peek.
+        unsafe {
+            b.ep.trecvmsg(&msg(&piov, FiAddr::UNSPEC, 0x12, 0, 99, 0), OpFlags::PEEK)
+                .unwrap()
+        };
+        match next(b.cq.as_ref(), a.cq.as_ref()) {
+            Ok((c, _)) if c.context == 99 => break,
+            Ok(_) => {}
+            Err(err) => {
+                assert_eq!(err.kind(), ErrorKind::Avail);
+                let err = b.cq.readerr().unwrap();
+                assert_eq!(err.err, ErrorKind::NoMsg);
+            }
+        }
+        assert!(std::time::Instant::now() < deadline);
+    }
+    // tag 0x1? with ignore 0x0f: the oldest matching (0x11) first, then 0x12.
+    for (i, ctx) in [(0usize, 1u64), (1, 2)] {
+        let riov = iov(&mut bufs[i]);
+        // SAFETY: bufs outlive the completions read below.
+        unsafe {
+            b.ep.trecvmsg(
+                &msg(&riov, FiAddr::UNSPEC, 0x10, 0x0f, ctx, 0),
+                OpFlags::empty(),
+            )
+            .unwrap()
+        };
+    }
+    let (c1, _) = next(b.cq.as_ref(), a.cq.as_ref()).unwrap();
+    let (c2, _) = next(b.cq.as_ref(), a.cq.as_ref()).unwrap();
+    assert_eq!((c1.context, c1.tag, c2.context, c2.tag), (1, 0x11, 2, 0x12));
+    assert_eq!(&bufs[0][..3], &[0, 0, 0]);
+    assert_eq!(&bufs[1][..3], &[2, 2, 2]);
+    // 0x22 remains; an exact receive takes it.
+    let riov = iov(&mut bufs[2]);
+    // SAFETY: as above.
+    unsafe {
+        b.ep.trecvmsg(&msg(&riov, FiAddr::UNSPEC, 0x22, 0, 3, 0), OpFlags::empty())
+            .unwrap()
+    };
+    let (c3, _) = next(b.cq.as_ref(), a.cq.as_ref()).unwrap();
+    assert_eq!((c3.context, c3.tag, c3.len), (3, 0x22, 3));
+}
+
+#[test]
+fn truncation_is_an_error_completion() {
+    let (a, b, b_at_a, _) = pair();
+    let mut small = vec![0u8; 4];
+    let riov = iov(&mut small);
+    // SAFETY: small outlives the completion.
+    unsafe {
+        b.ep.recvmsg(&msg(&riov, FiAddr::UNSPEC, 0, 0, 5, 0), OpFlags::empty())
+            .unwrap()
+    };
+    a.ep.inject(b"0123456789", b_at_a, None).unwrap();
+    let err = next(b.cq.as_ref(), a.cq.as_ref()).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Avail);
+    let e = b.cq.readerr().unwrap();
+    assert_eq!(
+        (e.err, e.olen, e.entry.context, e.entry.len),
+        (ErrorKind::Trunc, 6, 5, 4)
+    );
+    assert_eq!(&small, b"0123");
+}
+
+#[test]
+fn large_message_goes_straight_into_the_buffer() {
+    let (a, b, b_at_a, _) = pair();
+    let n = 4 << 20;
+    let mut rbuf = vec![0u8; n];
+    let riov = iov(&mut rbuf);
+    // SAFETY: rbuf outlives the completion.
+    unsafe {
+        b.ep.recvmsg(&msg(&riov, FiAddr::UNSPEC, 0, 0, 1, 0), OpFlags::empty())
+            .unwrap()
+    };
+    let mut sbuf: Vec<u8> = (0..n).map(|i| (i * 7 % 251) as u8).collect();
+    let siov = iov(&mut sbuf);
+    // SAFETY: sbuf outlives the completion.
+    unsafe {
+        a.ep.sendmsg(&msg(&siov, b_at_a, 0, 0, 2, 0), OpFlags::empty())
+            .unwrap()
+    };
+    let (rx, _) = next(b.cq.as_ref(), a.cq.as_ref()).unwrap();
+    assert_eq!(rx.len, n);
+    let (tx, _) = next(a.cq.as_ref(), b.cq.as_ref()).unwrap();
+    assert_eq!(tx.context, 2);
+    assert!(rbuf == sbuf);
+}
+
+#[test]
+fn cancel_and_bad_state() {
+    let info = rdm_info();
+    let fabric = TcpProvider.fabric(&info.fabric_attr).unwrap();
+    let domain = fabric.domain(&info).unwrap();
+    let ep = domain.endpoint(&info).unwrap();
+    assert_eq!(
+        ep.inject(b"x", FiAddr(0), None).unwrap_err().kind(),
+        ErrorKind::OpBadState
+    );
+    assert_eq!(ep.enable().unwrap_err().kind(), ErrorKind::NoAv);
+    let (a, _b, _, _) = pair();
+    let mut r = vec![0u8; 4];
+    let riov = iov(&mut r);
+    // SAFETY: r outlives the cancel's completion.
+    unsafe {
+        a.ep.recvmsg(&msg(&riov, FiAddr::UNSPEC, 0, 0, 42, 0), OpFlags::empty())
+            .unwrap()
+    };
+    a.ep.cancel(42).unwrap();
+    let mut e = [CqEntry::default()];
+    assert_eq!(a.cq.read(&mut e).unwrap_err().kind(), ErrorKind::Avail);
+    assert_eq!(a.cq.readerr().unwrap().err, ErrorKind::Canceled);
+    assert_eq!(a.ep.cancel(42).unwrap_err().kind(), ErrorKind::NoEnt);
+}
+
+#[test]
+fn sread_blocks_until_the_peer_sends() {
+    let (a, b, b_at_a, _) = pair();
+    let mut r = vec![0u8; 8];
+    let riov = iov(&mut r);
+    // SAFETY: r outlives the completion.
+    unsafe {
+        b.ep.recvmsg(&msg(&riov, FiAddr::UNSPEC, 0, 0, 3, 0), OpFlags::empty())
+            .unwrap()
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(50));
+            a.ep.inject(b"wake", b_at_a, None).unwrap();
+            // Drive a's progress until the frame is out.
+            let mut e = [CqEntry::default()];
+            for _ in 0..100 {
+                let _ = a.cq.read(&mut e);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+        let mut e = [CqEntry::default()];
+        let n = b.cq.sread(&mut e, Some(Duration::from_secs(20))).unwrap();
+        assert_eq!((n, e[0].context, e[0].len), (1, 3, 4));
+    });
+}
+
+#[test]
+fn peer_gone_fails_pending_sends() {
+    let (a, b, b_at_a, _) = pair();
+    // Establish the connection, then drop b (its listener and sockets close).
+    a.ep.inject(b"hi", b_at_a, None).unwrap();
+    let mut e = [CqEntry::default()];
+    for _ in 0..50 {
+        let _ = a.cq.read(&mut e);
+        let _ = b.cq.read(&mut e);
+    }
+    drop(b);
+    let big = vec![1u8; 8 << 20];
+    let mut errors = 0;
+    for i in 0..20u64 {
+        let mut buf = big.clone();
+        let siov = iov(&mut buf);
+        // SAFETY: the buffer is leaked so it outlives any completion.
+        let r = unsafe {
+            a.ep.sendmsg(&msg(&siov, b_at_a, 0, 0, i, 0), OpFlags::empty())
+        };
+        std::mem::forget(buf);
+        if r.is_err() {
+            break;
+        }
+        for _ in 0..100 {
+            match a.cq.read(&mut e) {
+                Err(err) if err.kind() == ErrorKind::Avail => {
+                    let ee = a.cq.readerr().unwrap();
+                    assert!(
+                        matches!(
+                            ee.err,
+                            ErrorKind::ConnReset
+                                | ErrorKind::Io
+                                | ErrorKind::Other
+                                | ErrorKind::ConnRefused
+                                | ErrorKind::ConnAborted
+                        ),
+                        "{ee:?}"
+                    );
+                    errors += 1;
+                }
+                _ => {}
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if errors > 0 {
+            break;
+        }
+    }
+    assert!(
+        errors > 0,
+        "sends to a vanished peer must fail with error completions"
+    );
+}
