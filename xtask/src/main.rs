@@ -88,7 +88,10 @@ fn missing_packages() -> Vec<&'static str> {
 }
 
 fn is_root() -> bool {
-    Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n"))
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0\n"))
 }
 
 fn ci() -> ExitCode {
@@ -98,9 +101,13 @@ fn ci() -> ExitCode {
     if !missing.is_empty() {
         if is_root() {
             steps.push(step("setup: apt-get update", "apt-get update -qq"));
-            let mut s = step("setup: Debian packages", "apt-get install -y -qq --no-install-recommends");
+            let mut s = step(
+                "setup: Debian packages",
+                "apt-get install -y -qq --no-install-recommends",
+            );
             s.args.extend(missing.iter().map(|p| p.to_string()));
-            s.env.push(("DEBIAN_FRONTEND".into(), "noninteractive".into()));
+            s.env
+                .push(("DEBIAN_FRONTEND".into(), "noninteractive".into()));
             steps.push(s);
         } else {
             println!(
