@@ -71,8 +71,16 @@ fn have(program: &str, args: &[&str]) -> bool {
 
 /// Debian packages the tests use: libfabric's headers (C ABI layout tests),
 /// its tools (`fi_info`, `fi_pingpong` to compare against), valgrind (leak
-/// checks of the C interface).
-const APT_PACKAGES: &[&str] = &["libfabric-dev", "libfabric-bin", "valgrind", "pkg-config"];
+/// checks of the C interface), gcc and binutils (C test programs,
+/// `objdump` for the exported symbol versions).
+const APT_PACKAGES: &[&str] = &[
+    "libfabric-dev",
+    "libfabric-bin",
+    "valgrind",
+    "pkg-config",
+    "gcc",
+    "binutils",
+];
 
 fn missing_packages() -> Vec<&'static str> {
     APT_PACKAGES

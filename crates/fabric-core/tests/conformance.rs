@@ -409,6 +409,32 @@ fn select_uses_hint_addresses() {
 }
 
 #[test]
+fn hint_dest_addr_counts_with_fi_source() {
+    let mut h = hints();
+    h.dest_addr = Some("fi_sockaddr_in://10.0.0.2:7471".parse().unwrap());
+    let r = Request {
+        node: Some("10.0.0.1"),
+        flags: GetinfoFlags::SOURCE,
+        hints: Some(&h),
+        ..Request::new(Version::CURRENT)
+    };
+    assert_eq!(
+        matching::select(&[rdm()], &r).unwrap()[0].dest_addr,
+        h.dest_addr
+    );
+    let r = Request {
+        node: Some("10.0.0.3"),
+        hints: Some(&h),
+        ..Request::new(Version::CURRENT)
+    };
+    assert_eq!(
+        matching::select(&[rdm()], &r).unwrap()[0].dest_addr,
+        None,
+        "node names the destination"
+    );
+}
+
+#[test]
 fn handle_is_copied_from_the_hints() {
     let mut h = hints();
     h.handle = Some(Handle(42));
@@ -524,6 +550,9 @@ fn hint_addresses_must_fit_addr_format() {
         ErrorKind::Inval
     );
     h.addr_format = AddrFormat::Sockaddr;
+    assert!(validate(|r| r.hints = Some(&h)).is_ok());
+    // An FI_ADDR_STR hint takes any address given as a string.
+    h.addr_format = AddrFormat::Str;
     assert!(validate(|r| r.hints = Some(&h)).is_ok());
 }
 

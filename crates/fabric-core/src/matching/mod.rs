@@ -206,7 +206,9 @@ fn validate_caps(what: &str, caps: Caps) -> Result<()> {
 fn check_addr_format(what: &str, a: &Address, format: AddrFormat) -> Result<()> {
     let af = a.format();
     let ok = match format {
-        AddrFormat::Unspec => true,
+        // FI_ADDR_STR names the form, not the kind: `fi_sockaddr_in://...`
+        // is an FI_ADDR_STR that decodes to a socket address.
+        AddrFormat::Unspec | AddrFormat::Str => true,
         AddrFormat::Sockaddr => {
             matches!(
                 af,
@@ -247,7 +249,11 @@ pub fn select(offers: &[Info], req: &Request<'_>) -> Result<Vec<Info>> {
             if info.src_addr.is_none() && !req.flags.contains(GetinfoFlags::SOURCE) {
                 info.src_addr = h.src_addr.clone();
             }
-            if info.dest_addr.is_none() && (req.node.is_none() && req.service.is_none()) {
+            // fi_getinfo(3): the hint's dest_addr counts when node and
+            // service are absent, or when they name the source (FI_SOURCE).
+            let node_is_dest = !req.flags.contains(GetinfoFlags::SOURCE)
+                && (req.node.is_some() || req.service.is_some());
+            if info.dest_addr.is_none() && !node_is_dest {
                 info.dest_addr = h.dest_addr.clone();
             }
         }

@@ -1,0 +1,194 @@
+//! Helpers of the tests that compile C programs against libfabric's
+//! headers and run them (or Debian's `fi_info`) on this crate's cdylib.
+//!
+//! The cdylib is the `libfabric_capi.so` cargo built next to the test
+//! executable (`target/<profile>/deps/`) in the same build. Each test gets a
+//! directory under `CARGO_TARGET_TMPDIR` holding `libfabric.so.1` (a link
+//! to it) and `libfabric.so`, so that `-lfabric` and the dynamic loader
+//! find this library, never an installed libfabric.
+//!
+//! Missing tools (cc, libfabric-dev's headers, valgrind, fi_info) make a
+//! test print `SKIPPED: ...` on stderr (not captured by the test harness)
+//! and pass.
+
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The header every C program includes.
+pub(crate) const HEADER: &str = "/usr/include/rdma/fabric.h";
+
+/// Prints a skip notice that `cargo test` shows even for passing tests.
+pub(crate) fn skip(test: &str, why: &str) {
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {why}");
+}
+
+/// Whether `program --version` runs.
+pub(crate) fn have(program: &str) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// The cdylib built for this test run.
+pub(crate) fn cdylib() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let deps = exe.parent().expect("deps directory");
+    for dir in [deps, deps.parent().expect("profile directory")] {
+        let lib = dir.join("libfabric_capi.so");
+        if lib.exists() {
+            return lib;
+        }
+    }
+    panic!(
+        "libfabric_capi.so not found next to {} (cargo builds it with the rlib)",
+        exe.display()
+    );
+}
+
+/// The staticlib built for this test run.
+pub(crate) fn staticlib() -> PathBuf {
+    cdylib().with_file_name("libfabric_capi.a")
+}
+
+/// A directory for one test, with the library staged as libfabric.
+pub(crate) struct Stage {
+    /// The directory.
+    pub(crate) dir: PathBuf,
+}
+
+impl Stage {
+    /// Stages the library for `test`; `None` (after printing why) when `cc`
+    /// or the libfabric-dev headers are missing and `need_cc` is set.
+    pub(crate) fn new(test: &str, need_cc: bool) -> Option<Stage> {
+        if need_cc {
+            if !Path::new(HEADER).exists() {
+                skip(
+                    test,
+                    &format!("{HEADER} is missing (apt-get install libfabric-dev)"),
+                );
+                return None;
+            }
+            if !have("cc") {
+                skip(test, "no C compiler `cc` (apt-get install gcc)");
+                return None;
+            }
+        }
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join("fabric-capi")
+            .join(test);
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("test directory");
+        std::os::unix::fs::symlink(cdylib(), dir.join("libfabric.so.1")).expect("link .so.1");
+        std::os::unix::fs::symlink("libfabric.so.1", dir.join("libfabric.so")).expect("link .so");
+        Some(Stage { dir })
+    }
+
+    /// Compiles `source` as program `name`, linked to the staged library.
+    pub(crate) fn compile(&self, name: &str, source: &str) -> PathBuf {
+        let src = self.dir.join(format!("{name}.c"));
+        let exe = self.dir.join(name);
+        std::fs::write(&src, source).expect("write C source");
+        let out = Command::new("cc")
+            .args([
+                "-std=gnu11",
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-g",
+                "-pthread",
+            ])
+            .arg("-I/usr/include")
+            .arg(&src)
+            .arg("-o")
+            .arg(&exe)
+            .arg(format!("-L{}", self.dir.display()))
+            .arg("-lfabric")
+            .arg(format!("-Wl,-rpath,{}", self.dir.display()))
+            // DT_RPATH, searched before LD_LIBRARY_PATH: always this library.
+            .arg("-Wl,--disable-new-dtags")
+            .output()
+            .expect("run cc");
+        assert!(
+            out.status.success(),
+            "cc failed for {}:\n{}",
+            src.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        exe
+    }
+
+    /// Runs `exe` with `args`; with `LD_LIBRARY_PATH` set to the stage when
+    /// `preload` (for binaries not built here).
+    pub(crate) fn run(&self, exe: &Path, args: &[&str], preload: bool) -> Output {
+        let mut cmd = Command::new(exe);
+        cmd.args(args);
+        if preload {
+            cmd.env("LD_LIBRARY_PATH", &self.dir);
+        }
+        cmd.output().expect("run program")
+    }
+
+    /// Runs `exe` under valgrind's leak check; `None` (after printing why)
+    /// when valgrind is missing.
+    pub(crate) fn valgrind(
+        &self,
+        test: &str,
+        exe: &Path,
+        args: &[&str],
+        preload: bool,
+    ) -> Option<Output> {
+        if !have("valgrind") {
+            skip(test, "valgrind is not installed (apt-get install valgrind)");
+            return None;
+        }
+        let mut cmd = Command::new("valgrind");
+        cmd.args([
+            "--leak-check=full",
+            "--errors-for-leak-kinds=definite,possible",
+            "--error-exitcode=1",
+            "--quiet",
+        ])
+        .arg(exe)
+        .args(args);
+        if preload {
+            cmd.env("LD_LIBRARY_PATH", &self.dir);
+        }
+        Some(cmd.output().expect("run valgrind"))
+    }
+}
+
+/// The text of an output stream.
+pub(crate) fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Asserts that a C test program succeeded, showing its output if not.
+pub(crate) fn assert_ok(what: &str, out: &Output) {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}
+
+/// A C string literal for `bytes`: printable ASCII as is, the rest (and
+/// `"`, `\`, `?`) as octal escapes, which never run into the next
+/// character.
+pub(crate) fn c_literal(bytes: &[u8]) -> String {
+    let mut s = String::from("\"");
+    for &b in bytes {
+        if b.is_ascii_alphanumeric() || b" ./:_-;[],%@^|+=".contains(&b) {
+            s.push(b as char);
+        } else {
+            s.push_str(&format!("\\{b:03o}"));
+        }
+    }
+    s.push('"');
+    s
+}
