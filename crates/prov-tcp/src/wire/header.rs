@@ -5,7 +5,7 @@ use std::fmt;
 
 use fabric_core::{ErrorKind, Result};
 
-use super::bytes::{Reader, Writer};
+use super::bytes::Reader;
 use super::{Limits, MAX_EXT_LEN, RMA_IOV_LEN, proto};
 
 /// First byte of every frame.
@@ -359,19 +359,17 @@ impl Header {
     /// Writes the header; infallible and allocation-free. It does not check
     /// the header: see [`super::Frame::validate`].
     pub fn encode(&self, out: &mut [u8; HEADER_LEN]) {
-        let mut w = Writer::new(out);
-        w.u8(MAGIC);
-        w.u8(VERSION);
-        w.u8(self.op as u8);
-        w.u8(self.ext_len);
-        w.u16(self.flags.bits());
-        w.u16(status_code(self.status));
-        w.u64(self.payload_len);
-        w.u64(self.id);
-        w.u64(self.tag);
-        w.u64(self.data);
-        let written = w.finish();
-        debug_assert_eq!(written, Some(HEADER_LEN));
+        // Constant offsets into a fixed-size array: checked at compile time.
+        out[0] = MAGIC;
+        out[1] = VERSION;
+        out[2] = self.op as u8;
+        out[3] = self.ext_len;
+        out[4..6].copy_from_slice(&self.flags.bits().to_le_bytes());
+        out[6..8].copy_from_slice(&status_code(self.status).to_le_bytes());
+        out[8..16].copy_from_slice(&self.payload_len.to_le_bytes());
+        out[16..24].copy_from_slice(&self.id.to_le_bytes());
+        out[24..32].copy_from_slice(&self.tag.to_le_bytes());
+        out[32..40].copy_from_slice(&self.data.to_le_bytes());
     }
 
     /// The header as bytes.
