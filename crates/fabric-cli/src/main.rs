@@ -14,8 +14,10 @@ use clap::{CommandFactory, Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::filter::LevelFilter;
 
+mod bw;
 mod hints_json;
 mod info;
+mod perf;
 mod pingpong;
 
 /// Command-line tools for the fabric interface (the libfabric / OFI model).
@@ -42,6 +44,8 @@ enum Command {
     Info(info::InfoArgs),
     /// Measure round-trip latency between two endpoints, like fi_pingpong.
     Pingpong(pingpong::PingpongArgs),
+    /// Measure one-way bandwidth with a window of operations in flight.
+    Bw(bw::BwArgs),
 }
 
 /// How a subcommand ended; the process exit status.
@@ -94,6 +98,7 @@ fn main() -> ExitCode {
     match cli.command {
         Some(Command::Info(args)) => info::run(&args).into(),
         Some(Command::Pingpong(args)) => pingpong::run(&args).into(),
+        Some(Command::Bw(args)) => bw::run(&args).into(),
         None => {
             let _ = Cli::command().print_help();
             Status::Usage.into()

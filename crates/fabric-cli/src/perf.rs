@@ -1,0 +1,598 @@
+//! What `fabric pingpong` and `fabric bw` share: the options they have in
+//! common (those of libfabric's `fi_pingpong`), the out-of-band control
+//! connection, opening an endpoint from `getinfo`, the table and JSON
+//! lines, and `--self`.
+//!
+//! The server waits on a TCP control port (`-B`, default 47592); the
+//! client connects to it (`ADDRESS`, `-P`). Over that connection the two
+//! exchange their endpoint names and agree on each size; the data moves
+//! through the chosen provider.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use fabric::objects::{
+    AddressVector, AvAttr, Bind, CompletionQueue, CqAttr, CqEntry, CqFormat, Domain, Endpoint,
+    FiAddr, WaitObj,
+};
+use fabric::{Address, Caps, EpType, Error, ErrorKind, Hints, Info, Mode, MrMode, Registry};
+
+/// Default control port, as fi_pingpong's.
+pub(crate) const CONTROL_PORT: u16 = 47592;
+
+/// Endpoint type argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum EpArg {
+    /// Connected, reliable (FI_EP_MSG).
+    Msg,
+    /// Reliable, unconnected (FI_EP_RDM).
+    Rdm,
+    /// Unreliable datagrams (FI_EP_DGRAM).
+    Dgram,
+}
+
+impl EpArg {
+    /// The FI_EP_* value.
+    pub(crate) fn ep_type(self) -> EpType {
+        match self {
+            EpArg::Msg => EpType::Msg,
+            EpArg::Rdm => EpType::Rdm,
+            EpArg::Dgram => EpType::Dgram,
+        }
+    }
+}
+
+/// Transmit mode argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ModeArg {
+    /// Untagged messages.
+    Msg,
+    /// Tagged messages.
+    Tagged,
+}
+
+/// Options both tools take (fi_pingpong's, plus `--json` and `--self`).
+#[derive(Debug, Clone, Args)]
+pub(crate) struct Common {
+    /// Provider to use (tcp, shm, verbs).
+    #[arg(short = 'p', long = "provider")]
+    pub provider: Option<String>,
+    /// Endpoint type.
+    #[arg(short = 'e', long = "ep_type", value_enum, default_value = "rdm")]
+    pub ep_type: EpArg,
+    /// Domain name.
+    #[arg(short = 'd', long = "domain")]
+    pub domain: Option<String>,
+    /// Transfer size in bytes, or `all` for powers of two from 1 B to 8 MiB.
+    #[arg(short = 'S', long = "size", default_value = "all", value_parser = parse_sizes)]
+    pub sizes: Sizes,
+    /// Timed iterations per size.
+    #[arg(short = 'I', long = "iterations", default_value_t = 10)]
+    pub iterations: usize,
+    /// Control port to listen on (server) or to bind (client).
+    #[arg(short = 'B', long = "src_port")]
+    pub src_port: Option<u16>,
+    /// Control port of the server (client).
+    #[arg(short = 'P', long = "dst_port")]
+    pub dst_port: Option<u16>,
+    /// Check every byte of every message (fi_pingpong's -c).
+    #[arg(short = 'v', short_alias = 'c', long = "verify")]
+    pub verify: bool,
+    /// One JSON object per size and line, instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Run server and client as two processes on this machine.
+    #[arg(long = "self")]
+    pub self_run: bool,
+    /// The server's address: given, this side is the client.
+    pub address: Option<String>,
+}
+
+impl Common {
+    /// The options a `--self` server process gets.
+    pub(crate) fn child_args(&self) -> Vec<String> {
+        let mut v = vec![
+            "-e".to_string(),
+            format!("{:?}", self.ep_type).to_lowercase(),
+        ];
+        if let Some(p) = &self.provider {
+            v.extend(["-p".to_string(), p.clone()]);
+        }
+        if let Some(d) = &self.domain {
+            v.extend(["-d".to_string(), d.clone()]);
+        }
+        let sizes = if self.sizes.0.len() == 1 {
+            self.sizes.0[0].to_string()
+        } else {
+            "all".to_string()
+        };
+        v.extend([
+            "-S".to_string(),
+            sizes,
+            "-I".to_string(),
+            self.iterations.to_string(),
+        ]);
+        if self.verify {
+            v.push("-v".to_string());
+        }
+        if self.json {
+            v.push("--json".to_string());
+        }
+        v
+    }
+}
+
+/// The transfer sizes of a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Sizes(pub Vec<usize>);
+
+pub(crate) fn parse_sizes(s: &str) -> Result<Sizes, String> {
+    if s.eq_ignore_ascii_case("all") {
+        return Ok(Sizes((0..=23).map(|p| 1usize << p).collect()));
+    }
+    let n: usize = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size in bytes or `all`"))?;
+    if n == 0 {
+        return Err("the size must be at least 1 byte".into());
+    }
+    Ok(Sizes(vec![n]))
+}
+
+/// One measured size: `transfers` transfers of `size` bytes in `seconds`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Row {
+    pub size: usize,
+    pub iterations: usize,
+    pub transfers: usize,
+    pub seconds: f64,
+    pub verified: bool,
+}
+
+impl Row {
+    /// Time per transfer (for ping-pong: one-way latency).
+    pub(crate) fn usec_per_xfer(&self) -> f64 {
+        self.seconds * 1e6 / self.transfers as f64
+    }
+
+    /// Bytes moved per second, in MB/s (10^6).
+    pub(crate) fn mb_per_sec(&self) -> f64 {
+        (self.transfers * self.size) as f64 / self.seconds / 1e6
+    }
+}
+
+/// fi_pingpong's compact numbers: 1k = 1024.
+pub(crate) fn units(n: f64) -> String {
+    const K: f64 = 1024.0;
+    if n >= K * K * K {
+        format!("{:.1}g", n / (K * K * K))
+    } else if n >= K * K {
+        format!("{:.1}m", n / (K * K))
+    } else if n >= K {
+        let v = n / K;
+        if v.fract() == 0.0 {
+            format!("{v:.0}k")
+        } else {
+            format!("{v:.1}k")
+        }
+    } else {
+        format!("{n:.0}")
+    }
+}
+
+/// The table header, as fi_pingpong prints it.
+pub(crate) const HEADER: &str =
+    "bytes   #sent   #ack     total       time     MB/sec    usec/xfer   Mxfers/sec";
+
+/// One table line.
+pub(crate) fn table_line(r: &Row) -> String {
+    let total = (r.transfers * r.size) as f64;
+    format!(
+        "{:<8}{:<8}={:<8}{:<12}{:<11}{:<10.2}{:<12.2}{:.2}",
+        units(r.size as f64),
+        units(r.iterations as f64),
+        units(r.iterations as f64),
+        units(total),
+        format!("{:.2}s", r.seconds),
+        r.mb_per_sec(),
+        r.usec_per_xfer(),
+        1.0 / r.usec_per_xfer(),
+    )
+}
+
+/// One JSON line.
+pub(crate) fn json_line(r: &Row, test: &str, provider: &str, ep: EpType) -> String {
+    serde_json::json!({
+        "test": test,
+        "provider": provider,
+        "ep_type": ep.to_string(),
+        "size": r.size,
+        "iterations": r.iterations,
+        "transfers": r.transfers,
+        "seconds": r.seconds,
+        "usec_per_xfer": r.usec_per_xfer(),
+        "mb_per_sec": r.mb_per_sec(),
+        "verified": r.verified,
+    })
+    .to_string()
+}
+
+/// Prints a result line in the chosen form.
+pub(crate) fn print_row(c: &Common, test: &str, side: &Side, r: &Row) {
+    if c.json {
+        println!(
+            "{}",
+            json_line(
+                r,
+                test,
+                side.info.prov_name().unwrap_or("?"),
+                side.info.ep_attr.ep_type
+            )
+        );
+    } else {
+        println!("{}", table_line(r));
+    }
+}
+
+pub(crate) fn io_err(what: &str) -> impl Fn(std::io::Error) -> Error + '_ {
+    move |e| Error::new(ErrorKind::Io, format!("{what}: {e}"))
+}
+
+/// The entry to use: `getinfo` with the options as hints, for `node` (the
+/// server: the local address; the client: the server's).
+pub(crate) fn pick(c: &Common, caps: Caps, node: IpAddr, source: bool) -> fabric::Result<Info> {
+    let mut h = Hints::new()
+        .caps(caps)
+        .ep_type(c.ep_type.ep_type())
+        .mode(Mode::all());
+    h = h.mr_mode(MrMode::all() - MrMode::LEGACY);
+    if let Some(p) = &c.provider {
+        h = h.provider(p.clone());
+    }
+    if let Some(d) = &c.domain {
+        h = h.domain_name(d.clone());
+    }
+    let with_node = if source {
+        h.clone().node(node.to_string()).source()
+    } else {
+        h.clone().node(node.to_string())
+    };
+    match with_node.getinfo() {
+        Ok(mut list) => Ok(list.remove(0)),
+        // Providers whose addresses are not IP (shm) answer without a node.
+        Err(e) if e.kind() == ErrorKind::NoData => h.getinfo().map(|mut l| l.remove(0)),
+        Err(e) => Err(e),
+    }
+}
+
+/// An open endpoint with its CQ and AV. Fields drop in order: endpoint
+/// first, fabric last.
+pub(crate) struct Side {
+    pub ep: Box<dyn Endpoint>,
+    pub cq: Box<dyn CompletionQueue>,
+    pub av: Box<dyn AddressVector>,
+    pub domain: Box<dyn Domain>,
+    _fabric: Box<dyn fabric::objects::Fabric>,
+    pub info: Info,
+}
+
+pub(crate) fn open(info: Info) -> fabric::Result<Side> {
+    let fabric = Registry::global().fabric(&info)?;
+    let domain = fabric.domain(&info)?;
+    let cq = domain.cq(&CqAttr {
+        format: CqFormat::Data,
+        wait_obj: WaitObj::Unspec,
+        ..CqAttr::default()
+    })?;
+    let av = domain.av(&AvAttr::default())?;
+    let ep = domain.endpoint(&info)?;
+    ep.bind(Bind::Cq {
+        cq: cq.as_ref(),
+        transmit: true,
+        recv: true,
+        selective: false,
+    })?;
+    ep.bind(Bind::Av(av.as_ref()))?;
+    ep.enable()?;
+    Ok(Side {
+        ep,
+        cq,
+        av,
+        domain,
+        _fabric: fabric,
+        info,
+    })
+}
+
+/// The control connection: one text line per message.
+pub(crate) struct Control {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+}
+
+impl Control {
+    fn new(s: TcpStream) -> fabric::Result<Self> {
+        s.set_nodelay(true).map_err(io_err("control socket"))?;
+        let writer = s.try_clone().map_err(io_err("control socket"))?;
+        Ok(Control {
+            reader: BufReader::new(s),
+            writer,
+        })
+    }
+
+    pub(crate) fn send(&mut self, line: &str) -> fabric::Result<()> {
+        writeln!(self.writer, "{line}").map_err(io_err("control connection"))
+    }
+
+    pub(crate) fn recv(&mut self) -> fabric::Result<String> {
+        let mut line = String::new();
+        let n = self
+            .reader
+            .read_line(&mut line)
+            .map_err(io_err("control connection"))?;
+        if n == 0 {
+            return Err(Error::new(
+                ErrorKind::ConnReset,
+                "the peer closed the control connection",
+            ));
+        }
+        Ok(line.trim_end().to_string())
+    }
+
+    /// Both sides reach this point before going on.
+    pub(crate) fn sync(&mut self, client: bool, what: &str) -> fabric::Result<()> {
+        if client {
+            self.send(what)?;
+            self.recv().map(|_| ())
+        } else {
+            let line = self.recv()?;
+            if line != what {
+                return Err(Error::inval(format!(
+                    "the peer is at `{line}`, not `{what}` (different options?)"
+                )));
+            }
+            self.send("ok")
+        }
+    }
+}
+
+/// A connected pair: this side's endpoint, the peer's address, the
+/// control connection, and whether this side is the client.
+pub(crate) struct Session {
+    pub side: Side,
+    pub peer: FiAddr,
+    pub ctl: Control,
+    pub client: bool,
+}
+
+/// Sets up a session as server (no address) or client.
+pub(crate) fn connect(c: &Common, caps: Caps) -> fabric::Result<Session> {
+    match &c.address {
+        None => {
+            let port = c.src_port.unwrap_or(CONTROL_PORT);
+            let listener = TcpListener::bind(("0.0.0.0", port)).map_err(io_err("control port"))?;
+            let (sock, _) = listener.accept().map_err(io_err("control port"))?;
+            let local = sock.local_addr().map_err(io_err("control socket"))?.ip();
+            let mut ctl = Control::new(sock)?;
+            let side = open(pick(c, caps, local, true)?)?;
+            let peer_name = ctl.recv()?;
+            ctl.send(&side.ep.getname()?.to_string())?;
+            let peer = insert_peer(&side, &peer_name, None)?;
+            Ok(Session {
+                side,
+                peer,
+                ctl,
+                client: false,
+            })
+        }
+        Some(addr) => {
+            let port = c.dst_port.unwrap_or(CONTROL_PORT);
+            let ip: IpAddr = addr.parse().or_else(|_| {
+                use std::net::ToSocketAddrs;
+                (addr.as_str(), port)
+                    .to_socket_addrs()
+                    .ok()
+                    .and_then(|mut a| a.next())
+                    .map(|a| a.ip())
+                    .ok_or_else(|| Error::inval(format!("cannot resolve server address `{addr}`")))
+            })?;
+            let sock = connect_retry(SocketAddr::new(ip, port))?;
+            let mut ctl = Control::new(sock)?;
+            let side = open(pick(c, caps, ip, false)?)?;
+            ctl.send(&side.ep.getname()?.to_string())?;
+            let peer_name = ctl.recv()?;
+            let peer = insert_peer(&side, &peer_name, Some(ip))?;
+            Ok(Session {
+                side,
+                peer,
+                ctl,
+                client: true,
+            })
+        }
+    }
+}
+
+/// Connects, retrying for a few seconds while the server starts.
+fn connect_retry(to: SocketAddr) -> fabric::Result<TcpStream> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match TcpStream::connect(to) {
+            Ok(s) => return Ok(s),
+            Err(e)
+                if Instant::now() < deadline
+                    && e.kind() == std::io::ErrorKind::ConnectionRefused =>
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => return Err(io_err("connecting to the server's control port")(e)),
+        }
+    }
+}
+
+/// Inserts the peer's endpoint name; a wildcard IP is replaced by the
+/// address the control connection reached.
+fn insert_peer(side: &Side, name: &str, seen_ip: Option<IpAddr>) -> fabric::Result<FiAddr> {
+    let mut addr: Address = name.parse()?;
+    if let (Some(sa), Some(ip)) = (addr.socket_addr(), seen_ip) {
+        if sa.ip().is_unspecified() {
+            addr = Address::from(SocketAddr::new(ip, sa.port()));
+        }
+    }
+    let mut out = [FiAddr(0)];
+    side.av.insert(&[addr], &mut out)?;
+    if out[0] == FiAddr::NOTAVAIL {
+        return Err(Error::inval(format!(
+            "the peer's address `{name}` was refused by the AV"
+        )));
+    }
+    Ok(out[0])
+}
+
+/// Waits for one completion (spinning briefly, then blocking); `Err` on an
+/// error completion or after 60 s.
+pub(crate) fn wait_one(side: &Side) -> fabric::Result<CqEntry> {
+    let mut e = [CqEntry::default()];
+    match side.cq.sread(&mut e, Some(Duration::from_secs(60))) {
+        Ok(_) => Ok(e[0]),
+        Err(err) if err.kind() == ErrorKind::Again => {
+            Err(Error::new(ErrorKind::TimedOut, "no completion within 60 s"))
+        }
+        Err(err) if err.kind() == ErrorKind::Avail => {
+            let ee = side.cq.readerr()?;
+            Err(Error::new(
+                ee.err,
+                format!("error completion: {}", ee.err_text),
+            ))
+        }
+        Err(err) => Err(err),
+    }
+}
+
+/// Fills a buffer with a pattern that depends on `seed`.
+pub(crate) fn pattern(buf: &mut [u8], seed: u64) {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    for b in buf.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+}
+
+/// Checks a buffer against [`pattern`].
+pub(crate) fn check(buf: &[u8], seed: u64, size: usize) -> fabric::Result<()> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    for (i, b) in buf.iter().enumerate() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        if *b != x as u8 {
+            return Err(Error::new(
+                ErrorKind::Io,
+                format!(
+                    "data check failed: size {size}, round {seed}, byte {i}: {b} instead of {}",
+                    x as u8
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `--self`: the server as a child process (`subcommand` with `child_args`
+/// on a free control port), the client here running `client`.
+pub(crate) fn run_self(
+    subcommand: &str,
+    child_args: Vec<String>,
+    client: impl FnOnce(u16) -> fabric::Result<()>,
+) -> fabric::Result<()> {
+    let port = {
+        let l = TcpListener::bind(("127.0.0.1", 0)).map_err(io_err("finding a free port"))?;
+        l.local_addr()
+            .map_err(io_err("finding a free port"))?
+            .port()
+    };
+    let exe = std::env::current_exe().map_err(io_err("finding this program"))?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg(subcommand)
+        .args(["-B", &port.to_string()])
+        .args(child_args);
+    let mut child = cmd.spawn().map_err(io_err("starting the server process"))?;
+    let r = client(port);
+    if r.is_err() {
+        let _ = child.kill();
+    }
+    let status = child
+        .wait()
+        .map_err(io_err("waiting for the server process"))?;
+    r?;
+    if !status.success() {
+        return Err(Error::new(
+            ErrorKind::Other,
+            format!("the server process failed ({status})"),
+        ));
+    }
+    Ok(())
+}
+
+/// Reports a run's outcome as the process status.
+pub(crate) fn finish(tool: &str, r: fabric::Result<()>) -> crate::Status {
+    match r {
+        Ok(()) => crate::Status::Success,
+        Err(e) => {
+            eprintln!(
+                "fabric {tool}: {} ({}): {}",
+                e.kind().c_name(),
+                e.code(),
+                e.detail()
+            );
+            crate::Status::Failure
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_sizes("64"), Ok(Sizes(vec![64])));
+        assert_eq!(parse_sizes("all").map(|s| s.0.len()), Ok(24));
+        assert!(parse_sizes("0").is_err());
+        assert!(parse_sizes("x").is_err());
+    }
+
+    #[test]
+    fn figures_and_lines() {
+        let r = Row {
+            size: 1,
+            iterations: 1000,
+            transfers: 2000,
+            seconds: 0.03,
+            verified: true,
+        };
+        assert!((r.usec_per_xfer() - 15.0).abs() < 1e-9);
+        let line = table_line(&r);
+        assert!(line.starts_with("1       1000    =1000    2.0k"), "{line}");
+        let j: serde_json::Value =
+            serde_json::from_str(&json_line(&r, "pingpong", "tcp", EpType::Rdm)).unwrap();
+        assert_eq!(j["provider"], "tcp");
+        assert_eq!(j["ep_type"], "FI_EP_RDM");
+        assert_eq!(j["verified"], true);
+        assert_eq!(units(20000.0), "19.5k");
+        assert_eq!(units(1024.0), "1k");
+    }
+
+    #[test]
+    fn pattern_check() {
+        let mut b = vec![0u8; 1000];
+        pattern(&mut b, 5);
+        assert!(check(&b, 5, 1000).is_ok());
+        assert!(check(&b, 6, 1000).is_err());
+        b[999] ^= 1;
+        assert!(check(&b, 5, 1000).is_err());
+    }
+}
