@@ -1,0 +1,160 @@
+//! Process identity and liveness: who owns a region, and is that owner
+//! still the process that created it?
+//!
+//! A pid alone is not an identity (pids are reused), so an owner is the
+//! pair (pid, start time), the start time being field 22 of
+//! `/proc/<pid>/stat` (clock ticks after boot). A process is gone when
+//! `kill(pid, 0)` says `ESRCH`, when it is a zombie (dead, not yet reaped:
+//! `kill` still finds it), or when the pid now belongs to a process that
+//! started at another time.
+
+use std::sync::OnceLock;
+
+/// This process's pid.
+pub(crate) fn my_pid() -> u32 {
+    std::process::id()
+}
+
+/// This process's real uid.
+pub(crate) fn my_uid() -> u32 {
+    // SAFETY: getuid takes no arguments, cannot fail and touches no memory
+    // of ours.
+    unsafe { libc::getuid() }
+}
+
+/// This process's start time (field 22 of `/proc/self/stat`), or 0 when
+/// `/proc` cannot be read.
+pub(crate) fn my_start_time() -> u64 {
+    static START: OnceLock<u64> = OnceLock::new();
+    *START.get_or_init(|| {
+        std::fs::read_to_string("/proc/self/stat")
+            .ok()
+            .and_then(|s| parse_stat(&s))
+            .map_or(0, |st| st.start_time)
+    })
+}
+
+/// The fields of `/proc/<pid>/stat` we use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stat {
+    /// Field 3: `R`, `S`, `D`, `Z` (zombie), `X` (dead), ...
+    pub(crate) state: char,
+    /// Field 22: start time in clock ticks after boot.
+    pub(crate) start_time: u64,
+}
+
+/// Parses a `/proc/<pid>/stat` line. The command name (field 2) is in
+/// parentheses and may itself hold spaces and parentheses, so fields are
+/// counted from the last `)`: the field after it is field 3.
+pub(crate) fn parse_stat(line: &str) -> Option<Stat> {
+    let close = line.rfind(')')?;
+    let mut rest = line.get(close + 1..)?.split_ascii_whitespace();
+    let state = rest.next()?.chars().next()?;
+    // `rest` now starts at field 4; field 22 is 18 further on.
+    let start_time = rest.nth(18)?.parse().ok()?;
+    Some(Stat { state, start_time })
+}
+
+fn read_stat(pid: i32) -> Option<Stat> {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| parse_stat(&s))
+}
+
+/// `kill(pid, 0)`: `Some(true)` the pid exists (possibly another user's),
+/// `Some(false)` it does not (`ESRCH`).
+fn pid_exists(pid: i32) -> bool {
+    debug_assert!(pid > 0);
+    // SAFETY: signal 0 delivers nothing; the call only checks that `pid`
+    // exists. `pid` is positive, so it names one process, never a process
+    // group (0, negative) or every process (-1).
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// Whether process `pid` has certainly gone away. With `start_time`, a live
+/// process with that pid but another start time counts as gone (the pid was
+/// reused). Pid 0 and pids beyond `i32::MAX` name no single process, so they
+/// are reported gone only when `invalid_is_gone`.
+pub(crate) fn gone(pid: u32, start_time: Option<u64>, invalid_is_gone: bool) -> bool {
+    let pid = match i32::try_from(pid) {
+        Ok(p) if p > 0 => p,
+        _ => return invalid_is_gone,
+    };
+    if !pid_exists(pid) {
+        return true;
+    }
+    match read_stat(pid) {
+        Some(st) => {
+            matches!(st.state, 'Z' | 'X')
+                || start_time.is_some_and(|want| want != 0 && st.start_time != want)
+        }
+        // /proc/<pid> vanished between the two looks, or /proc is not
+        // readable: trust kill alone.
+        None => !pid_exists(pid),
+    }
+}
+
+/// Whether process `pid` has exited (or is a zombie). Pid 0, which the ring
+/// stores for "no claimer recorded", is never reported gone. Useful as the
+/// predicate of [`Receiver::recover`](crate::ring::Receiver::recover).
+pub fn process_gone(pid: u32) -> bool {
+    gone(pid, None, false)
+}
+
+/// A random 64-bit value from the kernel, falling back to a mix of the
+/// clock, the pid and a counter when `getrandom` is unavailable.
+pub(crate) fn random_u64() -> u64 {
+    let mut buf = [0u8; 8];
+    // SAFETY: `buf` is 8 writable bytes; getrandom writes at most that many.
+    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if n == 8 {
+        return u64::from_ne_bytes(buf);
+    }
+    static FALLBACK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let c = FALLBACK.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut x = t ^ (u64::from(my_pid()) << 32) ^ c.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    // splitmix64 finaliser
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_fields_count_from_the_last_paren() {
+        let line =
+            "1234 (a) b) c) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 200";
+        let st = parse_stat(line).expect("parses");
+        assert_eq!(st.state, 'S');
+        assert_eq!(st.start_time, 987654);
+        assert_eq!(parse_stat("12 (x) S 1 2"), None);
+        assert_eq!(parse_stat(""), None);
+    }
+
+    #[test]
+    fn this_process_is_alive_and_bogus_pids_are_not_processes() {
+        assert!(my_start_time() > 0);
+        assert!(!gone(my_pid(), Some(my_start_time()), true));
+        assert!(
+            gone(my_pid(), Some(my_start_time() + 1), true),
+            "pid reuse guard"
+        );
+        assert!(gone(0, None, true));
+        assert!(!gone(0, None, false));
+        assert!(gone(u32::MAX, None, true));
+        assert!(!process_gone(0));
+        assert!(!process_gone(my_pid()));
+    }
+
+    #[test]
+    fn randoms_differ() {
+        assert_ne!(random_u64(), random_u64());
+    }
+}

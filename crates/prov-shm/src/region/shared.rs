@@ -1,0 +1,261 @@
+//! The one gateway to shared bytes: a mapping plus the local copy of its
+//! layout, handing out atomics at checked offsets and copying payloads in
+//! and out with volatile accesses.
+//!
+//! Everything else in the crate reaches the region through [`Mapping`], so
+//! the rules of the module docs of [`crate::region`] ("Soundness") are
+//! enforced here: no `&T` / `&mut T` to plain shared data exists anywhere,
+//! only `&Atomic*` (whose contract is concurrent mutation) and raw pointers
+//! that live inside one copy routine.
+
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64};
+
+use memmap2::MmapRaw;
+
+use super::Layout;
+
+/// A mapped region and the layout this process validated (or chose) for it.
+///
+/// The layout is local memory: a peer rewriting the header after we mapped
+/// the region cannot change the bounds we use.
+#[derive(Debug)]
+pub(crate) struct Mapping {
+    raw: MmapRaw,
+    layout: Layout,
+}
+
+impl Mapping {
+    /// Wraps `raw`, which must be at least `layout.total_size()` bytes.
+    pub(crate) fn new(raw: MmapRaw, layout: Layout) -> Mapping {
+        assert!(
+            raw.len() >= layout.total_size(),
+            "mapping shorter than its layout"
+        );
+        Mapping { raw, layout }
+    }
+
+    /// Gives the mapping back (to wrap it again with a validated layout).
+    pub(crate) fn into_raw(self) -> MmapRaw {
+        self.raw
+    }
+
+    /// The layout this process uses for the region.
+    pub(crate) fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Panics unless `[off, off + len)` lies in the mapping and `off` is a
+    /// multiple of `align`. Offsets come from the local layout and masked or
+    /// validated indices, so a failure here is a bug of this crate, never
+    /// the effect of bytes a peer wrote.
+    #[inline(always)]
+    fn check(&self, off: usize, len: usize, align: usize) -> *mut u8 {
+        assert!(
+            off % align == 0
+                && off
+                    .checked_add(len)
+                    .is_some_and(|end| end <= self.raw.len()),
+            "shared offset {off}+{len} outside the {}-byte region",
+            self.raw.len()
+        );
+        // SAFETY: `off + len <= raw.len()` was checked just above, so the
+        // result stays inside (or one past the end of) the mapping.
+        unsafe { self.raw.as_mut_ptr().add(off) }
+    }
+
+    /// The 64-bit atomic word at `off`.
+    #[inline(always)]
+    pub(crate) fn u64(&self, off: usize) -> &AtomicU64 {
+        let p = self.check(off, 8, 8);
+        // SAFETY: `p` is in bounds and 8-aligned (the mapping starts on a
+        // page boundary and `off` is a multiple of 8). The memory stays
+        // mapped for as long as `&self` lives. An `AtomicU64` may be mutated
+        // concurrently by anyone, including another process, so handing out
+        // a shared reference to it asserts nothing a peer can violate.
+        unsafe { AtomicU64::from_ptr(p.cast()) }
+    }
+
+    /// The 32-bit atomic word at `off`.
+    #[inline(always)]
+    pub(crate) fn u32(&self, off: usize) -> &AtomicU32 {
+        let p = self.check(off, 4, 4);
+        // SAFETY: as in `u64`: in bounds, aligned, mapped while `&self`
+        // lives, and atomics tolerate concurrent writers.
+        unsafe { AtomicU32::from_ptr(p.cast()) }
+    }
+
+    /// The 16-bit atomic word at `off`.
+    #[inline(always)]
+    pub(crate) fn u16(&self, off: usize) -> &AtomicU16 {
+        let p = self.check(off, 2, 2);
+        // SAFETY: as in `u64`: in bounds, aligned, mapped while `&self`
+        // lives, and atomics tolerate concurrent writers.
+        unsafe { AtomicU16::from_ptr(p.cast()) }
+    }
+
+    /// Copies `dst.len()` shared bytes starting at `off` into `dst`.
+    #[inline]
+    pub(crate) fn copy_out(&self, off: usize, dst: &mut [u8]) {
+        let p = self.check(off, dst.len(), 1);
+        // SAFETY: `[p, p + dst.len())` is inside the mapping (checked), and
+        // `dst` is local memory that cannot overlap the mapping (it is a
+        // Rust slice, which this crate never creates over shared memory).
+        unsafe { volatile_copy_out(p, dst) }
+    }
+
+    /// Copies `src` into the shared bytes starting at `off`.
+    #[inline]
+    pub(crate) fn copy_in(&self, off: usize, src: &[u8]) {
+        let p = self.check(off, src.len(), 1);
+        // SAFETY: as in `copy_out`, with the direction reversed.
+        unsafe { volatile_copy_in(p, src) }
+    }
+
+    /// The address of byte `off`, for the futex system call, which names a
+    /// word by address.
+    pub(crate) fn addr_of_u32(&self, off: usize) -> *mut u32 {
+        self.check(off, 4, 4).cast()
+    }
+}
+
+/// The widest access the copy loops use. On x86-64 SSE2 is part of the base
+/// instruction set, so 16-byte volatile loads and stores compile to single
+/// `movdqa` instructions everywhere.
+#[cfg(target_arch = "x86_64")]
+type Chunk = core::arch::x86_64::__m128i;
+#[cfg(not(target_arch = "x86_64"))]
+type Chunk = u64;
+
+const CHUNK: usize = size_of::<Chunk>();
+
+/// Copies `dst.len()` bytes from shared memory at `src` into `dst`.
+///
+/// Every byte of the source is read exactly once, with volatile accesses:
+/// the compiler may neither re-read the source later (a peer could have
+/// changed it in between) nor assume two reads agree. The aligned middle
+/// goes in 16-byte chunks (64 bytes per loop turn), the ends byte by byte.
+///
+/// # Safety
+///
+/// `[src, src + dst.len())` must be mapped, readable memory that does not
+/// overlap `dst`.
+#[inline]
+pub(crate) unsafe fn volatile_copy_out(src: *const u8, dst: &mut [u8]) {
+    let n = dst.len();
+    let d = dst.as_mut_ptr();
+    let mut i = 0;
+    let head = src.align_offset(CHUNK).min(n);
+    while i < head {
+        // SAFETY: `i < n`: in bounds of both the source range and `dst`.
+        unsafe { d.add(i).write(src.add(i).read_volatile()) };
+        i += 1;
+    }
+    while i + 4 * CHUNK <= n {
+        // SAFETY: `src + i` is `CHUNK`-aligned (the head loop aligned it and
+        // every step is a multiple of `CHUNK`), the four chunks lie inside
+        // the source range (`i + 4 * CHUNK <= n`), and the unaligned
+        // stores stay inside `dst` for the same reason.
+        unsafe {
+            let s = src.add(i).cast::<Chunk>();
+            let a = s.read_volatile();
+            let b = s.add(1).read_volatile();
+            let c = s.add(2).read_volatile();
+            let e = s.add(3).read_volatile();
+            let t = d.add(i).cast::<Chunk>();
+            t.write_unaligned(a);
+            t.add(1).write_unaligned(b);
+            t.add(2).write_unaligned(c);
+            t.add(3).write_unaligned(e);
+        }
+        i += 4 * CHUNK;
+    }
+    while i + CHUNK <= n {
+        // SAFETY: as above, for one chunk.
+        unsafe {
+            let v = src.add(i).cast::<Chunk>().read_volatile();
+            d.add(i).cast::<Chunk>().write_unaligned(v);
+        }
+        i += CHUNK;
+    }
+    while i < n {
+        // SAFETY: `i < n`.
+        unsafe { d.add(i).write(src.add(i).read_volatile()) };
+        i += 1;
+    }
+}
+
+/// Copies `src` into shared memory at `dst` with volatile stores (each
+/// destination byte written exactly once; the compiler may not use the
+/// destination as scratch space or drop a store).
+///
+/// # Safety
+///
+/// `[dst, dst + src.len())` must be mapped, writable memory that does not
+/// overlap `src`.
+#[inline]
+pub(crate) unsafe fn volatile_copy_in(dst: *mut u8, src: &[u8]) {
+    let n = src.len();
+    let s = src.as_ptr();
+    let mut i = 0;
+    let head = dst.align_offset(CHUNK).min(n);
+    while i < head {
+        // SAFETY: `i < n`: in bounds of both ranges.
+        unsafe { dst.add(i).write_volatile(s.add(i).read()) };
+        i += 1;
+    }
+    while i + 4 * CHUNK <= n {
+        // SAFETY: `dst + i` is `CHUNK`-aligned and the four chunks lie in
+        // both ranges (`i + 4 * CHUNK <= n`); the loads from `src` are
+        // unaligned reads of local memory.
+        unsafe {
+            let f = s.add(i).cast::<Chunk>();
+            let a = f.read_unaligned();
+            let b = f.add(1).read_unaligned();
+            let c = f.add(2).read_unaligned();
+            let e = f.add(3).read_unaligned();
+            let t = dst.add(i).cast::<Chunk>();
+            t.write_volatile(a);
+            t.add(1).write_volatile(b);
+            t.add(2).write_volatile(c);
+            t.add(3).write_volatile(e);
+        }
+        i += 4 * CHUNK;
+    }
+    while i + CHUNK <= n {
+        // SAFETY: as above, for one chunk.
+        unsafe {
+            let v = s.add(i).cast::<Chunk>().read_unaligned();
+            dst.add(i).cast::<Chunk>().write_volatile(v);
+        }
+        i += CHUNK;
+    }
+    while i < n {
+        // SAFETY: `i < n`.
+        unsafe { dst.add(i).write_volatile(s.add(i).read()) };
+        i += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copies_every_alignment_and_length() {
+        let src: Vec<u8> = (0..600u32).map(|i| (i * 7 + 3) as u8).collect();
+        for off in 0..20 {
+            for len in [0, 1, 7, 15, 16, 17, 63, 64, 65, 130, 300, 579] {
+                let mut out = vec![0u8; len];
+                // SAFETY: `off + len <= 600`, local vectors, no overlap.
+                unsafe { volatile_copy_out(src.as_ptr().add(off), &mut out) };
+                assert_eq!(&out[..], &src[off..off + len]);
+                let mut back = vec![0u8; 600];
+                // SAFETY: `off + len <= 600`, distinct vectors.
+                unsafe { volatile_copy_in(back.as_mut_ptr().add(off), &out) };
+                assert_eq!(&back[off..off + len], &src[off..off + len]);
+                assert!(back[..off].iter().all(|&b| b == 0));
+                assert!(back[off + len..].iter().all(|&b| b == 0));
+            }
+        }
+    }
+}

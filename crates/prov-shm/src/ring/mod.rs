@@ -1,0 +1,1137 @@
+//! The command queue: a bounded lock-free MPSC ring in the receiver's
+//! region, senders in any process, one receiver (the owner).
+//!
+//! The algorithm (Vyukov's bounded queue, specialised to one consumer and
+//! hardened for a shared, untrusted region) is described in the
+//! [crate docs](crate#the-ring); this module holds the code. A [`Sender`]
+//! claims a position with a compare-and-swap on the shared tail, fills the
+//! slot, and commits it with a compare-and-swap on the slot's sequence
+//! number; the [`Receiver`] keeps its head in private memory, copies a
+//! committed slot out and hands the slot to the next lap.
+
+mod bounce;
+mod wait;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use fabric_core::error::{Error, ErrorKind, Result};
+
+use crate::region::shared::Mapping;
+use crate::region::{Layout, offsets};
+
+pub use self::wait::WaitPolicy;
+
+/// Bytes of each slot not available to the inline payload: the 48-byte
+/// command header at its start and the two `aux` words at its end.
+pub const SLOT_HEADER: usize = 64;
+
+/// Byte offsets inside a slot (all fields accessed atomically; the payload
+/// with volatile copies). The header and the first 16 payload bytes share
+/// the slot's first cache line, so a command with at most 16 bytes of
+/// payload and no `aux` words moves as one line.
+pub mod slot {
+    /// `u64`: the sequence number (see the crate docs).
+    pub const SEQ: usize = 0;
+    /// `u32`: pid of the sender that claimed the slot (0 when released).
+    pub const CLAIMER: usize = 8;
+    /// `u16`: [`Command::op`](super::Command::op).
+    pub const OP: usize = 12;
+    /// `u16`: [`Command::flags`](super::Command::flags).
+    pub const FLAGS: usize = 14;
+    /// `u32`: payload length.
+    pub const LEN: usize = 16;
+    /// `u32`: bounce buffer index, or `u32::MAX` for an inline payload.
+    pub const BOUNCE: usize = 20;
+    /// `u32`: [`Command::src`](super::Command::src).
+    pub const SRC: usize = 24;
+    /// `u32`: the ring's own flags: [`HAS_AUX`]; other bits must be 0.
+    pub const RING_FLAGS: usize = 28;
+    /// `u64`: [`Command::tag`](super::Command::tag).
+    pub const TAG: usize = 32;
+    /// `u64`: [`Command::data`](super::Command::data).
+    pub const DATA: usize = 40;
+    /// Inline payload, up to `slot_size - 64` bytes.
+    pub const PAYLOAD: usize = 48;
+    /// `u64` x 2: [`Command::aux`](super::Command::aux), in the last 16
+    /// bytes of the slot (`slot_size - AUX_FROM_END`); written and read
+    /// only when [`HAS_AUX`] is set, so commands without them do not touch
+    /// that line.
+    pub const AUX_FROM_END: usize = 16;
+    /// [`RING_FLAGS`] bit: the `aux` words are present (else they are 0).
+    pub const HAS_AUX: u32 = 1;
+}
+
+/// Bound on claim retries while other senders keep winning the tail;
+/// past it `try_send` answers `Again` instead of spinning on.
+const CLAIM_TURNS: u32 = 1 << 16;
+
+/// The fields of a command besides its payload. The ring carries them
+/// without interpreting them; the provider layer defines their meaning.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Command {
+    /// Operation code.
+    pub op: u16,
+    /// Operation flags.
+    pub flags: u16,
+    /// Sender identity as the receiver knows it (e.g. its AV index).
+    pub src: u32,
+    /// Tag of a tagged message.
+    pub tag: u64,
+    /// Remote CQ data or an immediate operand.
+    pub data: u64,
+    /// Two more words (context ids, RMA keys, offsets).
+    pub aux: [u64; 2],
+}
+
+/// A command as received: its fields as copied out of the slot, the
+/// payload length, and where the payload was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Message {
+    /// The command fields.
+    pub cmd: Command,
+    /// Payload length in bytes (validated against the slot or buffer).
+    pub len: usize,
+    /// The pid the sender recorded when it claimed the slot. A peer can
+    /// write anything here; use it as a hint.
+    pub sender_pid: u32,
+    /// The bounce buffer that carried the payload, `None` for inline.
+    pub bounce: Option<u32>,
+}
+
+/// A received payload still in shared memory, valid for the duration of
+/// the [`Receiver::try_recv`] callback. It can only be copied out, with
+/// volatile reads, so a peer scribbling on it meanwhile yields wrong bytes
+/// but never undefined behaviour.
+#[derive(Debug)]
+pub struct Payload<'a> {
+    map: &'a Mapping,
+    off: usize,
+    len: usize,
+}
+
+impl Payload<'_> {
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the payload is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Copies the first `min(len, dst.len())` bytes into `dst` and returns
+    /// that count.
+    pub fn copy_to(&self, dst: &mut [u8]) -> usize {
+        self.copy_range_to(0, dst)
+    }
+
+    /// Copies bytes from `offset` on into `dst` (as many as fit or remain)
+    /// and returns the count; 0 when `offset >= len`.
+    pub fn copy_range_to(&self, offset: usize, dst: &mut [u8]) -> usize {
+        let n = self.len.saturating_sub(offset).min(dst.len());
+        if n > 0 {
+            self.map.copy_out(self.off + offset, &mut dst[..n]);
+        }
+        n
+    }
+
+    /// The payload as a new vector.
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = vec![0; self.len];
+        self.copy_to(&mut v);
+        v
+    }
+}
+
+/// Writes the initial ring state: slot `i` holds sequence `i` (free for
+/// position `i`), the tail is 0, nobody sleeps; then the bounce pool.
+pub(crate) fn init(map: &Mapping) {
+    let l = *map.layout();
+    for i in 0..u64::from(l.ring_slots()) {
+        map.u64(l.slot(i) + slot::SEQ).store(i, Ordering::Relaxed);
+        map.u32(l.slot(i) + slot::CLAIMER)
+            .store(0, Ordering::Relaxed);
+    }
+    map.u64(offsets::RING_TAIL).store(0, Ordering::Relaxed);
+    map.u32(offsets::WAIT_FUTEX).store(0, Ordering::Relaxed);
+    map.u32(offsets::WAIT_SLEEPING).store(0, Ordering::Relaxed);
+    bounce::init(map);
+}
+
+/// The sending side of a region's ring. Clone it freely; all clones and
+/// all threads may send at once.
+#[derive(Clone, Debug)]
+pub struct Sender {
+    map: Arc<Mapping>,
+    pid: u32,
+}
+
+impl Sender {
+    pub(crate) fn new(map: Arc<Mapping>) -> Sender {
+        Sender {
+            map,
+            pid: std::process::id(),
+        }
+    }
+
+    /// The layout of the destination region.
+    pub fn layout(&self) -> Layout {
+        *self.map.layout()
+    }
+
+    /// Largest payload sent inline (in the slot itself).
+    pub fn inline_capacity(&self) -> usize {
+        self.map.layout().inline_capacity()
+    }
+
+    /// Largest payload sent through one bounce buffer (0: no pool).
+    pub fn bounce_capacity(&self) -> usize {
+        self.map.layout().bounce_size()
+    }
+
+    /// Sends `cmd` with `payload`: inline when it fits the slot, else
+    /// through a bounce buffer. Never blocks: `Again` when the ring (or the
+    /// pool) is full, `MsgSize` when the payload exceeds a bounce buffer.
+    pub fn try_send(&self, cmd: &Command, payload: &[u8]) -> Result<()> {
+        if payload.len() <= self.inline_capacity() {
+            self.try_send_inline(cmd, payload)
+        } else {
+            self.try_send_bounce(cmd, payload)
+        }
+    }
+
+    /// Sends with the payload in the slot. `MsgSize` if it does not fit.
+    pub fn try_send_inline(&self, cmd: &Command, payload: &[u8]) -> Result<()> {
+        let map = &*self.map;
+        let l = map.layout();
+        if payload.len() > l.inline_capacity() {
+            return Err(too_big(payload.len(), "inline", l.inline_capacity()));
+        }
+        let pos = self.claim()?;
+        let s = l.slot(pos);
+        self.write_header(s, cmd, payload.len(), bounce::NONE);
+        map.copy_in(s + slot::PAYLOAD, payload);
+        self.commit(s, pos)
+    }
+
+    /// Sends with the payload in a bounce buffer (even a small one).
+    /// `Again` when no buffer is free or the ring is full; `MsgSize` when
+    /// the payload exceeds a buffer.
+    pub fn try_send_bounce(&self, cmd: &Command, payload: &[u8]) -> Result<()> {
+        let map = &*self.map;
+        let l = map.layout();
+        if payload.len() > l.bounce_size() {
+            return Err(too_big(payload.len(), "bounce-buffer", l.bounce_size()));
+        }
+        // Fill the buffer before claiming a slot: the claimed-but-not-
+        // committed window, during which the receiver must wait on this
+        // slot, then covers only the header writes.
+        let idx = bounce::pop(map, self.pid)?;
+        map.copy_in(l.bounce_data(idx), payload);
+        let pos = match self.claim() {
+            Ok(pos) => pos,
+            Err(e) => {
+                let _ = bounce::release(map, idx);
+                return Err(e);
+            }
+        };
+        let s = l.slot(pos);
+        self.write_header(s, cmd, payload.len(), idx);
+        self.commit(s, pos).inspect_err(|_| {
+            let _ = bounce::release(map, idx);
+        })
+    }
+
+    /// Claims the next position: `Ok(pos)` makes this sender the only one
+    /// that may fill slot `pos & mask` for this lap.
+    fn claim(&self) -> Result<u64> {
+        let map = &*self.map;
+        let l = map.layout();
+        let tail = map.u64(offsets::RING_TAIL);
+        let mut pos = tail.load(Ordering::Relaxed);
+        for _ in 0..CLAIM_TURNS {
+            // Acquire: pairs with the receiver's Release when it freed the
+            // slot, so our writes below come after its reads of the last
+            // lap. (A read-modify-write here, to fetch the line for writing
+            // in one go, measured no faster.)
+            let seq = map.u64(l.slot(pos) + slot::SEQ).load(Ordering::Acquire);
+            let diff = seq.wrapping_sub(pos) as i64;
+            if diff == 0 {
+                match tail.compare_exchange_weak(
+                    pos,
+                    pos.wrapping_add(1),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => {
+                        map.u32(l.slot(pos) + slot::CLAIMER)
+                            .store(self.pid, Ordering::Relaxed);
+                        return Ok(pos);
+                    }
+                    Err(now) => pos = now,
+                }
+            } else if diff < 0 {
+                // The slot still holds the previous lap: full.
+                return Err(Error::again());
+            } else {
+                // Another sender took `pos`; catch up with the tail.
+                std::hint::spin_loop();
+                pos = tail.load(Ordering::Relaxed);
+            }
+        }
+        Err(Error::again())
+    }
+
+    fn write_header(&self, s: usize, cmd: &Command, len: usize, bounce: u32) {
+        let m = &*self.map;
+        let r = Ordering::Relaxed;
+        m.u16(s + slot::OP).store(cmd.op, r);
+        m.u16(s + slot::FLAGS).store(cmd.flags, r);
+        m.u32(s + slot::LEN).store(len as u32, r);
+        m.u32(s + slot::BOUNCE).store(bounce, r);
+        m.u32(s + slot::SRC).store(cmd.src, r);
+        m.u64(s + slot::TAG).store(cmd.tag, r);
+        m.u64(s + slot::DATA).store(cmd.data, r);
+        if cmd.aux == [0, 0] {
+            m.u32(s + slot::RING_FLAGS).store(0, r);
+        } else {
+            let aux = s + m.layout().slot_size() - slot::AUX_FROM_END;
+            m.u64(aux).store(cmd.aux[0], r);
+            m.u64(aux + 8).store(cmd.aux[1], r);
+            m.u32(s + slot::RING_FLAGS).store(slot::HAS_AUX, r);
+        }
+    }
+
+    /// Publishes the slot, then wakes the receiver if it sleeps.
+    fn commit(&self, s: usize, pos: u64) -> Result<()> {
+        let map = &*self.map;
+        // SeqCst (a Release, and half of the Dekker pair with the
+        // receiver's `sleeping` flag, see `wait`). A CAS rather than a
+        // store: if the receiver reclaimed the slot (it took this process
+        // for dead), the commit fails instead of resurrecting it.
+        if map
+            .u64(s + slot::SEQ)
+            .compare_exchange(
+                pos,
+                pos.wrapping_add(1),
+                Ordering::SeqCst,
+                Ordering::Relaxed,
+            )
+            .is_err()
+        {
+            return Err(Error::new(
+                ErrorKind::Canceled,
+                "the receiver reclaimed the ring slot before the command was committed",
+            ));
+        }
+        if map.u32(offsets::WAIT_SLEEPING).load(Ordering::SeqCst) != 0 {
+            wait::wake(map);
+        }
+        Ok(())
+    }
+}
+
+fn too_big(len: usize, how: &'static str, cap: usize) -> Error {
+    Error::new(
+        ErrorKind::MsgSize,
+        format!("a {len}-byte payload exceeds the {cap}-byte {how} capacity"),
+    )
+}
+
+fn corrupt_slot(idx: u64, what: String) -> Error {
+    Error::new(
+        ErrorKind::Io,
+        format!("ring slot {idx} is malformed: {what}; the command was dropped"),
+    )
+}
+
+/// What [`Receiver::recover`] cleaned up.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// Slots claimed by a dead sender that never committed them, skipped.
+    pub skipped_slots: u32,
+    /// Bounce buffers held by dead senders and referenced by no pending
+    /// command, returned to the pool.
+    pub freed_buffers: u32,
+    /// Shared words found in states the protocol cannot produce (a tail
+    /// outside `[head, head + slots]`, a free slot with a foreign sequence
+    /// number, a free-list head naming no buffer) and reset.
+    pub repaired: u32,
+}
+
+/// The receiving side of a region's ring (one per region: see
+/// [`Region::receiver`](crate::region::Region::receiver)).
+#[derive(Debug)]
+pub struct Receiver {
+    map: Arc<Mapping>,
+    /// Next position to consume. Private: no peer can move it.
+    head: u64,
+    policy: WaitPolicy,
+}
+
+/// Releases the head slot (and its bounce buffer) when dropped, so that a
+/// panicking callback does not wedge the ring.
+struct Release<'a> {
+    map: &'a Mapping,
+    head: &'a mut u64,
+    bounce: Option<u32>,
+}
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        let pos = *self.head;
+        let l = self.map.layout();
+        let s = l.slot(pos);
+        if let Some(b) = self.bounce {
+            // A failure means a duplicate reference or a scribbled free
+            // list; the buffer is left out of the pool rather than handed
+            // out twice.
+            let _ = bounce::release(self.map, b);
+        }
+        self.map.u32(s + slot::CLAIMER).store(0, Ordering::Relaxed);
+        // Release: our reads of the slot happen before the next lap's
+        // sender (which loads this with Acquire) overwrites it.
+        self.map.u64(s + slot::SEQ).store(
+            pos.wrapping_add(u64::from(l.ring_slots())),
+            Ordering::Release,
+        );
+        *self.head = pos.wrapping_add(1);
+    }
+}
+
+impl Receiver {
+    pub(crate) fn new(map: Arc<Mapping>) -> Receiver {
+        Receiver {
+            map,
+            head: 0,
+            policy: WaitPolicy::default(),
+        }
+    }
+
+    /// The region's layout.
+    pub fn layout(&self) -> Layout {
+        *self.map.layout()
+    }
+
+    /// Sets how [`wait`](Self::wait) polls before blocking.
+    pub fn set_wait_policy(&mut self, policy: WaitPolicy) {
+        self.policy = policy;
+    }
+
+    /// The wait policy in use.
+    pub fn wait_policy(&self) -> WaitPolicy {
+        self.policy
+    }
+
+    /// Receives the next command if one is committed: validates the slot,
+    /// calls `f` with the command and a view of its payload, then releases
+    /// the slot (and bounce buffer) for reuse, also if `f` panics.
+    ///
+    /// Errors: `Again` when the ring is empty (or the head command is still
+    /// being written); `Io` when the head slot is malformed (bad sequence,
+    /// length or buffer index: a peer wrote outside the protocol). A
+    /// malformed slot is consumed or repaired, and `f` is not called, so
+    /// the next call moves on.
+    pub fn try_recv<R>(&mut self, f: impl FnOnce(&Message, Payload<'_>) -> R) -> Result<R> {
+        let map: &Mapping = &self.map;
+        let l = *map.layout();
+        let pos = self.head;
+        let s = l.slot(pos);
+        let seq = map.u64(s + slot::SEQ).load(Ordering::Acquire);
+        if seq == pos {
+            return Err(Error::again());
+        }
+        if seq != pos.wrapping_add(1) {
+            return Err(self.bad_sequence(pos, seq));
+        }
+        let r = Ordering::Relaxed;
+        let len = map.u32(s + slot::LEN).load(r) as usize;
+        let bounce = map.u32(s + slot::BOUNCE).load(r);
+        let ring_flags = map.u32(s + slot::RING_FLAGS).load(r);
+        let aux = if ring_flags & slot::HAS_AUX != 0 {
+            let a = s + l.slot_size() - slot::AUX_FROM_END;
+            [map.u64(a).load(r), map.u64(a + 8).load(r)]
+        } else {
+            [0, 0]
+        };
+        let msg = Message {
+            cmd: Command {
+                op: map.u16(s + slot::OP).load(r),
+                flags: map.u16(s + slot::FLAGS).load(r),
+                src: map.u32(s + slot::SRC).load(r),
+                tag: map.u64(s + slot::TAG).load(r),
+                data: map.u64(s + slot::DATA).load(r),
+                aux,
+            },
+            len,
+            sender_pid: map.u32(s + slot::CLAIMER).load(r),
+            bounce: (bounce != bounce::NONE).then_some(bounce),
+        };
+        let idx = pos & u64::from(l.ring_slots() - 1);
+        let checked = if ring_flags & !slot::HAS_AUX != 0 {
+            Err(corrupt_slot(
+                idx,
+                format!("unknown ring flags {ring_flags:#x}"),
+            ))
+        } else if bounce == bounce::NONE {
+            if len <= l.inline_capacity() {
+                Ok(s + slot::PAYLOAD)
+            } else {
+                Err(corrupt_slot(
+                    idx,
+                    format!(
+                        "inline length {len} exceeds the {}-byte slot payload",
+                        l.inline_capacity()
+                    ),
+                ))
+            }
+        } else if bounce >= l.bounce_count() {
+            Err(corrupt_slot(
+                idx,
+                format!(
+                    "bounce buffer {bounce} does not exist (the pool has {})",
+                    l.bounce_count()
+                ),
+            ))
+        } else if len > l.bounce_size() {
+            Err(corrupt_slot(
+                idx,
+                format!(
+                    "length {len} exceeds the {}-byte bounce buffer",
+                    l.bounce_size()
+                ),
+            ))
+        } else if bounce::holder(map, bounce) == 0 {
+            Err(corrupt_slot(
+                idx,
+                format!("bounce buffer {bounce} is not held by a sender"),
+            ))
+        } else {
+            Ok(l.bounce_data(bounce))
+        };
+        let head = &mut self.head;
+        match checked {
+            Ok(off) => {
+                let _release = Release {
+                    map,
+                    head,
+                    bounce: msg.bounce,
+                };
+                Ok(f(&msg, Payload { map, off, len }))
+            }
+            Err(e) => {
+                drop(Release {
+                    map,
+                    head,
+                    bounce: None,
+                });
+                Err(e)
+            }
+        }
+    }
+
+    /// [`try_recv`](Self::try_recv) that copies the payload into a new
+    /// vector.
+    pub fn try_recv_vec(&mut self) -> Result<(Message, Vec<u8>)> {
+        self.try_recv(|m, p| (*m, p.to_vec()))
+    }
+
+    /// Waits (see [`wait`](Self::wait)) up to `timeout` for a command, then
+    /// receives it as [`try_recv`](Self::try_recv) does. `Again` when none
+    /// came in time.
+    pub fn recv<R>(
+        &mut self,
+        timeout: Duration,
+        f: impl FnOnce(&Message, Payload<'_>) -> R,
+    ) -> Result<R> {
+        // The fast path (a command is already there) reads no clock.
+        if self.is_ready() {
+            return self.try_recv(f);
+        }
+        let deadline = Instant::now().checked_add(timeout);
+        loop {
+            let left = deadline.map_or(Duration::MAX, |d| {
+                d.saturating_duration_since(Instant::now())
+            });
+            if !self.wait(left) {
+                return Err(Error::new(
+                    ErrorKind::Again,
+                    format!("no command arrived within {timeout:?}"),
+                ));
+            }
+            // `wait` said the head slot changed; it can still be a slot
+            // being written (seen through a repaired sequence): retry.
+            if self.is_ready() {
+                return self.try_recv(f);
+            }
+        }
+    }
+
+    /// [`recv`](Self::recv) into a new vector.
+    pub fn recv_vec(&mut self, timeout: Duration) -> Result<(Message, Vec<u8>)> {
+        self.recv(timeout, |m, p| (*m, p.to_vec()))
+    }
+
+    /// Whether [`try_recv`](Self::try_recv) would return something other
+    /// than `Again` (a command, or an error about a malformed slot).
+    pub fn is_ready(&self) -> bool {
+        self.ready_with(Ordering::Acquire)
+    }
+
+    #[inline(always)]
+    fn ready_with(&self, order: Ordering) -> bool {
+        let s = self.map.layout().slot(self.head);
+        self.map.u64(s + slot::SEQ).load(order) != self.head
+    }
+
+    /// Waits until a command is ready or `timeout` passed; returns whether
+    /// one is ready. Spins, then yields, then sleeps on the region's futex
+    /// as the [`WaitPolicy`] says; senders wake it only when it sleeps.
+    pub fn wait(&self, timeout: Duration) -> bool {
+        if self.is_ready() {
+            return true;
+        }
+        let start = Instant::now();
+        let spin_end = self.policy.spin.min(timeout);
+        let yield_end = self
+            .policy
+            .spin
+            .saturating_add(self.policy.yield_for)
+            .min(timeout);
+        // Phase 1: spin.
+        while start.elapsed() < spin_end {
+            for _ in 0..64 {
+                if self.is_ready() {
+                    return true;
+                }
+                std::hint::spin_loop();
+            }
+        }
+        // Phase 2: yield between looks.
+        while start.elapsed() < yield_end {
+            wait::yield_now();
+            if self.is_ready() {
+                return true;
+            }
+        }
+        // Phase 3: sleep.
+        let map = &*self.map;
+        let futex = map.u32(offsets::WAIT_FUTEX);
+        let sleeping = map.u32(offsets::WAIT_SLEEPING);
+        loop {
+            let elapsed = start.elapsed();
+            if elapsed >= timeout {
+                return self.is_ready();
+            }
+            let v = futex.load(Ordering::Acquire);
+            sleeping.store(1, Ordering::SeqCst);
+            if self.ready_with(Ordering::SeqCst) {
+                sleeping.store(0, Ordering::Relaxed);
+                return true;
+            }
+            wait::sleep(map, v, timeout - elapsed);
+            sleeping.store(0, Ordering::Relaxed);
+            if self.is_ready() {
+                return true;
+            }
+        }
+    }
+
+    /// Step 3 of [`recover`](Self::recover).
+    fn repair(&mut self) -> u32 {
+        let map: &Mapping = &self.map;
+        let l = *map.layout();
+        let slots = u64::from(l.ring_slots());
+        let head = self.head;
+        let seq_of = |p: u64| map.u64(l.slot(p) + slot::SEQ);
+        let mut fixed = 0;
+        // A live ring always has head <= tail <= head + slots: a sender can
+        // claim `p` only after the receiver freed `p - slots`.
+        let tail_word = map.u64(offsets::RING_TAIL);
+        let mut tail = tail_word.load(Ordering::Relaxed);
+        if tail.wrapping_sub(head) > slots {
+            let committed = (head..head.wrapping_add(slots))
+                .take_while(|&p| seq_of(p).load(Ordering::Acquire) == p.wrapping_add(1))
+                .count() as u64;
+            let want = head.wrapping_add(committed);
+            if tail_word
+                .compare_exchange(tail, want, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+            {
+                fixed += 1;
+                tail = want;
+            }
+        }
+        // A position not yet claimed must hold its own position as
+        // sequence (the receiver freed it a lap ago). A sender can only
+        // change that after claiming it, which moves the tail past it, so a
+        // foreign value is reset, with a CAS, only while the tail (read
+        // again after the sequence) has not reached the position.
+        let mut p = tail;
+        while p.wrapping_sub(head) < slots {
+            let seq = seq_of(p).load(Ordering::Acquire);
+            if seq != p {
+                let now = tail_word.load(Ordering::Acquire);
+                if now.wrapping_sub(p) as i64 <= 0
+                    && seq_of(p)
+                        .compare_exchange(seq, p, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_ok()
+                {
+                    fixed += 1;
+                }
+            }
+            p = p.wrapping_add(1);
+        }
+        if bounce::repair(map) {
+            fixed += 1;
+        }
+        fixed
+    }
+
+    /// The head slot holds `seq`, which is neither "free for this lap"
+    /// (`pos`) nor "committed" (`pos + 1`): only a peer writing outside the
+    /// protocol produces that. If some sender claimed the position (the
+    /// tail is past it), the slot is skipped; otherwise its sequence is
+    /// reset to "free" so senders can use it. Either way the ring keeps
+    /// going and the caller gets an `Io` error.
+    fn bad_sequence(&mut self, pos: u64, seq: u64) -> Error {
+        let map: &Mapping = &self.map;
+        let l = *map.layout();
+        let idx = pos & u64::from(l.ring_slots() - 1);
+        let tail = map.u64(offsets::RING_TAIL).load(Ordering::Relaxed);
+        if tail.wrapping_sub(pos) as i64 > 0 {
+            drop(Release {
+                map,
+                head: &mut self.head,
+                bounce: None,
+            });
+        } else {
+            map.u64(l.slot(pos) + slot::SEQ)
+                .store(pos, Ordering::Release);
+        }
+        corrupt_slot(
+            idx,
+            format!(
+                "sequence {seq:#x} where {pos:#x} or {:#x} was expected",
+                pos.wrapping_add(1)
+            ),
+        )
+    }
+
+    /// Cleans up after senders that died mid-operation. `is_dead(pid)` says
+    /// whether a sender process is gone ([`process_gone`] is the usual
+    /// choice; it is also asked about pid 0, "no claimer recorded", which a
+    /// sender leaves only if it died in the two instructions between
+    /// claiming a slot and recording its pid).
+    ///
+    /// 1. While the head slot was claimed (the tail is past it) but never
+    ///    committed, and its claimer is dead, the slot is skipped. Should
+    ///    the claimer be alive after all, its commit then fails with
+    ///    `Canceled`.
+    /// 2. Bounce buffers held by a dead pid and not named by any committed
+    ///    command still in the ring go back to the pool.
+    /// 3. Shared words a peer scribbled on are put back in a state senders
+    ///    can work with (after such damage every send would otherwise fail
+    ///    with `Again`): a tail outside `[head, head + slots]` is set just
+    ///    past the committed commands at the head; an unclaimed slot whose
+    ///    sequence is neither its position nor "committed" gets its
+    ///    position back; a free-list head naming no buffer is rebuilt from
+    ///    the buffers nobody holds. Words in states a live sender can
+    ///    produce are never touched, so this is safe to call at any time.
+    ///
+    /// [`process_gone`]: crate::region::process_gone
+    pub fn recover(&mut self, mut is_dead: impl FnMut(u32) -> bool) -> Recovery {
+        let mut out = Recovery {
+            repaired: self.repair(),
+            ..Recovery::default()
+        };
+        let map: &Mapping = &self.map;
+        let l = *map.layout();
+        let slots = u64::from(l.ring_slots());
+        for _ in 0..slots {
+            let pos = self.head;
+            let s = l.slot(pos);
+            let seq = map.u64(s + slot::SEQ);
+            if seq.load(Ordering::Acquire) != pos {
+                break;
+            }
+            let tail = map.u64(offsets::RING_TAIL).load(Ordering::Relaxed);
+            if tail.wrapping_sub(pos) as i64 <= 0 {
+                break;
+            }
+            let claimer = map.u32(s + slot::CLAIMER).load(Ordering::Relaxed);
+            if !is_dead(claimer) {
+                break;
+            }
+            if seq
+                .compare_exchange(
+                    pos,
+                    pos.wrapping_add(slots),
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+            {
+                break;
+            }
+            map.u32(s + slot::CLAIMER).store(0, Ordering::Relaxed);
+            self.head = pos.wrapping_add(1);
+            out.skipped_slots += 1;
+        }
+        let count = l.bounce_count();
+        if count > 0 {
+            let mut named = vec![false; count as usize];
+            for pos in self.head..self.head.wrapping_add(slots) {
+                let s = l.slot(pos);
+                if map.u64(s + slot::SEQ).load(Ordering::Acquire) == pos.wrapping_add(1) {
+                    let b = map.u32(s + slot::BOUNCE).load(Ordering::Relaxed);
+                    if b < count {
+                        named[b as usize] = true;
+                    }
+                }
+            }
+            for b in 0..count {
+                let holder = bounce::holder(map, b);
+                if holder != 0
+                    && !named[b as usize]
+                    && is_dead(holder)
+                    && bounce::release_if_held_by(map, b, holder)
+                {
+                    out.freed_buffers += 1;
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::region::{Region, RegionConfig};
+
+    fn small() -> RegionConfig {
+        RegionConfig {
+            ring_slots: 4,
+            slot_size: 128,
+            bounce_count: 2,
+            bounce_size: 256,
+        }
+    }
+
+    #[test]
+    fn fills_then_again_then_drains_in_order() {
+        let region = Region::create(&small()).expect("create");
+        let tx = region.sender();
+        let mut rx = region.receiver().expect("receiver");
+        assert_eq!(
+            rx.try_recv_vec().expect_err("empty").kind(),
+            ErrorKind::Again
+        );
+        for i in 0..4u8 {
+            let cmd = Command {
+                tag: u64::from(i),
+                ..Command::default()
+            };
+            tx.try_send(&cmd, &[i; 10]).expect("room");
+        }
+        let e = tx.try_send(&Command::default(), b"x").expect_err("full");
+        assert_eq!(e.kind(), ErrorKind::Again);
+        for i in 0..4u8 {
+            let (m, p) = rx.try_recv_vec().expect("message");
+            assert_eq!((m.cmd.tag, p), (u64::from(i), vec![i; 10]));
+            assert_eq!(m.sender_pid, std::process::id());
+        }
+        assert_eq!(
+            rx.try_recv_vec().expect_err("empty").kind(),
+            ErrorKind::Again
+        );
+    }
+
+    #[test]
+    fn aux_words_travel_only_when_set() {
+        let region = Region::create(&small()).expect("create");
+        let tx = region.sender();
+        let mut rx = region.receiver().expect("receiver");
+        let map = &*tx.map;
+        let l = *map.layout();
+        let aux_at = l.slot(0) + l.slot_size() - slot::AUX_FROM_END;
+        let with = Command {
+            op: 1,
+            flags: 2,
+            src: 3,
+            tag: 4,
+            data: 5,
+            aux: [6, 7],
+        };
+        tx.try_send(&with, &[9; 64]).expect("send");
+        assert_eq!(
+            rx.try_recv_vec().expect("recv"),
+            (
+                Message {
+                    cmd: with,
+                    len: 64,
+                    sender_pid: std::process::id(),
+                    bounce: None,
+                },
+                vec![9; 64]
+            )
+        );
+        // Stale aux words in the slot are not read for a command without.
+        map.u64(aux_at).store(0xbad, Ordering::Relaxed);
+        for _ in 0..4 {
+            tx.try_send(
+                &Command {
+                    tag: 1,
+                    ..Command::default()
+                },
+                b"",
+            )
+            .expect("send");
+            let (m, _) = rx.try_recv_vec().expect("recv");
+            assert_eq!(m.cmd.aux, [0, 0]);
+        }
+    }
+
+    #[test]
+    fn bounce_buffers_run_out_and_come_back() {
+        let region = Region::create(&small()).expect("create");
+        let tx = region.sender();
+        let mut rx = region.receiver().expect("receiver");
+        let big = [7u8; 200];
+        tx.try_send(&Command::default(), &big).expect("buffer 1");
+        tx.try_send(&Command::default(), &big).expect("buffer 2");
+        assert_eq!(
+            tx.try_send(&Command::default(), &big)
+                .expect_err("pool empty")
+                .kind(),
+            ErrorKind::Again
+        );
+        // The inline path still works while the pool is empty.
+        tx.try_send(&Command::default(), b"small").expect("inline");
+        let (m, p) = rx.try_recv_vec().expect("first");
+        assert!(m.bounce.is_some());
+        assert_eq!(p, big);
+        tx.try_send(&Command::default(), &big)
+            .expect("a buffer came back");
+        assert_eq!(
+            tx.try_send(&Command::default(), &[0; 257])
+                .expect_err("too big")
+                .kind(),
+            ErrorKind::MsgSize
+        );
+        assert_eq!(rx.try_recv_vec().expect("second").1, big);
+        assert_eq!(rx.try_recv_vec().expect("third").1, b"small");
+        assert_eq!(rx.try_recv_vec().expect("fourth").1, big);
+    }
+
+    #[test]
+    fn malformed_slots_are_errors_and_the_ring_moves_on() {
+        let region = Region::create(&small()).expect("create");
+        let tx = region.sender();
+        let mut rx = region.receiver().expect("receiver");
+        let map = &*region.sender().map;
+        let l = *map.layout();
+        // Inline length beyond the slot.
+        tx.try_send(&Command::default(), b"abc").expect("send");
+        map.u32(l.slot(0) + slot::LEN)
+            .store(10_000, Ordering::Relaxed);
+        assert_eq!(
+            rx.try_recv_vec().expect_err("bad len").kind(),
+            ErrorKind::Io
+        );
+        // A bounce index beyond the pool.
+        tx.try_send(&Command::default(), b"abc").expect("send");
+        map.u32(l.slot(1) + slot::BOUNCE)
+            .store(99, Ordering::Relaxed);
+        assert_eq!(
+            rx.try_recv_vec().expect_err("bad index").kind(),
+            ErrorKind::Io
+        );
+        // A bounce buffer nobody holds.
+        tx.try_send(&Command::default(), b"abc").expect("send");
+        map.u32(l.slot(2) + slot::BOUNCE)
+            .store(1, Ordering::Relaxed);
+        assert_eq!(
+            rx.try_recv_vec().expect_err("free buffer").kind(),
+            ErrorKind::Io
+        );
+        // Ring flags this version does not know.
+        tx.try_send(&Command::default(), b"abc").expect("send");
+        map.u32(l.slot(3) + slot::RING_FLAGS)
+            .store(6, Ordering::Relaxed);
+        assert_eq!(
+            rx.try_recv_vec().expect_err("bad flags").kind(),
+            ErrorKind::Io
+        );
+        // A garbage sequence number on an unclaimed slot is repaired.
+        map.u64(l.slot(4) + slot::SEQ)
+            .store(0xdead, Ordering::Relaxed);
+        assert!(rx.is_ready());
+        assert_eq!(
+            rx.try_recv_vec().expect_err("bad seq").kind(),
+            ErrorKind::Io
+        );
+        assert_eq!(
+            rx.try_recv_vec().expect_err("repaired").kind(),
+            ErrorKind::Again
+        );
+        tx.try_send(&Command::default(), b"ok")
+            .expect("send after repair");
+        assert_eq!(rx.try_recv_vec().expect("good").1, b"ok");
+    }
+
+    #[test]
+    fn recover_skips_a_dead_claimer_and_frees_its_buffers() {
+        let region = Region::create(&small()).expect("create");
+        let tx = region.sender();
+        let mut rx = region.receiver().expect("receiver");
+        let map = &*tx.map;
+        let l = *map.layout();
+        const DEAD: u32 = 0x7fff_fff0;
+        // A sender claims position 0 and "dies" before committing.
+        let pos = tx.claim().expect("claim");
+        map.u32(l.slot(pos) + slot::CLAIMER)
+            .store(DEAD, Ordering::Relaxed);
+        // Another takes a bounce buffer and dies before sending.
+        let b = bounce::pop(map, DEAD).expect("buffer");
+        // A live sender queues behind the stuck slot.
+        tx.try_send(
+            &Command {
+                tag: 5,
+                ..Command::default()
+            },
+            b"behind",
+        )
+        .expect("send");
+        assert_eq!(
+            rx.try_recv_vec().expect_err("stuck").kind(),
+            ErrorKind::Again
+        );
+        let is_dead = |pid: u32| pid == DEAD;
+        assert_eq!(
+            rx.recover(is_dead),
+            Recovery {
+                skipped_slots: 1,
+                freed_buffers: 1,
+                repaired: 0,
+            }
+        );
+        let (m, p) = rx.try_recv_vec().expect("unstuck");
+        assert_eq!((m.cmd.tag, p.as_slice()), (5, &b"behind"[..]));
+        // The late commit of a sender that was taken for dead fails.
+        let pos2 = tx.claim().expect("claim");
+        map.u32(l.slot(pos2) + slot::CLAIMER)
+            .store(DEAD, Ordering::Relaxed);
+        assert_eq!(rx.recover(is_dead).skipped_slots, 1);
+        assert_eq!(
+            tx.commit(l.slot(pos2), pos2).expect_err("reclaimed").kind(),
+            ErrorKind::Canceled
+        );
+        // Both buffers are usable again.
+        assert_ne!(b, u32::MAX);
+        tx.try_send_bounce(&Command::default(), b"1")
+            .expect("buffer");
+        tx.try_send_bounce(&Command::default(), b"2")
+            .expect("buffer");
+        assert_eq!(rx.try_recv_vec().expect("1").1, b"1");
+        assert_eq!(rx.try_recv_vec().expect("2").1, b"2");
+    }
+
+    #[test]
+    fn recover_repairs_scribbled_control_words() {
+        let region = Region::create(&small()).expect("create");
+        let tx = region.sender();
+        let mut rx = region.receiver().expect("receiver");
+        let map = &*tx.map;
+        let l = *map.layout();
+        tx.try_send(
+            &Command {
+                tag: 1,
+                ..Command::default()
+            },
+            b"kept",
+        )
+        .expect("send");
+        // A tail far away: every claim sees "full" or "taken".
+        map.u64(offsets::RING_TAIL)
+            .store(1 << 40, Ordering::Relaxed);
+        assert_eq!(
+            tx.try_send(&Command::default(), b"x")
+                .expect_err("wedged")
+                .kind(),
+            ErrorKind::Again
+        );
+        // A free slot with a foreign sequence, and a free-list head naming
+        // no buffer.
+        map.u64(l.slot(2) + slot::SEQ).store(77, Ordering::Relaxed);
+        map.u64(offsets::BOUNCE_FREE).store(5, Ordering::Relaxed);
+        assert!(bounce::pop(map, 1).is_err());
+        let r = rx.recover(|_| false);
+        assert_eq!(
+            r,
+            Recovery {
+                skipped_slots: 0,
+                freed_buffers: 0,
+                repaired: 3
+            }
+        );
+        assert_eq!(
+            rx.recover(|_| false),
+            Recovery::default(),
+            "nothing left to fix"
+        );
+        // The committed command survived; the ring and pool work again.
+        assert_eq!(rx.try_recv_vec().expect("kept").1, b"kept");
+        for i in 0..4u8 {
+            tx.try_send(&Command::default(), &[i; 100])
+                .expect("room again");
+            assert_eq!(rx.try_recv_vec().expect("back").1, [i; 100]);
+        }
+    }
+
+    #[test]
+    fn a_committed_command_of_a_dead_sender_keeps_its_buffer() {
+        let region = Region::create(&small()).expect("create");
+        let tx = region.sender();
+        let mut rx = region.receiver().expect("receiver");
+        tx.try_send_bounce(&Command::default(), b"last words")
+            .expect("send");
+        // Pretend the sender died right after sending.
+        assert_eq!(rx.recover(|_| true), Recovery::default());
+        assert_eq!(rx.try_recv_vec().expect("delivered").1, b"last words");
+    }
+
+    #[test]
+    fn a_panicking_callback_releases_the_slot() {
+        let region = Region::create(&small()).expect("create");
+        let tx = region.sender();
+        let mut rx = region.receiver().expect("receiver");
+        tx.try_send(&Command::default(), b"boom").expect("send");
+        tx.try_send(&Command::default(), b"next").expect("send");
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _ = rx.try_recv(|_, _| panic!("callback failed"));
+        }));
+        assert!(r.is_err());
+        assert_eq!(rx.try_recv_vec().expect("moved on").1, b"next");
+    }
+
+    #[test]
+    fn wait_times_out_and_wakes() {
+        let region = Region::create(&small()).expect("create");
+        let tx = region.sender();
+        let mut rx = region.receiver().expect("receiver");
+        rx.set_wait_policy(WaitPolicy::BLOCK);
+        assert!(!rx.wait(Duration::from_millis(20)));
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            tx.try_send(&Command::default(), b"wake").expect("send");
+        });
+        let (_, p) = rx.recv_vec(Duration::from_secs(30)).expect("woken");
+        assert_eq!(p, b"wake");
+        t.join().expect("sender thread");
+    }
+}
