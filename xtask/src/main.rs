@@ -4,6 +4,10 @@
 //!   feature matrix, fmt, clippy, tests, docs, cargo-deny when installed.
 //!   Each step prints its name and duration; the first failure stops the
 //!   run with a non-zero exit status.
+//! - `bench`: `fabric pingpong` against libfabric's `fi_pingpong` and the
+//!   floors, written to BENCHMARKS.md (see `bench.rs`).
+
+mod bench;
 
 use std::process::{Command, ExitCode};
 use std::time::Instant;
@@ -12,6 +16,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("ci") => ci(),
+        Some("bench") => bench::main(&args[1..]),
         Some("-h" | "--help" | "help") | None => {
             println!(
                 "usage: cargo xtask <task>\n\ntasks:\n  ci    the full test run (what .ci/run calls)"

@@ -1,0 +1,881 @@
+//! `cargo xtask bench [--rounds N] [--quick] [--out FILE]`: our
+//! `fabric pingpong` against libfabric's `fi_pingpong` on the same machine,
+//! in the same run, alternating, several rounds; plus the floors (a
+//! busy-polling raw TCP ping-pong, a raw TCP stream, memcpy, a cache-line
+//! ping-pong). Writes BENCHMARKS.md (medians, spreads, our/their ratio per
+//! size) and two SVG charts under `bench/`.
+//!
+//! Server processes run on core 1 and clients on core 0 (`taskset`), as in
+//! `../shared/notes/perf-anchors.md`; one extra round puts both on core 1.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{IsTerminal, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+/// One measurement: one-way latency and ping-pong bandwidth.
+#[derive(Debug, Clone, Copy)]
+struct Sample {
+    usec: f64,
+    mbps: f64,
+}
+
+/// Samples per size for one configuration.
+type Series = BTreeMap<usize, Vec<Sample>>;
+
+/// A ping-pong configuration: how to start its server and its client.
+struct Config {
+    name: String,
+    ours: bool,
+    server: Vec<String>,
+    client: Vec<String>,
+    /// Largest size it is run at.
+    max: usize,
+}
+
+struct Opts {
+    rounds: usize,
+    quick: bool,
+    out: PathBuf,
+}
+
+fn parse_opts(args: &[String]) -> Result<Opts, String> {
+    let mut o = Opts {
+        rounds: 3,
+        quick: false,
+        out: PathBuf::from("BENCHMARKS.md"),
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--rounds" => {
+                o.rounds = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|n| *n > 0)
+                    .ok_or("--rounds needs a number")?
+            }
+            "--quick" => o.quick = true,
+            "--out" => o.out = it.next().map(PathBuf::from).ok_or("--out needs a file")?,
+            other => return Err(format!("unknown option `{other}`")),
+        }
+    }
+    Ok(o)
+}
+
+/// Runs the benchmarks, or one of the floor helpers (`floor-*`, run as
+/// child processes of this program).
+pub(crate) fn main(args: &[String]) -> ExitCode {
+    if args.first().is_some_and(|a| a.starts_with("floor-")) {
+        return match floor_child(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("xtask bench {}: {e}", args[0]);
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let opts = match parse_opts(args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!(
+                "xtask bench: {e}\nusage: cargo xtask bench [--rounds N] [--quick] [--out FILE]"
+            );
+            return ExitCode::from(2);
+        }
+    };
+    match run(&opts) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn have(program: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn iterations(size: usize, quick: bool) -> usize {
+    let n = match size {
+        0..=4096 => 5000,
+        4097..=65536 => 1000,
+        _ => 100,
+    };
+    if quick { (n / 4).max(20) } else { n }
+}
+
+fn sizes(quick: bool) -> Vec<usize> {
+    if quick {
+        vec![1, 4096, 65536]
+    } else {
+        vec![1, 64, 1024, 4096, 65536, 1 << 20]
+    }
+}
+
+fn run(o: &Opts) -> Result<(), String> {
+    let start = Instant::now();
+    let root = std::env::var("CARGO_MANIFEST_DIR")
+        .map(|d| PathBuf::from(d).join(".."))
+        .unwrap_or_else(|_| PathBuf::from("."));
+    println!("==> building fabric-cli (release)");
+    let st = Command::new("cargo")
+        .args(["build", "--quiet", "--release", "-p", "fabric-cli"])
+        .current_dir(&root)
+        .status()
+        .map_err(|e| format!("cargo build: {e}"))?;
+    if !st.success() {
+        return Err("cargo build --release -p fabric-cli failed".into());
+    }
+    let fabric = root.join("target/release/fabric");
+    if !have("taskset") {
+        return Err("`taskset` (util-linux) is needed to pin processes".into());
+    }
+    let fi = have("fi_pingpong");
+    if !fi {
+        println!(
+            "--- fi_pingpong not found: `apt-get install libfabric-bin` to compare against libfabric"
+        );
+    }
+    let providers = compiled_providers(&fabric);
+    let mut configs = Vec::new();
+    for p in &providers {
+        configs.push(ours(&fabric, p));
+        if fi {
+            match p.as_str() {
+                "tcp" => {
+                    configs.push(theirs("tcp;ofi_rxm", "rdm"));
+                    configs.push(theirs("tcp", "msg"));
+                }
+                "shm" => configs.push(theirs("shm", "rdm")),
+                _ => {}
+            }
+        }
+    }
+    let sizes = sizes(o.quick);
+    let steps = (o.rounds * sizes.len() * configs.len()) as u64;
+    let bar = if std::io::stdout().is_terminal() {
+        indicatif::ProgressBar::new(steps)
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let mut port = 48600u16;
+    let mut results: BTreeMap<String, Series> = BTreeMap::new();
+    for round in 0..o.rounds {
+        for &size in &sizes {
+            // Alternate: every configuration at this size, then the next size.
+            for c in &configs {
+                bar.set_message(format!("round {} {} {size} B", round + 1, c.name));
+                if size <= c.max {
+                    port = port.wrapping_add(1).max(48600);
+                    match pingpong(c, size, iterations(size, o.quick), port, ("1", "0")) {
+                        Ok(s) => results
+                            .entry(c.name.clone())
+                            .or_default()
+                            .entry(size)
+                            .or_default()
+                            .push(s),
+                        Err(e) => bar.println(format!("--- {} {size} B: {e}", c.name)),
+                    }
+                }
+                bar.inc(1);
+            }
+        }
+    }
+    bar.finish_and_clear();
+    println!("==> one core (both processes on cpu 1), 1 B");
+    let mut one_core: BTreeMap<String, Vec<Sample>> = BTreeMap::new();
+    for _ in 0..o.rounds {
+        for c in &configs {
+            port = port.wrapping_add(1).max(48600);
+            let n = if c.ours { 2000 } else { 100 };
+            match pingpong(c, 1, n, port, ("1", "1")) {
+                Ok(s) => one_core.entry(c.name.clone()).or_default().push(s),
+                Err(e) => println!("--- one core {}: {e}", c.name),
+            }
+        }
+    }
+    println!("==> floors");
+    let floors = measure_floors(&sizes, o)?;
+    let md = report(
+        o,
+        &configs,
+        &results,
+        &one_core,
+        &floors,
+        &sizes,
+        start.elapsed(),
+    );
+    std::fs::write(&o.out, md).map_err(|e| format!("writing {}: {e}", o.out.display()))?;
+    let dir = o
+        .out
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+        .join("bench");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    chart(
+        &dir.join("latency.svg"),
+        "one-way latency (us)",
+        &results,
+        &floors,
+        &sizes,
+        |s| s.usec,
+    )?;
+    chart(
+        &dir.join("bandwidth.svg"),
+        "ping-pong bandwidth (MB/s)",
+        &results,
+        &floors,
+        &sizes,
+        |s| s.mbps,
+    )?;
+    println!(
+        "wrote {} and {}/{{latency,bandwidth}}.svg in {:.0} s",
+        o.out.display(),
+        dir.display(),
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn compiled_providers(fabric: &Path) -> Vec<String> {
+    let out = Command::new(fabric).args(["info", "-l"]).output();
+    let text = out
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    text.lines()
+        .filter_map(|l| l.strip_suffix(':').map(str::to_string))
+        .collect()
+}
+
+fn ours(fabric: &Path, p: &str) -> Config {
+    let f = fabric.display().to_string();
+    Config {
+        name: format!("fabric {p} RDM"),
+        ours: true,
+        server: vec![
+            f.clone(),
+            "pingpong".into(),
+            "-p".into(),
+            p.into(),
+            "--json".into(),
+        ],
+        client: vec![f, "pingpong".into(), "-p".into(), p.into(), "--json".into()],
+        max: usize::MAX,
+    }
+}
+
+fn theirs(p: &str, ep: &str) -> Config {
+    Config {
+        name: format!("fi_pingpong {p} {}", ep.to_uppercase()),
+        ours: false,
+        server: vec![
+            "fi_pingpong".into(),
+            "-p".into(),
+            p.into(),
+            "-e".into(),
+            ep.into(),
+        ],
+        client: vec![
+            "fi_pingpong".into(),
+            "-p".into(),
+            p.into(),
+            "-e".into(),
+            ep.into(),
+        ],
+        max: usize::MAX,
+    }
+}
+
+/// One ping-pong run: the server on `cpus.0`, the client on `cpus.1`.
+fn pingpong(
+    c: &Config,
+    size: usize,
+    iters: usize,
+    port: u16,
+    cpus: (&str, &str),
+) -> Result<Sample, String> {
+    let (s, i) = (size.to_string(), iters.to_string());
+    let port_s = port.to_string();
+    let mut server = Command::new("taskset");
+    server
+        .args(["-c", cpus.0])
+        .args(&c.server)
+        .args(["-S", &s, "-I", &i, "-B", &port_s]);
+    server.stdout(Stdio::null()).stderr(Stdio::null());
+    let mut srv = server
+        .spawn()
+        .map_err(|e| format!("starting the server: {e}"))?;
+    std::thread::sleep(Duration::from_millis(300));
+    let mut client = Command::new("timeout");
+    client
+        .args(["120", "taskset", "-c", cpus.1])
+        .args(&c.client)
+        .args(["-S", &s, "-I", &i, "-P", &port_s, "127.0.0.1"]);
+    let out = client
+        .output()
+        .map_err(|e| format!("starting the client: {e}"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = srv.try_wait() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = srv.kill();
+    let _ = srv.wait();
+    let out = out?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(format!(
+            "client failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let sample = if c.ours {
+        parse_ours(&text)
+    } else {
+        parse_theirs(&text)
+    };
+    sample.ok_or_else(|| format!("no result in the client's output: {text:?}"))
+}
+
+fn parse_ours(text: &str) -> Option<Sample> {
+    let line = text.lines().rev().find(|l| l.starts_with('{'))?;
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    Some(Sample {
+        usec: v["usec_per_xfer"].as_f64()?,
+        mbps: v["mb_per_sec"].as_f64()?,
+    })
+}
+
+fn parse_theirs(text: &str) -> Option<Sample> {
+    // bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty() && !l.starts_with("bytes"))?;
+    let f: Vec<&str> = line.split_whitespace().collect();
+    Some(Sample {
+        mbps: f.get(5)?.parse().ok()?,
+        usec: f.get(6)?.parse().ok()?,
+    })
+}
+
+/// The floors, by name.
+struct Floors {
+    tcp_pingpong: Series,
+    tcp_stream_mbps: Vec<(usize, Vec<f64>)>,
+    memcpy_mbps: Vec<f64>,
+    cacheline_usec: Vec<f64>,
+}
+
+fn self_exe() -> Result<PathBuf, String> {
+    std::env::current_exe().map_err(|e| format!("finding xtask: {e}"))
+}
+
+fn measure_floors(sizes: &[usize], o: &Opts) -> Result<Floors, String> {
+    let exe = self_exe()?.display().to_string();
+    let mut f = Floors {
+        tcp_pingpong: Series::new(),
+        tcp_stream_mbps: Vec::new(),
+        memcpy_mbps: Vec::new(),
+        cacheline_usec: Vec::new(),
+    };
+    let raw = Config {
+        name: "raw TCP".into(),
+        ours: true,
+        server: vec![
+            exe.clone(),
+            "bench".into(),
+            "floor-tcp".into(),
+            "server".into(),
+        ],
+        client: vec![
+            exe.clone(),
+            "bench".into(),
+            "floor-tcp".into(),
+            "client".into(),
+        ],
+        max: usize::MAX,
+    };
+    let mut port = 49600u16;
+    for _ in 0..o.rounds {
+        for &size in sizes {
+            port += 1;
+            match pingpong(&raw, size, iterations(size, o.quick), port, ("1", "0")) {
+                Ok(s) => f.tcp_pingpong.entry(size).or_default().push(s),
+                Err(e) => println!("--- raw TCP {size} B: {e}"),
+            }
+        }
+    }
+    for size in [65536usize, 1 << 20] {
+        let mut v = Vec::new();
+        for _ in 0..o.rounds {
+            port += 1;
+            let stream = Config {
+                name: "raw TCP stream".into(),
+                ours: true,
+                server: vec![
+                    exe.clone(),
+                    "bench".into(),
+                    "floor-stream".into(),
+                    "server".into(),
+                ],
+                client: vec![
+                    exe.clone(),
+                    "bench".into(),
+                    "floor-stream".into(),
+                    "client".into(),
+                ],
+                max: usize::MAX,
+            };
+            let total = if o.quick { 256 } else { 1024 } * (1 << 20) / size;
+            match pingpong(&stream, size, total, port, ("1", "0")) {
+                Ok(s) => v.push(s.mbps),
+                Err(e) => println!("--- raw TCP stream {size} B: {e}"),
+            }
+        }
+        f.tcp_stream_mbps.push((size, v));
+    }
+    for _ in 0..o.rounds {
+        f.memcpy_mbps.push(memcpy_mbps());
+        f.cacheline_usec.push(cacheline_usec());
+    }
+    Ok(f)
+}
+
+/// The floor helpers, run as child processes (`bench floor-tcp server|client
+/// -S SIZE -I N -B|-P PORT [ADDR]`), printing a JSON line like `fabric
+/// pingpong --json`.
+fn floor_child(args: &[String]) -> Result<(), String> {
+    let kind = args.first().map(String::as_str).unwrap_or("");
+    let role = args.get(1).map(String::as_str).unwrap_or("");
+    let mut size = 1usize;
+    let mut iters = 1000usize;
+    let mut port = 0u16;
+    let mut i = 2;
+    while i < args.len() {
+        let v = args.get(i + 1).cloned().unwrap_or_default();
+        match args[i].as_str() {
+            "-S" => size = v.parse().map_err(|_| "bad -S")?,
+            "-I" => iters = v.parse().map_err(|_| "bad -I")?,
+            "-B" | "-P" => port = v.parse().map_err(|_| "bad port")?,
+            _ => {
+                i += 1;
+                continue;
+            }
+        }
+        i += 2;
+    }
+    let io = |e: std::io::Error| e.to_string();
+    let mut buf = vec![0u8; size];
+    match (kind, role) {
+        ("floor-tcp", "server") => {
+            let l = TcpListener::bind(("127.0.0.1", port)).map_err(io)?;
+            let (mut s, _) = l.accept().map_err(io)?;
+            s.set_nodelay(true).map_err(io)?;
+            s.set_nonblocking(true).map_err(io)?;
+            for _ in 0..iters + 100 {
+                spin_read(&mut s, &mut buf)?;
+                spin_write(&mut s, &buf)?;
+            }
+            Ok(())
+        }
+        ("floor-tcp", "client") => {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(io)?;
+            s.set_nodelay(true).map_err(io)?;
+            s.set_nonblocking(true).map_err(io)?;
+            let mut t = Instant::now();
+            for k in 0..iters + 100 {
+                if k == 100 {
+                    t = Instant::now();
+                }
+                spin_write(&mut s, &buf)?;
+                spin_read(&mut s, &mut buf)?;
+            }
+            let secs = t.elapsed().as_secs_f64();
+            println!(
+                "{}",
+                serde_json::json!({"usec_per_xfer": secs * 1e6 / (2.0 * iters as f64), "mb_per_sec": (2 * iters * size) as f64 / secs / 1e6})
+            );
+            Ok(())
+        }
+        ("floor-stream", "server") => {
+            let l = TcpListener::bind(("127.0.0.1", port)).map_err(io)?;
+            let (mut s, _) = l.accept().map_err(io)?;
+            let mut left = iters * size;
+            while left > 0 {
+                let n = s.read(&mut buf).map_err(io)?;
+                if n == 0 {
+                    return Err("stream ended early".into());
+                }
+                left -= n.min(left);
+            }
+            s.write_all(&[1]).map_err(io)
+        }
+        ("floor-stream", "client") => {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(io)?;
+            let t = Instant::now();
+            for _ in 0..iters {
+                s.write_all(&buf).map_err(io)?;
+            }
+            let mut one = [0u8; 1];
+            s.read_exact(&mut one).map_err(io)?;
+            let secs = t.elapsed().as_secs_f64();
+            println!(
+                "{}",
+                serde_json::json!({"usec_per_xfer": 0.0, "mb_per_sec": (iters * size) as f64 / secs / 1e6})
+            );
+            Ok(())
+        }
+        _ => Err(format!("unknown floor helper `{kind} {role}`")),
+    }
+}
+
+fn spin_read(s: &mut TcpStream, buf: &mut [u8]) -> Result<(), String> {
+    let mut got = 0;
+    while got < buf.len() {
+        match s.read(&mut buf[got..]) {
+            Ok(0) => return Err("peer closed".into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Ok(())
+}
+
+fn spin_write(s: &mut TcpStream, buf: &[u8]) -> Result<(), String> {
+    let mut put = 0;
+    while put < buf.len() {
+        match s.write(&buf[put..]) {
+            Ok(n) => put += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Ok(())
+}
+
+/// Single-thread memcpy bandwidth at 1 MiB, MB/s.
+fn memcpy_mbps() -> f64 {
+    let src = vec![7u8; 1 << 20];
+    let mut dst = vec![0u8; 1 << 20];
+    let n = 400;
+    let t = Instant::now();
+    for i in 0..n {
+        dst.copy_from_slice(&src);
+        std::hint::black_box(&mut dst);
+        dst[i % 4096] = 1;
+    }
+    (n as f64 * (1 << 20) as f64) / t.elapsed().as_secs_f64() / 1e6
+}
+
+/// Cache-line ping-pong between two threads, one-way microseconds.
+fn cacheline_usec() -> f64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let flag = std::sync::Arc::new(AtomicU64::new(0));
+    let n = 200_000u64;
+    let f2 = flag.clone();
+    let h = std::thread::spawn(move || {
+        for i in 0..n {
+            while f2.load(Ordering::Acquire) != 2 * i + 1 {
+                std::hint::spin_loop();
+            }
+            f2.store(2 * i + 2, Ordering::Release);
+        }
+    });
+    let t = Instant::now();
+    for i in 0..n {
+        flag.store(2 * i + 1, Ordering::Release);
+        while flag.load(Ordering::Acquire) != 2 * i + 2 {
+            std::hint::spin_loop();
+        }
+    }
+    let secs = t.elapsed().as_secs_f64();
+    let _ = h.join();
+    secs * 1e6 / (2.0 * n as f64)
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    if s.is_empty() {
+        f64::NAN
+    } else {
+        s[s.len() / 2]
+    }
+}
+
+fn spread(v: &[f64]) -> String {
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("{} [{}–{}]", fmt(median(v)), fmt(lo), fmt(hi))
+}
+
+fn fmt(x: f64) -> String {
+    if !x.is_finite() {
+        "–".into()
+    } else if x >= 100.0 {
+        format!("{x:.0}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+fn size_name(s: usize) -> String {
+    match s {
+        s if s >= 1 << 20 => format!("{} MiB", s >> 20),
+        s if s >= 1024 => format!("{} KiB", s >> 10),
+        s => format!("{s} B"),
+    }
+}
+
+fn report(
+    o: &Opts,
+    configs: &[Config],
+    results: &BTreeMap<String, Series>,
+    one_core: &BTreeMap<String, Vec<Sample>>,
+    floors: &Floors,
+    sizes: &[usize],
+    took: Duration,
+) -> String {
+    let mut m = String::new();
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_default();
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let _ = writeln!(m, "# Benchmarks\n");
+    let _ = writeln!(
+        m,
+        "Generated by `cargo xtask bench{}` ({} rounds, {:.0} s) on {cores} cores ({cpu}). Servers on core 1, clients on core 0; every configuration runs at every size before the next size, so ours and theirs alternate in the same run. Figures are medians [min–max] over the rounds. One-way latency = run time / (2 × round trips); bandwidth = ping-pong bytes moved / time (fi_pingpong's MB/sec column). Ratios are ours / theirs (lower is better for latency, higher for bandwidth).\n",
+        if o.quick { " --quick" } else { "" },
+        o.rounds,
+        took.as_secs_f64()
+    );
+    let ours: Vec<&Config> = configs.iter().filter(|c| c.ours).collect();
+    let theirs: Vec<&Config> = configs.iter().filter(|c| !c.ours).collect();
+    for (title, pick) in [
+        (
+            "One-way latency (µs)",
+            (|s: &Sample| s.usec) as fn(&Sample) -> f64,
+        ),
+        ("Ping-pong bandwidth (MB/s)", |s: &Sample| s.mbps),
+    ] {
+        let _ = writeln!(m, "## {title}\n");
+        let mut head = String::from("| size |");
+        let mut rule = String::from("|---|");
+        for c in ours.iter().chain(theirs.iter()) {
+            let _ = write!(head, " {} |", c.name);
+            rule.push_str("---|");
+        }
+        for o in &ours {
+            for t in &theirs {
+                if o.name.split(' ').nth(1)
+                    == t.name
+                        .split(' ')
+                        .nth(1)
+                        .map(|p| p.split(';').next().unwrap_or(p))
+                {
+                    let _ = write!(head, " {} / {} |", o.name, t.name);
+                    rule.push_str("---|");
+                }
+            }
+        }
+        head.push_str(" raw TCP (busy poll) |");
+        rule.push_str("---|");
+        let _ = writeln!(m, "{head}\n{rule}");
+        for &size in sizes {
+            let mut row = format!("| {} |", size_name(size));
+            let get = |name: &str| -> Vec<f64> {
+                results
+                    .get(name)
+                    .and_then(|s| s.get(&size))
+                    .map(|v| v.iter().map(pick).collect())
+                    .unwrap_or_default()
+            };
+            for c in ours.iter().chain(theirs.iter()) {
+                let v = get(&c.name);
+                let _ = write!(
+                    row,
+                    " {} |",
+                    if v.is_empty() {
+                        "–".into()
+                    } else {
+                        spread(&v)
+                    }
+                );
+            }
+            for o in &ours {
+                for t in &theirs {
+                    if o.name.split(' ').nth(1)
+                        == t.name
+                            .split(' ')
+                            .nth(1)
+                            .map(|p| p.split(';').next().unwrap_or(p))
+                    {
+                        let (a, b) = (median(&get(&o.name)), median(&get(&t.name)));
+                        let _ = write!(row, " {} |", fmt(a / b));
+                    }
+                }
+            }
+            let raw: Vec<f64> = floors
+                .tcp_pingpong
+                .get(&size)
+                .map(|v| v.iter().map(pick).collect())
+                .unwrap_or_default();
+            let _ = write!(
+                row,
+                " {} |",
+                if raw.is_empty() {
+                    "–".into()
+                } else {
+                    spread(&raw)
+                }
+            );
+            let _ = writeln!(m, "{row}");
+        }
+        let _ = writeln!(m);
+    }
+    let _ = writeln!(
+        m,
+        "## Both processes on one core (cpu 1), 1 B, one-way µs\n"
+    );
+    let _ = writeln!(m, "| configuration | one-way µs |\n|---|---|");
+    for (name, v) in one_core {
+        let us: Vec<f64> = v.iter().map(|s| s.usec).collect();
+        let _ = writeln!(m, "| {name} | {} |", spread(&us));
+    }
+    let _ = writeln!(m, "\n## Floors\n");
+    let _ = writeln!(m, "| floor | value |\n|---|---|");
+    let _ = writeln!(
+        m,
+        "| cache-line ping-pong between two threads, one-way µs | {} |",
+        spread(&floors.cacheline_usec)
+    );
+    let _ = writeln!(
+        m,
+        "| single-thread memcpy at 1 MiB, MB/s | {} |",
+        spread(&floors.memcpy_mbps)
+    );
+    for (size, v) in &floors.tcp_stream_mbps {
+        let _ = writeln!(
+            m,
+            "| raw TCP stream, {} writes, MB/s | {} |",
+            size_name(*size),
+            spread(v)
+        );
+    }
+    let _ = writeln!(
+        m,
+        "\nCharts: [latency](bench/latency.svg), [bandwidth](bench/bandwidth.svg).\n\nReproduce: `cargo xtask bench` (needs `taskset` and Debian's `libfabric-bin` for `fi_pingpong`)."
+    );
+    m
+}
+
+fn chart(
+    path: &Path,
+    title: &str,
+    results: &BTreeMap<String, Series>,
+    floors: &Floors,
+    sizes: &[usize],
+    pick: fn(&Sample) -> f64,
+) -> Result<(), String> {
+    use plotters::prelude::*;
+    let mut lines: Vec<(String, Vec<(f64, f64)>)> = results
+        .iter()
+        .map(|(name, s)| {
+            let pts = s
+                .iter()
+                .map(|(size, v)| {
+                    (
+                        *size as f64,
+                        median(&v.iter().map(pick).collect::<Vec<_>>()),
+                    )
+                })
+                .collect();
+            (name.clone(), pts)
+        })
+        .collect();
+    lines.push((
+        "raw TCP (busy poll)".into(),
+        floors
+            .tcp_pingpong
+            .iter()
+            .map(|(size, v)| {
+                (
+                    *size as f64,
+                    median(&v.iter().map(pick).collect::<Vec<_>>()),
+                )
+            })
+            .collect(),
+    ));
+    let ymin = lines
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|x| x.1))
+        .filter(|y| *y > 0.0)
+        .fold(f64::INFINITY, f64::min);
+    let ymax = lines
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|x| x.1))
+        .fold(0.0f64, f64::max);
+    if !ymin.is_finite() || ymax <= 0.0 {
+        return Ok(());
+    }
+    let xmax = sizes.iter().copied().max().unwrap_or(1) as f64;
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    let err = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let mut ch = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(
+            (1f64..xmax * 1.5).log_scale(),
+            (ymin * 0.7..ymax * 1.5).log_scale(),
+        )
+        .map_err(|e| err(&e))?;
+    ch.configure_mesh()
+        .x_desc("message size (bytes)")
+        .y_desc(title)
+        .draw()
+        .map_err(|e| err(&e))?;
+    for (i, (name, pts)) in lines.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        ch.draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
+            .map_err(|e| err(&e))?
+            .label(name.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+            });
+    }
+    ch.configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .draw()
+        .map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))?;
+    Ok(())
+}
