@@ -49,21 +49,39 @@ pub(crate) fn run(args: &BwArgs) -> Status {
         eprintln!("fabric bw: the window (-W) must be at least 1");
         return Status::Usage;
     }
-    let r = if args.common.self_run {
-        let mut child = args.common.child_args();
-        child.extend(["-W".to_string(), args.window.to_string()]);
-        child.extend(["-o".to_string(), format!("{:?}", args.op).to_lowercase()]);
-        perf::run_self("bw", child, |port| {
-            let mut a = args.clone();
-            a.common.self_run = false;
-            a.common.dst_port = Some(port);
-            a.common.address = Some("127.0.0.1".into());
-            session(&a)
-        })
-    } else {
-        session(args)
-    };
-    perf::finish("bw", r)
+    perf::run_tool(args)
+}
+
+impl perf::Tool for BwArgs {
+    const NAME: &'static str = "bw";
+
+    fn common_mut(&mut self) -> &mut Common {
+        &mut self.common
+    }
+
+    fn common(&self) -> &Common {
+        &self.common
+    }
+
+    fn own_args(&self) -> Vec<String> {
+        vec![
+            "-W".to_string(),
+            self.window.to_string(),
+            "-o".to_string(),
+            format!("{:?}", self.op).to_lowercase(),
+        ]
+    }
+
+    fn session(&self) -> fabric::Result<()> {
+        session(self)
+    }
+}
+
+/// Fills each slot of the window with its own pattern.
+fn fill_window(buf: &mut [u8], size: usize, window: usize, base: u64) {
+    for k in 0..window {
+        perf::pattern(&mut buf[k * size..(k + 1) * size], base + k as u64);
+    }
 }
 
 fn caps(op: OpArg) -> Caps {
@@ -209,9 +227,7 @@ fn send_side(
 ) -> fabric::Result<f64> {
     let tagged = args.op == OpArg::Tagged;
     if args.common.verify {
-        for k in 0..window {
-            perf::pattern(&mut buf[k * size..(k + 1) * size], k as u64);
-        }
+        fill_window(buf, size, window, 0);
     }
     post_recv(s, ack, false)?;
     let t = Instant::now();
@@ -328,9 +344,7 @@ fn rma_side(
 ) -> fabric::Result<f64> {
     let (key, base) = remote.ok_or_else(|| Error::inval("no remote memory region"))?;
     if args.common.verify && args.op == OpArg::Write {
-        for k in 0..window {
-            perf::pattern(&mut buf[k * size..(k + 1) * size], k as u64);
-        }
+        fill_window(buf, size, window, 0);
     }
     let t = Instant::now();
     for _ in 0..args.common.iterations {
@@ -377,10 +391,7 @@ fn rma_side(
 /// The server of write / read: exposes its buffer (filled with the
 /// pattern for reads), waits for the client's end message, checks writes.
 fn target_side(s: &Session, buf: &mut [u8], size: usize) -> fabric::Result<f64> {
-    let window = buf.len() / size.max(1);
-    for k in 0..window.min(buf.len() / size.max(1)) {
-        perf::pattern(&mut buf[k * size..(k + 1) * size], 1000 + k as u64);
-    }
+    fill_window(buf, size, buf.len() / size.max(1), 1000);
     let mut end = [0u8; 1];
     let t = Instant::now();
     post_recv(s, &mut end, false)?;

@@ -537,6 +537,40 @@ pub(crate) fn run_self(
     Ok(())
 }
 
+/// A measuring tool: its options hold the [`Common`] ones.
+pub(crate) trait Tool: Clone {
+    /// The subcommand's name.
+    const NAME: &'static str;
+    /// The shared options.
+    fn common_mut(&mut self) -> &mut Common;
+    /// The shared options.
+    fn common(&self) -> &Common;
+    /// Its own options, as the `--self` server process gets them.
+    fn own_args(&self) -> Vec<String>;
+    /// Runs as server or client, as the options say.
+    fn session(&self) -> fabric::Result<()>;
+}
+
+/// Runs a tool: as server, as client, or (`--self`) both, the server as a
+/// child process.
+pub(crate) fn run_tool<T: Tool>(args: &T) -> crate::Status {
+    let r = if args.common().self_run {
+        let mut child = args.common().child_args();
+        child.extend(args.own_args());
+        run_self(T::NAME, child, |port| {
+            let mut a = args.clone();
+            let c = a.common_mut();
+            c.self_run = false;
+            c.dst_port = Some(port);
+            c.address = Some("127.0.0.1".into());
+            a.session()
+        })
+    } else {
+        args.session()
+    };
+    finish(T::NAME, r)
+}
+
 /// Reports a run's outcome as the process status.
 pub(crate) fn finish(tool: &str, r: fabric::Result<()>) -> crate::Status {
     match r {

@@ -27,23 +27,31 @@ pub(crate) struct PingpongArgs {
 
 /// Runs the subcommand.
 pub(crate) fn run(args: &PingpongArgs) -> Status {
-    let r = if args.common.self_run {
-        let mut child = args.common.child_args();
-        child.extend(["-m".to_string(), format!("{:?}", args.mode).to_lowercase()]);
-        if let Some(w) = args.warmup {
-            child.extend(["-W".to_string(), w.to_string()]);
+    perf::run_tool(args)
+}
+
+impl perf::Tool for PingpongArgs {
+    const NAME: &'static str = "pingpong";
+
+    fn common_mut(&mut self) -> &mut Common {
+        &mut self.common
+    }
+
+    fn common(&self) -> &Common {
+        &self.common
+    }
+
+    fn own_args(&self) -> Vec<String> {
+        let mut v = vec!["-m".to_string(), format!("{:?}", self.mode).to_lowercase()];
+        if let Some(w) = self.warmup {
+            v.extend(["-W".to_string(), w.to_string()]);
         }
-        perf::run_self("pingpong", child, |port| {
-            let mut a = args.clone();
-            a.common.self_run = false;
-            a.common.dst_port = Some(port);
-            a.common.address = Some("127.0.0.1".into());
-            session(&a)
-        })
-    } else {
-        session(args)
-    };
-    perf::finish("pingpong", r)
+        v
+    }
+
+    fn session(&self) -> fabric::Result<()> {
+        session(self)
+    }
 }
 
 /// Message buffers of a run; they outlive every operation that uses them.
