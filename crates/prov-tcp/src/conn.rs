@@ -1,31 +1,44 @@
-//! One TCP connection: a non-blocking socket, a queue of frames waiting to
-//! be written, and the state of the frame being read.
+//! One TCP connection: a non-blocking socket, the queue of frames waiting
+//! to be written, and the receive state (a [`wire::Decoder`], a read
+//! buffer, and where the payload of the frame being read goes).
 //!
-//! Sending writes header and payload with one `writev` when the socket
-//! takes it; what does not fit waits in the queue, pointing at the
-//! caller's buffer (zero-copy operations) or at a private copy (inject).
-//! Receiving reads into a buffer and parses frames from it; once a
-//! message's header has matched a posted receive, the rest of its payload
-//! is read straight into the receive's buffer.
+//! Sending: a frame's headers are encoded into the queue item (no
+//! allocation); its payload is the caller's buffer (zero-copy operations),
+//! a range of the connection's staging buffer (injected data, private data,
+//! atomic results: copied once, the buffer is reused), or registered memory
+//! (read responses, written straight from the region while its
+//! registration is held). One `sendmsg` writes as many queued frames as fit
+//! in its iovecs, so small frames coalesce when the socket is busy.
+//!
+//! Receiving: the endpoint feeds the read buffer to the decoder and, for
+//! large payloads with a known destination, reads straight into it (see
+//! `ep::core`).
 
-use std::collections::VecDeque;
-use std::io::{IoSlice, Read, Write};
-use std::net::TcpStream;
+use std::collections::{HashMap, VecDeque};
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::{AsFd, BorrowedFd};
 
-use fabric_core::objects::{CompletionFlags, IoVec};
+use fabric_core::kit::mr::MrTable;
+use fabric_core::objects::{CompletionFlags, FiAddr, IoVec, MrAccess};
 use fabric_core::{Error, ErrorKind, OpFlags, Result};
 
-use crate::frame::{Frame, HEADER_LEN};
 use crate::getinfo::IOV_LIMIT;
+use crate::sys::{self, MAX_IOV, NO_IOV};
+use crate::wire::{self, Flags, Frame, MAX_FRAME_HEADER_LEN, RmaHeader};
 
 /// Size of a connection's read buffer.
-const RBUF: usize = 64 * 1024;
+pub(crate) const RBUF: usize = 64 * 1024;
+
+/// Payloads at least this large with a known destination are read straight
+/// into it; smaller ones go through the read buffer, where the frames that
+/// follow may already be.
+pub(crate) const DIRECT_READ_MIN: u64 = 16 * 1024;
 
 /// Pieces of a caller's buffer, kept until the operation completes.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Pieces {
-    pub iov: [IoVec; IOV_LIMIT],
-    pub n: usize,
+    iov: [IoVec; IOV_LIMIT],
+    n: usize,
 }
 
 // SAFETY: the pointers are only dereferenced by the endpoint's progress
@@ -34,54 +47,86 @@ pub(crate) struct Pieces {
 // descriptor between threads does not change that.
 unsafe impl Send for Pieces {}
 
+const NULL_IOVEC: IoVec = IoVec {
+    addr: std::ptr::null_mut(),
+    len: 0,
+};
+
 impl Pieces {
+    /// No buffer.
+    pub(crate) const EMPTY: Pieces = Pieces {
+        iov: [NULL_IOVEC; IOV_LIMIT],
+        n: 0,
+    };
+
     /// Copies up to `IOV_LIMIT` pieces; `Inval` for more.
     pub(crate) fn new(iov: &[IoVec]) -> Result<Self> {
-        if iov.len() > IOV_LIMIT {
-            return Err(Error::inval(format!(
-                "{} iov pieces, more than the limit {IOV_LIMIT}",
-                iov.len()
-            )));
-        }
-        let mut p = Pieces {
-            iov: [IoVec {
-                addr: std::ptr::null_mut(),
-                len: 0,
-            }; IOV_LIMIT],
-            n: iov.len(),
-        };
-        p.iov[..iov.len()].copy_from_slice(iov);
+        let mut p = Pieces::EMPTY;
+        p.extend(iov)?;
         Ok(p)
+    }
+
+    /// Appends pieces (atomic operands followed by compare values).
+    pub(crate) fn extend(&mut self, iov: &[IoVec]) -> Result<()> {
+        let end = self.n + iov.len();
+        let Some(dst) = self.iov.get_mut(self.n..end) else {
+            return Err(Error::inval(format!(
+                "{end} iov pieces, more than the limit {IOV_LIMIT}"
+            )));
+        };
+        dst.copy_from_slice(iov);
+        self.n = end;
+        Ok(())
+    }
+
+    fn pieces(&self) -> &[IoVec] {
+        self.iov.get(..self.n).unwrap_or_default()
     }
 
     /// Total bytes.
     pub(crate) fn len(&self) -> usize {
-        self.iov[..self.n].iter().map(|v| v.len).sum()
+        self.pieces().iter().map(|v| v.len).sum()
     }
 
-    /// A private copy of the bytes.
-    ///
-    /// # Safety
-    ///
-    /// The pieces must be valid for reads (the send contract).
-    pub(crate) unsafe fn copy_out(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(self.len());
-        for piece in &self.iov[..self.n] {
-            // SAFETY: valid for reads per the caller's contract.
-            v.extend_from_slice(unsafe { std::slice::from_raw_parts(piece.addr, piece.len) });
+    /// The address of the first byte (0 without pieces).
+    pub(crate) fn base(&self) -> u64 {
+        self.pieces().first().map_or(0, |v| v.addr as u64)
+    }
+
+    /// The bytes `off..off + len` (clamped to the buffer).
+    pub(crate) fn sub(&self, mut off: usize, mut len: usize) -> Pieces {
+        let mut out = Pieces::EMPTY;
+        for v in self.pieces() {
+            if len == 0 {
+                break;
+            }
+            if off >= v.len {
+                off -= v.len;
+                continue;
+            }
+            let k = (v.len - off).min(len);
+            if let Some(slot) = out.iov.get_mut(out.n) {
+                *slot = IoVec {
+                    addr: v.addr.wrapping_add(off),
+                    len: k,
+                };
+                out.n += 1;
+            }
+            len -= k;
+            off = 0;
         }
-        v
+        out
     }
 
-    /// Copies `data` into the pieces starting at byte `at`; returns how
-    /// many bytes fit.
+    /// Copies `data` into the pieces starting at byte `at`; bytes beyond
+    /// the end are dropped (truncation). Returns how many fit.
     ///
     /// # Safety
     ///
-    /// The pieces must be valid for writes (the recv contract).
+    /// The pieces must be valid for writes (the receive contract).
     pub(crate) unsafe fn write_at(&self, mut at: usize, mut data: &[u8]) -> usize {
         let mut written = 0;
-        for v in &self.iov[..self.n] {
+        for v in self.pieces() {
             if data.is_empty() {
                 break;
             }
@@ -94,375 +139,677 @@ impl Pieces {
             // piece is valid for writes and not aliased.
             unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), v.addr.add(at), k) };
             written += k;
-            data = &data[k..];
+            data = data.get(k..).unwrap_or_default();
             at = 0;
         }
         written
     }
 
-    /// The writable space from byte `at`, as one slice of one piece.
+    /// Copies the bytes from `at` into `out`; returns how many.
     ///
     /// # Safety
     ///
-    /// As [`write_at`](Pieces::write_at); the slice must not outlive the
-    /// operation.
-    pub(crate) unsafe fn slice_at<'a>(&self, mut at: usize) -> Option<&'a mut [u8]> {
-        for v in &self.iov[..self.n] {
+    /// The pieces must be valid for reads (the send contract).
+    pub(crate) unsafe fn read_at(&self, mut at: usize, out: &mut [u8]) -> usize {
+        let mut done = 0;
+        for v in self.pieces() {
+            if done == out.len() {
+                break;
+            }
+            if at >= v.len {
+                at -= v.len;
+                continue;
+            }
+            let k = (v.len - at).min(out.len() - done);
+            if let Some(dst) = out.get_mut(done..done + k) {
+                // SAFETY: `at + k <= v.len`; the piece is readable per the
+                // caller's contract, and `dst` is a distinct Rust buffer.
+                unsafe { std::ptr::copy_nonoverlapping(v.addr.add(at), dst.as_mut_ptr(), k) };
+            }
+            done += k;
+            at = 0;
+        }
+        done
+    }
+
+    /// The contiguous space from byte `at` (pointer and length), if `at`
+    /// is inside the buffer.
+    pub(crate) fn span_at(&self, mut at: usize) -> Option<(*mut u8, usize)> {
+        for v in self.pieces() {
             if at < v.len {
-                // SAFETY: inside the piece; valid and unaliased per the
-                // recv contract.
-                return Some(unsafe { std::slice::from_raw_parts_mut(v.addr.add(at), v.len - at) });
+                return Some((v.addr.wrapping_add(at), v.len - at));
             }
             at -= v.len;
         }
         None
     }
-}
 
-/// A posted receive.
-#[derive(Debug)]
-pub(crate) struct RecvOp {
-    pub buf: Pieces,
-    pub context: u64,
-    pub flags: OpFlags,
-}
-
-/// What a finished transmit reports.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct TxDone {
-    pub context: u64,
-    pub flags: CompletionFlags,
-    pub len: usize,
-    /// Report a success completion (not suppressed by selective
-    /// completion).
-    pub report: bool,
-}
-
-/// Payload of a queued frame.
-#[derive(Debug)]
-pub(crate) enum Payload {
-    /// A private copy (inject, hello).
-    Owned(Vec<u8>),
-    /// The caller's buffer (zero-copy send).
-    Borrowed(Pieces),
-}
-
-/// A frame waiting to be written.
-#[derive(Debug)]
-pub(crate) struct TxItem {
-    head: [u8; HEADER_LEN],
-    payload: Payload,
-    /// Bytes of header + payload written so far.
-    sent: usize,
-    total: usize,
-    pub done: Option<TxDone>,
-}
-
-impl TxItem {
-    pub(crate) fn new(frame: &Frame, payload: Payload, done: Option<TxDone>) -> Self {
-        let plen = match &payload {
-            Payload::Owned(v) => v.len(),
-            Payload::Borrowed(p) => p.len(),
-        };
-        TxItem {
-            head: frame.encode(),
-            payload,
-            sent: 0,
-            total: HEADER_LEN + plen,
-            done,
-        }
-    }
-
-    /// The unsent bytes as io slices (at most `out.len()`).
-    fn slices<'a>(&'a self, out: &mut [IoSlice<'a>; IOV_LIMIT + 1]) -> usize {
+    /// Appends iovecs for the bytes from `skip` to `out` (at most its
+    /// room); returns how many were appended.
+    fn push_iov(&self, mut skip: usize, out: &mut [libc::iovec]) -> usize {
         let mut n = 0;
-        let mut skip = self.sent;
-        if skip < HEADER_LEN {
-            out[n] = IoSlice::new(&self.head[skip..]);
+        for v in self.pieces() {
+            if skip >= v.len {
+                skip -= v.len;
+                continue;
+            }
+            let Some(slot) = out.get_mut(n) else { break };
+            *slot = sys::iov(v.addr.wrapping_add(skip), v.len - skip);
             n += 1;
             skip = 0;
-        } else {
-            skip -= HEADER_LEN;
-        }
-        match &self.payload {
-            Payload::Owned(v) => {
-                if skip < v.len() {
-                    out[n] = IoSlice::new(&v[skip..]);
-                    n += 1;
-                }
-            }
-            Payload::Borrowed(p) => {
-                for v in &p.iov[..p.n] {
-                    if skip >= v.len {
-                        skip -= v.len;
-                        continue;
-                    }
-                    // SAFETY: the send contract keeps the piece valid and
-                    // unchanged until the completion; `skip < v.len`.
-                    let s = unsafe { std::slice::from_raw_parts(v.addr.add(skip), v.len - skip) };
-                    out[n] = IoSlice::new(s);
-                    n += 1;
-                    skip = 0;
-                }
-            }
         }
         n
     }
 }
 
+/// A posted receive (or the part of a multi-receive buffer one message
+/// takes).
+#[derive(Debug)]
+pub(crate) struct RecvOp {
+    pub buf: Pieces,
+    pub context: u64,
+    pub flags: OpFlags,
+    /// The multi-receive buffer this is a slice of.
+    pub mrecv: Option<usize>,
+}
+
+/// What a finished transmit operation reports.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TxDone {
+    pub context: u64,
+    pub flags: CompletionFlags,
+    pub len: usize,
+    /// Report a success completion (not suppressed by selective completion
+    /// or inject).
+    pub report: bool,
+}
+
+/// What happens when a queued frame is fully written.
+#[derive(Debug)]
+pub(crate) enum Done {
+    /// Nothing (protocol frames, requests awaiting a response).
+    None,
+    /// A transmit operation completes.
+    Tx(TxDone),
+    /// A MSG accept went out: the endpoint is connected.
+    Connected,
+    /// Close the connection (a refused hello).
+    Close,
+}
+
+/// Payload of a queued frame.
+#[derive(Debug)]
+pub(crate) enum Body {
+    None,
+    /// The caller's buffer (zero-copy send, RMA write, atomic operands).
+    User(Pieces),
+    /// Bytes in the connection's staging buffer.
+    Stage {
+        off: usize,
+        len: usize,
+    },
+    /// A private copy (frames queued before their connection exists).
+    Owned(Vec<u8>),
+    /// Registered memory (read response), checked again for every write.
+    Region(RmaHeader),
+}
+
+/// Where a frame's payload comes from, when it is submitted.
+#[derive(Debug)]
+pub(crate) enum Src<'a> {
+    None,
+    /// Copied (inject, private data, atomic results).
+    Bytes(&'a [u8]),
+    User(Pieces),
+    Region(RmaHeader),
+}
+
+impl Src<'_> {
+    /// The payload as a body that owns or borrows nothing transient.
+    pub(crate) fn into_owned_body(self) -> Body {
+        match self {
+            Src::None => Body::None,
+            Src::Bytes(b) => Body::Owned(b.to_vec()),
+            Src::User(p) => Body::User(p),
+            Src::Region(r) => Body::Region(r),
+        }
+    }
+}
+
+/// A frame waiting to be written.
+#[derive(Debug)]
+pub(crate) struct TxItem {
+    head: [u8; MAX_FRAME_HEADER_LEN],
+    head_len: usize,
+    body: Body,
+    total: usize,
+    sent: usize,
+    pub done: Done,
+}
+
+fn body_len(body: &Body) -> usize {
+    match body {
+        Body::None => 0,
+        Body::User(p) => p.len(),
+        Body::Stage { len, .. } => *len,
+        Body::Owned(v) => v.len(),
+        Body::Region(r) => r
+            .iov()
+            .iter()
+            .fold(0usize, |acc, i| acc.saturating_add(i.len)),
+    }
+}
+
+impl TxItem {
+    pub(crate) fn new(frame: &Frame, body: Body, done: Done) -> Self {
+        let mut head = [0u8; MAX_FRAME_HEADER_LEN];
+        let head_len = frame.encode(&mut head);
+        let total = head_len + body_len(&body);
+        TxItem {
+            head,
+            head_len,
+            body,
+            total,
+            sent: 0,
+            done,
+        }
+    }
+
+    /// Takes the body out (for failure reporting or moving it).
+    pub(crate) fn into_parts(self) -> (Body, Done) {
+        (self.body, self.done)
+    }
+
+    /// Appends iovecs of the unsent bytes (not for region bodies); returns
+    /// how many.
+    fn push_iov(&self, stage: &[u8], out: &mut [libc::iovec]) -> usize {
+        let mut n = 0;
+        if self.sent < self.head_len {
+            if let (Some(slot), Some(h)) = (out.get_mut(0), self.head.get(self.sent..self.head_len))
+            {
+                *slot = sys::iov(h.as_ptr(), h.len());
+                n = 1;
+            }
+        }
+        let skip = self.sent.saturating_sub(self.head_len);
+        let rest = out.get_mut(n..).unwrap_or_default();
+        let bytes: Option<&[u8]> = match &self.body {
+            Body::None | Body::Region(_) => None,
+            Body::Stage { off, len } => stage.get(off + skip..off + len),
+            Body::Owned(v) => v.get(skip..),
+            Body::User(p) => {
+                return n + p.push_iov(skip, rest);
+            }
+        };
+        if let (Some(b), Some(slot)) = (bytes.filter(|b| !b.is_empty()), rest.first_mut()) {
+            *slot = sys::iov(b.as_ptr(), b.len());
+            n += 1;
+        }
+        n
+    }
+}
+
+/// The transmit side of a connection.
+#[derive(Debug, Default)]
+pub(crate) struct Tx {
+    items: VecDeque<TxItem>,
+    stage: Vec<u8>,
+}
+
+impl Tx {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// A body for `src`, copying transient bytes into the staging buffer.
+    pub(crate) fn body(&mut self, src: Src<'_>) -> Body {
+        match src {
+            Src::None => Body::None,
+            Src::Bytes(b) => {
+                let off = self.stage.len();
+                self.stage.extend_from_slice(b);
+                Body::Stage { off, len: b.len() }
+            }
+            Src::User(p) => Body::User(p),
+            Src::Region(r) => Body::Region(r),
+        }
+    }
+
+    pub(crate) fn push(&mut self, item: TxItem) {
+        self.items.push_back(item);
+    }
+
+    /// Takes every queued frame (the connection failed).
+    pub(crate) fn drain(&mut self) -> impl Iterator<Item = TxItem> + '_ {
+        self.stage.clear();
+        self.items.drain(..)
+    }
+
+    /// Writes queued frames until the socket is full or the queue empty;
+    /// calls `done` for each frame fully written. `Err` when the connection
+    /// failed (or a region a read response comes from was deregistered).
+    pub(crate) fn flush(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        mr: &MrTable,
+        done: &mut dyn FnMut(Done),
+    ) -> Result<()> {
+        loop {
+            let Some(front) = self.items.front() else {
+                self.stage.clear();
+                return Ok(());
+            };
+            let r = if let Body::Region(rma) = &front.body {
+                send_region(fd, front, rma, mr)?
+            } else {
+                let mut iov = [NO_IOV; MAX_IOV];
+                let mut n = 0;
+                for item in &self.items {
+                    if matches!(item.body, Body::Region(_)) || n + 1 + IOV_LIMIT > MAX_IOV {
+                        break;
+                    }
+                    n += item.push_iov(&self.stage, iov.get_mut(n..).unwrap_or_default());
+                }
+                // SAFETY: the iovecs point into queued items' headers, the
+                // staging buffer and owned bodies (all alive and unchanged
+                // during the call) and into user buffers that the send
+                // contract keeps valid until the operation completes.
+                unsafe { sys::send_iov(fd, iov.get(..n).unwrap_or_default()) }
+            };
+            match r {
+                Ok(0) => {
+                    return Err(Error::new(
+                        ErrorKind::ConnReset,
+                        "tcp: the socket takes no more data",
+                    ));
+                }
+                Ok(k) => self.advance(k, done),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    fn advance(&mut self, mut k: usize, done: &mut dyn FnMut(Done)) {
+        while k > 0 {
+            let Some(item) = self.items.front_mut() else {
+                return;
+            };
+            let left = item.total - item.sent;
+            if k < left {
+                item.sent += k;
+                return;
+            }
+            k -= left;
+            if let Some(item) = self.items.pop_front() {
+                done(item.done);
+            }
+        }
+        // Zero-length remainders (none today) would be popped here.
+        while self.items.front().is_some_and(|i| i.sent == i.total) {
+            if let Some(item) = self.items.pop_front() {
+                done(item.done);
+            }
+        }
+    }
+}
+
+/// Writes the next piece of a read response from registered memory: the
+/// rest of the headers and the rest of the current range, while the
+/// registration is held.
+fn send_region(
+    fd: BorrowedFd<'_>,
+    item: &TxItem,
+    rma: &RmaHeader,
+    mr: &MrTable,
+) -> Result<std::io::Result<usize>> {
+    let mut iov = [NO_IOV; 2];
+    let mut n = 0;
+    if let Some(h) = item.head.get(item.sent..item.head_len) {
+        if !h.is_empty() {
+            iov[0] = sys::iov(h.as_ptr(), h.len());
+            n = 1;
+        }
+    }
+    let mut skip = item.sent.saturating_sub(item.head_len);
+    for r in rma.iov() {
+        if skip >= r.len {
+            skip -= r.len;
+            continue;
+        }
+        let off = u64::try_from(skip).unwrap_or(u64::MAX);
+        let len = r.len - skip;
+        let addr = r
+            .addr
+            .checked_add(off)
+            .ok_or_else(|| Error::new(ErrorKind::Access, "tcp: read response range overflows"))?;
+        return mr
+            .with_access(r.key, addr, len, MrAccess::REMOTE_READ, |base| {
+                iov[n] = sys::iov(base as *const u8, len);
+                // SAFETY: the table holds the registration while this runs,
+                // and mr_reg's contract keeps registered memory valid while
+                // it is registered; the kernel only reads it.
+                unsafe { sys::send_iov(fd, &iov[..=n]) }
+            })
+            .map_err(|e| {
+                Error::new(
+                    ErrorKind::Io,
+                    format!(
+                        "tcp: the memory a peer is reading was deregistered mid-transfer: {}",
+                        e.detail()
+                    ),
+                )
+            });
+    }
+    // SAFETY: the iovec points into the item's header.
+    Ok(unsafe { sys::send_iov(fd, &iov[..n]) })
+}
+
+/// A transmit operation waiting for the peer's answer.
+#[derive(Debug)]
+pub(crate) enum Pending {
+    /// A rendezvous send waiting for its clear-to-send.
+    Rndv {
+        buf: Pieces,
+        done: TxDone,
+        ack: Flags,
+    },
+    /// Waiting for an acknowledgement (delivery or transmit complete, RMA
+    /// write, plain atomic).
+    Ack { done: TxDone },
+    /// An RMA read waiting for its data.
+    Read { buf: Pieces, len: u64, done: TxDone },
+    /// A fetching or compare atomic waiting for the old values.
+    Fetch { buf: Pieces, len: u64, done: TxDone },
+}
+
+impl Pending {
+    pub(crate) fn done(&self) -> TxDone {
+        match self {
+            Pending::Rndv { done, .. }
+            | Pending::Ack { done }
+            | Pending::Read { done, .. }
+            | Pending::Fetch { done, .. } => *done,
+        }
+    }
+}
+
+/// A rendezvous message this side accepted and is receiving.
+#[derive(Debug)]
+pub(crate) struct RndvRecv {
+    pub op: RecvOp,
+    pub tagged: bool,
+    pub tag: u64,
+    pub msg_len: u64,
+    pub accept: u64,
+    pub got: u64,
+    pub data: Option<u64>,
+    pub ack: Flags,
+    /// Message offset of the `RndvData` frame being read.
+    pub frame_off: u64,
+}
+
 /// Where the payload of the frame being read goes.
 #[derive(Debug)]
 pub(crate) enum Sink {
-    /// A matched receive.
-    User(RecvOp),
-    /// A private buffer (unexpected message, hello).
-    Owned(Vec<u8>),
+    /// Read and dropped (a refused request, bytes past a truncated buffer).
+    Discard,
+    /// Into a matched receive.
+    Recv(RecvOp),
+    /// Buffered: an unexpected message within the endpoint's budget.
+    Unexp(Vec<u8>),
+    /// Left in the socket until a receive matches the message (the
+    /// unexpected budget is spent); the connection reads nothing else.
+    Stalled,
+    /// Rendezvous data.
+    Rndv(RndvRecv),
+    /// RMA write into registered memory; `status` once a check failed.
+    Region {
+        rma: RmaHeader,
+        status: Option<ErrorKind>,
+    },
+    /// Read response data into the read's buffer.
+    Read { buf: Pieces, done: TxDone },
+    /// Old values of a fetching atomic into its result buffer.
+    Fetch { buf: Pieces, done: TxDone },
+    /// Atomic operands, applied when complete.
+    Scratch(Vec<u8>),
+    /// Connection private data.
+    Private(Vec<u8>),
 }
 
-/// Reading state.
-#[derive(Debug)]
-enum Rx {
-    Header { buf: [u8; HEADER_LEN], have: usize },
-    Body { frame: Frame, sink: Sink, got: u64 },
+impl Sink {
+    /// Stores payload bytes that arrived at offset `at` of the payload.
+    pub(crate) fn write(&mut self, at: u64, data: &[u8], mr: &MrTable) {
+        let at = usize::try_from(at).unwrap_or(usize::MAX);
+        match self {
+            Sink::Discard | Sink::Stalled => {}
+            Sink::Recv(op) => {
+                // SAFETY: the receive contract keeps the buffer valid and
+                // unaliased until its completion.
+                unsafe { op.buf.write_at(at, data) };
+            }
+            Sink::Rndv(r) => {
+                let at = usize::try_from(r.frame_off)
+                    .unwrap_or(usize::MAX)
+                    .saturating_add(at);
+                // SAFETY: as above.
+                unsafe { r.op.buf.write_at(at, data) };
+            }
+            Sink::Read { buf, .. } | Sink::Fetch { buf, .. } => {
+                // SAFETY: the read / atomic contract keeps the result buffer
+                // valid and unaliased until the completion.
+                unsafe { buf.write_at(at, data) };
+            }
+            Sink::Unexp(v) | Sink::Scratch(v) | Sink::Private(v) => v.extend_from_slice(data),
+            Sink::Region { rma, status } => {
+                if status.is_some() {
+                    return;
+                }
+                let mut data = data;
+                let mut pos = at;
+                while !data.is_empty() {
+                    let Some((key, addr, room)) = locate(rma, pos) else {
+                        *status = Some(ErrorKind::Inval);
+                        return;
+                    };
+                    let k = room.min(data.len());
+                    let chunk = data.get(..k).unwrap_or_default();
+                    let r = mr.with_access(key, addr, k, MrAccess::REMOTE_WRITE, |dst| {
+                        // SAFETY: the range was checked inside the region
+                        // and the registration is held while this runs;
+                        // mr_reg's contract lets peers write it.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(chunk.as_ptr(), dst as *mut u8, k);
+                        }
+                    });
+                    if let Err(e) = r {
+                        *status = Some(e.kind());
+                        return;
+                    }
+                    data = data.get(k..).unwrap_or_default();
+                    pos += k;
+                }
+            }
+        }
+    }
+
+    /// Where bytes at payload offset `at` can be read straight from the
+    /// socket (user buffers only; `None`: through the read buffer).
+    pub(crate) fn span_at(&self, at: u64) -> Option<(*mut u8, usize)> {
+        let at = usize::try_from(at).ok()?;
+        match self {
+            Sink::Recv(op) => op.buf.span_at(at),
+            Sink::Rndv(r) => {
+                r.op.buf
+                    .span_at(usize::try_from(r.frame_off).ok()?.checked_add(at)?)
+            }
+            Sink::Read { buf, .. } | Sink::Fetch { buf, .. } => buf.span_at(at),
+            _ => None,
+        }
+    }
 }
 
-/// Something the connection read, for the endpoint to act on.
+/// The range of an RMA request holding payload byte `pos`: key, remote
+/// address and bytes left in that range.
+pub(crate) fn locate(rma: &RmaHeader, mut pos: usize) -> Option<(u64, u64, usize)> {
+    for r in rma.iov() {
+        if pos < r.len {
+            let addr = r.addr.checked_add(u64::try_from(pos).ok()?)?;
+            return Some((r.key, addr, r.len - pos));
+        }
+        pos -= r.len;
+    }
+    None
+}
+
+/// The frame being read: its headers, where its payload goes, and how
+/// much of the payload has arrived.
 #[derive(Debug)]
-pub(crate) enum Input {
-    /// A header arrived; the endpoint says where the payload goes.
-    Header(Frame),
-    /// A whole frame arrived, payload in its sink.
-    Frame(Frame, Sink),
+pub(crate) struct Cur {
+    pub frame: Frame,
+    pub sink: Sink,
+    pub got: u64,
+}
+
+/// The receive side of a connection.
+#[derive(Debug)]
+pub(crate) struct Rx {
+    pub dec: wire::Decoder,
+    pub buf: Box<[u8]>,
+    pub pos: usize,
+    pub len: usize,
+    pub cur: Option<Cur>,
+    /// Reading paused (the unexpected budget is spent).
+    pub stalled: bool,
+    /// The last frame carried a large payload.
+    pub last_large: bool,
+}
+
+/// Where a connection is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// RDM, initiated here: hello sent (or queued until the TCP connect
+    /// completes), waiting for the answer.
+    HelloSent,
+    /// RDM, accepted here: waiting for the peer's hello.
+    AwaitHello,
+    /// MSG active side: connection request sent, waiting for the answer.
+    ConnReqSent,
+    /// MSG passive side: waiting for the application's accept.
+    AwaitAccept,
+    /// Data flows.
+    Ready,
+    /// Closed as soon as the queued frames are written.
+    Closing,
 }
 
 /// A connection.
 #[derive(Debug)]
 pub(crate) struct Conn {
     pub sock: TcpStream,
-    /// Still connecting (non-blocking connect in progress).
+    /// The non-blocking TCP connect is still in progress.
     pub connecting: bool,
-    pub tx: VecDeque<TxItem>,
-    rx: Rx,
-    rbuf: Box<[u8]>,
-    rpos: usize,
-    rlen: usize,
-    max_len: u64,
+    pub phase: Phase,
+    /// The peer's listening address (RDM) or socket address (MSG): the key
+    /// of its [`crate::ep::core::Peer`] entry.
+    pub peer: Option<SocketAddr>,
+    /// The peer's handle in the AV (source of receive completions).
+    pub src: FiAddr,
+    pub tx: Tx,
+    pub rx: Rx,
+    /// This side's requests waiting for the peer's answer, by id.
+    pub pending: HashMap<u64, Pending>,
+    /// The peer's rendezvous messages this side accepted, by the peer's id.
+    pub rndv: HashMap<u64, RndvRecv>,
+    /// Frames held behind a fenced operation.
+    pub held: VecDeque<crate::ep::core::Queued>,
+    /// Reusable buffers: atomic operands and results.
+    pub scratch: Vec<u8>,
+    pub results: Vec<u8>,
+    /// EPOLLOUT is registered.
+    pub want_write: bool,
 }
 
 impl Conn {
-    pub(crate) fn new(sock: TcpStream, connecting: bool, max_len: u64) -> Self {
+    pub(crate) fn new(
+        sock: TcpStream,
+        connecting: bool,
+        phase: Phase,
+        limits: wire::Limits,
+    ) -> Self {
         Conn {
             sock,
             connecting,
-            tx: VecDeque::new(),
-            rx: Rx::Header {
-                buf: [0; HEADER_LEN],
-                have: 0,
+            phase,
+            peer: None,
+            src: FiAddr::NOTAVAIL,
+            tx: Tx::default(),
+            rx: Rx {
+                dec: wire::Decoder::new(limits),
+                buf: vec![0u8; RBUF].into_boxed_slice(),
+                pos: 0,
+                len: 0,
+                cur: None,
+                stalled: false,
+                last_large: false,
             },
-            rbuf: vec![0u8; RBUF].into_boxed_slice(),
-            rpos: 0,
-            rlen: 0,
-            max_len,
+            pending: HashMap::new(),
+            rndv: HashMap::new(),
+            held: VecDeque::new(),
+            scratch: Vec::new(),
+            results: Vec::new(),
+            want_write: false,
         }
     }
 
-    /// Writes queued frames until the socket is full; calls `done` for
-    /// each frame fully written. `Err` when the connection failed.
-    pub(crate) fn flush(&mut self, mut done: impl FnMut(TxDone)) -> Result<()> {
-        if self.connecting {
-            match self.sock.peer_addr() {
-                Ok(_) => self.connecting = false,
-                Err(e) if e.kind() == std::io::ErrorKind::NotConnected => {
-                    if let Ok(Some(err)) = self.sock.take_error() {
-                        return Err(err.into());
-                    }
-                    return Ok(());
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-        while let Some(item) = self.tx.front_mut() {
-            let mut sl = [IoSlice::new(&[]); IOV_LIMIT + 1];
-            let n = item.slices(&mut sl);
-            match self.sock.write_vectored(&sl[..n]) {
-                Ok(0) => {
-                    return Err(Error::new(
-                        ErrorKind::ConnReset,
-                        "tcp: connection closed while sending",
-                    ));
-                }
-                Ok(k) => {
-                    item.sent += k;
-                    if item.sent == item.total {
-                        if let Some(item) = self.tx.pop_front() {
-                            if let Some(d) = item.done {
-                                done(d);
-                            }
-                        }
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(())
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
     }
 
-    /// Queues a frame, trying to write it at once when nothing is queued.
-    pub(crate) fn send(&mut self, item: TxItem, done: impl FnMut(TxDone)) -> Result<()> {
-        self.tx.push_back(item);
-        if self.tx.len() == 1 && !self.connecting {
-            self.flush(done)?;
-        }
-        Ok(())
-    }
-
-    /// Reads what the socket has and hands every input to `on`, which
-    /// returns, for a header, where its payload goes. Returns `Ok(false)`
-    /// on end of stream.
-    pub(crate) fn read(
-        &mut self,
-        mut on: impl FnMut(&mut Conn, Input) -> Result<Option<Sink>>,
-    ) -> Result<bool> {
-        loop {
-            // Parse what is buffered.
-            while self.rpos < self.rlen {
-                self.step(&mut on)?;
-            }
-            // A large payload of a matched receive: read straight into it.
-            if let Rx::Body {
-                frame,
-                sink: Sink::User(op),
-                got,
-            } = &mut self.rx
-            {
-                let left = frame.len - *got;
-                if left as usize >= RBUF / 2 {
-                    let cap = op.buf.len() as u64;
-                    if *got < cap {
-                        // SAFETY: the receive contract; the slice is used
-                        // only for this read.
-                        if let Some(dst) = unsafe { op.buf.slice_at(*got as usize) } {
-                            let k = dst.len().min(left as usize);
-                            match self.sock.read(&mut dst[..k]) {
-                                Ok(0) => return Ok(false),
-                                Ok(r) => {
-                                    *got += r as u64;
-                                    if *got == frame.len {
-                                        self.finish(&mut on)?;
-                                    }
-                                    continue;
-                                }
-                                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                                    return Ok(true);
-                                }
-                                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                                Err(e) => return Err(e.into()),
-                            }
-                        }
-                    }
-                }
-            }
-            match self.sock.read(&mut self.rbuf) {
-                Ok(0) => return Ok(false),
-                Ok(r) => {
-                    self.rpos = 0;
-                    self.rlen = r;
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(true),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e.into()),
-            }
-        }
-    }
-
-    fn step(
-        &mut self,
-        on: &mut impl FnMut(&mut Conn, Input) -> Result<Option<Sink>>,
-    ) -> Result<()> {
-        let avail = &self.rbuf[self.rpos..self.rlen];
-        match &mut self.rx {
-            Rx::Header { buf, have } => {
-                let k = (HEADER_LEN - *have).min(avail.len());
-                buf[*have..*have + k].copy_from_slice(&avail[..k]);
-                *have += k;
-                self.rpos += k;
-                if *have == HEADER_LEN {
-                    let frame = Frame::decode(buf, self.max_len)?;
-                    self.rx = Rx::Header {
-                        buf: [0; HEADER_LEN],
-                        have: 0,
-                    };
-                    let sink = on(self, Input::Header(frame))?.unwrap_or(Sink::Owned(Vec::new()));
-                    self.rx = Rx::Body {
-                        frame,
-                        sink,
-                        got: 0,
-                    };
-                    if frame.len == 0 {
-                        self.finish(on)?;
-                    }
-                }
-            }
-            Rx::Body { frame, sink, got } => {
-                let left = frame.len - *got;
-                let k = (left.min(avail.len() as u64)) as usize;
-                let chunk = &avail[..k];
-                match sink {
-                    Sink::Owned(v) => v.extend_from_slice(chunk),
-                    Sink::User(op) => {
-                        // SAFETY: the receive contract. Bytes beyond the
-                        // buffer are dropped (truncation, reported later).
-                        unsafe { op.buf.write_at(*got as usize, chunk) };
-                    }
-                }
-                *got += k as u64;
-                self.rpos += k;
-                if *got == frame.len {
-                    self.finish(on)?;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn finish(
-        &mut self,
-        on: &mut impl FnMut(&mut Conn, Input) -> Result<Option<Sink>>,
-    ) -> Result<()> {
-        let done = std::mem::replace(
-            &mut self.rx,
-            Rx::Header {
-                buf: [0; HEADER_LEN],
-                have: 0,
-            },
-        );
-        if let Rx::Body { frame, sink, .. } = done {
-            on(self, Input::Frame(frame, sink))?;
-        }
-        Ok(())
-    }
-
-    /// Takes every queued frame (the connection failed).
-    pub(crate) fn drain_tx(&mut self) -> impl Iterator<Item = TxItem> + '_ {
-        self.tx.drain(..)
-    }
-
-    /// Whether a receive is filling right now (for failure reporting).
-    pub(crate) fn take_partial(&mut self) -> Option<RecvOp> {
-        match std::mem::replace(
-            &mut self.rx,
-            Rx::Header {
-                buf: [0; HEADER_LEN],
-                have: 0,
-            },
-        ) {
-            Rx::Body {
-                sink: Sink::User(op),
+    /// Operations started on this connection and not finished (what a
+    /// fence waits for).
+    pub(crate) fn outstanding(&self) -> usize {
+        // A read or fetching atomic whose answer is arriving has left
+        // `pending` for the receive state, and is still outstanding.
+        let answering = matches!(
+            &self.rx.cur,
+            Some(Cur {
+                sink: Sink::Read { .. } | Sink::Fetch { .. },
                 ..
-            } => Some(op),
-            _ => None,
+            })
+        );
+        self.pending.len() + self.tx.len() + usize::from(answering)
+    }
+
+    /// Checks whether a non-blocking connect finished; `Err` if it failed.
+    pub(crate) fn check_connected(&mut self) -> Result<bool> {
+        if !self.connecting {
+            return Ok(true);
         }
+        if let Ok(Some(err)) = self.sock.take_error() {
+            return Err(err.into());
+        }
+        match self.sock.peer_addr() {
+            Ok(_) => {
+                self.connecting = false;
+                Ok(true)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotConnected => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Flushes the queue once the connect finished.
+    pub(crate) fn flush(&mut self, mr: &MrTable, done: &mut dyn FnMut(Done)) -> Result<()> {
+        if !self.check_connected()? {
+            return Ok(());
+        }
+        let Conn { sock, tx, .. } = self;
+        tx.flush(sock.as_fd(), mr, done)
     }
 }

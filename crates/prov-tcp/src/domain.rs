@@ -13,8 +13,9 @@ use fabric_core::{
     Address, DomainAttr, EpType, Error, ErrorKind, FabricAttr, Info, MrMode, Result,
 };
 
-use crate::ep::rdm::RdmEndpoint;
-use crate::progress::Poller;
+use crate::ep::TcpEndpoint;
+use crate::ep::passive::TcpPassiveEndpoint;
+use crate::progress::{Poller, spawn_auto, wants_auto};
 
 /// A tcp fabric (one IP subnet).
 #[derive(Debug)]
@@ -37,11 +38,14 @@ impl Fabric for TcpFabric {
         Ok(Box::new(TcpDomain::new(info)?))
     }
 
-    fn passive_endpoint(&self, _info: &Info) -> Result<Box<dyn PassiveEndpoint>> {
-        Err(Error::new(
-            ErrorKind::OpNotSupp,
-            "tcp: MSG endpoints are not implemented yet",
-        ))
+    fn passive_endpoint(&self, info: &Info) -> Result<Box<dyn PassiveEndpoint>> {
+        if info.ep_attr.ep_type != EpType::Msg && info.ep_attr.ep_type != EpType::Unspec {
+            return Err(Error::inval(format!(
+                "tcp: passive endpoints are for FI_EP_MSG, not {}",
+                info.ep_attr.ep_type
+            )));
+        }
+        Ok(Box::new(TcpPassiveEndpoint::open(info)?))
     }
 
     fn eq(&self, attr: &EqAttr) -> Result<Box<dyn EventQueue>> {
@@ -85,14 +89,25 @@ impl AddressBook for IpBook {
 }
 
 impl TcpDomain {
+    /// A domain for `info`. Its `mr_mode` decides how remote addresses
+    /// and keys work: FI_MR_VIRT_ADDR (or FI_MR_BASIC) makes RMA addresses
+    /// virtual addresses, else offsets from the region's `offset`;
+    /// FI_MR_PROV_KEY (or FI_MR_BASIC) lets the provider choose keys, else
+    /// the application's requested key is used. With FI_PROGRESS_AUTO a
+    /// thread progresses the domain's endpoints.
     pub(crate) fn new(info: &Info) -> Result<Self> {
         let m = info.domain_attr.mr_mode;
+        let basic = m.contains(MrMode::BASIC);
+        let poller = Arc::new(Poller::new()?);
+        if wants_auto(&info.domain_attr) {
+            spawn_auto(Arc::downgrade(&poller));
+        }
         Ok(TcpDomain {
             attr: info.domain_attr.clone(),
-            poller: Arc::new(Poller::new()?),
+            poller,
             mr: Arc::new(MrTable::new(
-                m.contains(MrMode::VIRT_ADDR),
-                m.contains(MrMode::PROV_KEY),
+                basic || m.contains(MrMode::VIRT_ADDR),
+                basic || m.contains(MrMode::PROV_KEY),
             )),
         })
     }
@@ -105,10 +120,19 @@ impl Domain for TcpDomain {
 
     fn endpoint(&self, info: &Info) -> Result<Box<dyn Endpoint>> {
         match info.ep_attr.ep_type {
-            EpType::Rdm => Ok(Box::new(RdmEndpoint::open(info, self.poller.clone())?)),
+            EpType::Rdm => Ok(Box::new(TcpEndpoint::open_rdm(
+                info,
+                self.poller.clone(),
+                self.mr.clone(),
+            )?)),
+            EpType::Msg => Ok(Box::new(TcpEndpoint::open_msg(
+                info,
+                self.poller.clone(),
+                self.mr.clone(),
+            )?)),
             t => Err(Error::new(
                 ErrorKind::OpNotSupp,
-                format!("tcp: {t} endpoints are not implemented yet"),
+                format!("tcp: {t} endpoints are not offered"),
             )),
         }
     }

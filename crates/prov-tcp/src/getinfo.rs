@@ -7,10 +7,12 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 
 use fabric_core::matching::{Request, select};
 use fabric_core::objects::EnvVar;
+
+use crate::wire;
 use fabric_core::resolve::{Family, Query, resolve};
 use fabric_core::{
-    AddrFormat, Address, Caps, EpType, Error, GetinfoFlags, Info, MsgOrder, Progress, Protocol,
-    ResourceMgmt, Result, Threading, Version,
+    AddrFormat, Address, Caps, EpType, Error, GetinfoFlags, Info, MrMode, MsgOrder, Progress,
+    Protocol, ResourceMgmt, Result, Threading, Version,
 };
 
 /// The provider's name.
@@ -27,29 +29,31 @@ pub const ENV_VARS: &[EnvVar] = &[EnvVar {
     help: "Only offer this network interface (exact name, e.g. eth0); loopback is offered only when unset or `lo`.",
 }];
 
+/// Capabilities both endpoint types implement.
+const COMMON_CAPS: Caps = Caps::MSG
+    .union(Caps::TAGGED)
+    .union(Caps::SEND)
+    .union(Caps::RECV)
+    .union(Caps::RMA)
+    .union(Caps::READ)
+    .union(Caps::WRITE)
+    .union(Caps::REMOTE_READ)
+    .union(Caps::REMOTE_WRITE)
+    .union(Caps::ATOMIC)
+    .union(Caps::MULTI_RECV)
+    .union(Caps::FENCE)
+    .union(Caps::INJECT)
+    .union(Caps::REMOTE_CQ_DATA)
+    .union(Caps::LOCAL_COMM)
+    .union(Caps::REMOTE_COMM);
+
 /// Capabilities the provider implements on RDM endpoints.
-pub const RDM_CAPS: Caps = Caps::MSG
-    .union(Caps::TAGGED)
-    .union(Caps::SEND)
-    .union(Caps::RECV)
-    .union(Caps::DIRECTED_RECV)
-    .union(Caps::SOURCE)
-    .union(Caps::INJECT)
-    .union(Caps::REMOTE_CQ_DATA)
-    .union(Caps::LOCAL_COMM)
-    .union(Caps::REMOTE_COMM);
+pub const RDM_CAPS: Caps = COMMON_CAPS.union(Caps::DIRECTED_RECV).union(Caps::SOURCE);
 
-/// Capabilities the provider will offer on MSG endpoints.
-pub const MSG_CAPS: Caps = Caps::MSG
-    .union(Caps::TAGGED)
-    .union(Caps::SEND)
-    .union(Caps::RECV)
-    .union(Caps::INJECT)
-    .union(Caps::REMOTE_CQ_DATA)
-    .union(Caps::LOCAL_COMM)
-    .union(Caps::REMOTE_COMM);
+/// Capabilities the provider implements on MSG endpoints.
+pub const MSG_CAPS: Caps = COMMON_CAPS;
 
-/// Largest inject (copied into the socket before the call returns).
+/// Largest inject (copied before the call returns).
 pub const INJECT_SIZE: usize = 8192;
 /// Largest message.
 pub const MAX_MSG_SIZE: usize = 1 << 30;
@@ -57,11 +61,29 @@ pub const MAX_MSG_SIZE: usize = 1 << 30;
 pub const QUEUE_SIZE: usize = 1024;
 /// IO vector pieces per operation.
 pub const IOV_LIMIT: usize = 8;
+/// Private data of connection requests, accepts and rejects.
+pub const CM_DATA_SIZE: usize = 256;
+
+/// The memory registration modes offered: the provider needs no mode bit
+/// (no FI_MR_LOCAL: local buffers need no registration). The legacy modes
+/// are served too: FI_MR_BASIC (virtual addresses, provider keys) and
+/// FI_MR_SCALABLE (offsets, application keys).
+pub const MR_MODE: MrMode = MrMode::BASIC.union(MrMode::SCALABLE);
 
 /// One base offer per endpoint type, before addresses are filled in.
-/// (MSG endpoints are offered once they are implemented.)
+/// Progress is manual unless the hints ask for FI_PROGRESS_AUTO (then a
+/// thread per domain progresses it).
 pub fn offers() -> Vec<Info> {
-    [(EpType::Rdm, RDM_CAPS)]
+    offers_with(false)
+}
+
+fn offers_with(auto: bool) -> Vec<Info> {
+    let progress = if auto {
+        Progress::Auto
+    } else {
+        Progress::Manual
+    };
+    [(EpType::Msg, MSG_CAPS), (EpType::Rdm, RDM_CAPS)]
         .into_iter()
         .map(|(ep, caps)| {
             let mut i = Info {
@@ -74,6 +96,7 @@ pub fn offers() -> Vec<Info> {
             i.tx_attr.inject_size = INJECT_SIZE;
             i.tx_attr.size = QUEUE_SIZE;
             i.tx_attr.iov_limit = IOV_LIMIT;
+            i.tx_attr.rma_iov_limit = wire::MAX_RMA_IOV;
             i.rx_attr.caps = caps - Caps::TX_ONLY;
             i.rx_attr.msg_order = MsgOrder::SAS;
             i.rx_attr.size = QUEUE_SIZE;
@@ -87,9 +110,10 @@ pub fn offers() -> Vec<Info> {
             i.ep_attr.rx_ctx_cnt = 1;
             let d = &mut i.domain_attr;
             d.threading = Threading::Safe;
-            d.control_progress = Progress::Manual;
-            d.data_progress = Progress::Manual;
+            d.control_progress = progress;
+            d.data_progress = progress;
             d.resource_mgmt = ResourceMgmt::Enabled;
+            d.mr_mode = MR_MODE;
             d.mr_key_size = 8;
             d.cq_data_size = 8;
             d.cq_cnt = 1024;
@@ -252,7 +276,11 @@ pub fn getinfo(req: &Request<'_>, ifaces: &[Iface]) -> Result<Vec<Info>> {
             )));
         }
     }
-    let base = select(&offers(), req)?;
+    let auto = req.hints.is_some_and(|h| {
+        h.domain_attr.data_progress == Progress::Auto
+            || h.domain_attr.control_progress == Progress::Auto
+    });
+    let base = select(&offers_with(auto), req)?;
     let hint_format = req.hints.map_or(AddrFormat::Unspec, |h| h.addr_format);
     let want_comm = req.hints.map_or(Caps::empty(), |h| {
         h.caps & (Caps::LOCAL_COMM | Caps::REMOTE_COMM)

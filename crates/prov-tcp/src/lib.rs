@@ -1,20 +1,163 @@
 //! The tcp provider: reliable messaging over TCP sockets.
 //!
-//! **Status: in progress** (issue "prov-tcp"). Implemented: `getinfo` (one
-//! entry per usable IP interface: fabric = the subnet, domain = the
-//! interface, loopback last and local-only; `FI_TCP_IFACE`), RDM endpoints
-//! with messages and tagged messages (send, inject, remote CQ data,
-//! FI_PEEK / FI_CLAIM / FI_DISCARD, directed receive, cancel, selective
-//! completion), CQs, counters, AVs, memory registration, manual progress
-//! driven by one epoll set per domain. Not yet: MSG endpoints, RMA,
-//! atomics, multi-receive, auto progress; `getinfo` offers only what is
-//! implemented.
+//! Implemented: `getinfo` (one entry per usable IP interface and endpoint
+//! type: fabric = the subnet, domain = the interface, loopback last and
+//! local-only; `FI_TCP_IFACE`); MSG endpoints (passive endpoint, connect /
+//! accept / reject with private data, shutdown) and RDM endpoints
+//! (connections made on demand, one per pair of endpoints); messages and
+//! tagged messages (send, inject, remote CQ data, FI_PEEK / FI_CLAIM /
+//! FI_DISCARD, directed receive, cancel, FI_MULTI_RECV); RMA read / write /
+//! writedata / inject_write; atomics; FI_TRANSMIT_COMPLETE,
+//! FI_DELIVERY_COMPLETE, FI_FENCE, selective completion; CQs, EQs,
+//! counters (send, recv, read, write, remote read, remote write), AVs,
+//! memory registration; manual progress (CQ, counter and EQ reads) or an
+//! auto-progress thread per domain. `getinfo` offers exactly this
+//! ([`getinfo::RDM_CAPS`], [`getinfo::MSG_CAPS`]).
 //!
 //! Layout: [`getinfo`] (what it offers), `domain` (fabric, domain, MR),
-//! `ep` (endpoints), `conn` (one connection: send queue, frame reader),
-//! `progress` (the domain's engine and epoll set), `frame` (the frames the
-//! endpoints exchange today), [`wire`] (the versioned protocol codec the
-//! endpoints move to as MSG, RMA and atomics land; documented below).
+//! `ep` (endpoints: `core`, the engine RDM and MSG share; `rdm` and `msg`,
+//! how their connections are made; `passive`), `conn` (one connection:
+//! send queue, receive state), `atomic` (atomics at the target),
+//! `progress` (a domain's engine and epoll set), `sys` (the raw socket
+//! calls), [`wire`] (the versioned protocol codec, documented below).
+//!
+//! # Connections
+//!
+//! - **RDM.** Each endpoint listens on its own address (its name). The
+//!   first operation towards a peer connects to the peer's name and sends
+//!   `Hello` (listening address and a random nonce); data frames follow
+//!   only after the peer's `HelloAck`. The accepting side knows the sender
+//!   by its listening address, so receive completions carry the sender's
+//!   AV handle (FI_SOURCE). One connection carries frames both ways. When
+//!   both ends connect at once, the connection initiated by the end with
+//!   the smaller key (nonce, then address) survives and the other is
+//!   refused with `HelloAck` status `FI_EALREADY`; frames waiting for a
+//!   connection live in a per-peer backlog and go on the survivor, so
+//!   exactly one connection per pair remains and no frame is lost. An
+//!   endpoint that sends to itself keeps both ends of its connection.
+//! - **MSG.** `fi_connect` sends `ConnReq` with the private data; the
+//!   passive endpoint reads the request and reports `FI_CONNREQ` with an
+//!   `info` whose `handle` names the parked request (a process-wide table).
+//!   An endpoint opened with that info takes the socket over; `fi_accept`
+//!   sends `ConnAccept` and reports `FI_CONNECTED` once it is written; the
+//!   connector reports `FI_CONNECTED` with the acceptor's private data.
+//!   `fi_reject` sends `ConnReject`: the connector reports an EQ error
+//!   `FI_ECONNREFUSED` carrying the rejection's private data (so does a
+//!   refusal by the OS, without data). Sends posted before the connection
+//!   is accepted wait for it. `fi_shutdown` or a closed socket ends the
+//!   connection: both sides report `FI_SHUTDOWN`, and pending operations
+//!   complete with errors.
+//! - **Failure.** A connection fails on a socket error, an unexpected end
+//!   of stream, or any frame that breaks the protocol (the decoder's
+//!   checks, an id this side never issued, a frame in the wrong phase).
+//!   Then everything started on it completes with an error (queued frames,
+//!   requests waiting for answers, the receive being filled, accepted
+//!   rendezvous); nothing panics and other connections are unaffected. An
+//!   RDM peer is connected again by the next operation.
+//!
+//! # Data path
+//!
+//! - **Sending.** A frame's headers are encoded on the stack; the payload
+//!   goes from the user's buffer, so a message costs one `sendmsg` when the
+//!   socket takes it. What the socket does not take waits in the
+//!   connection's queue; queued frames are written together (up to 64
+//!   iovecs per `sendmsg`). Injected data is copied into a staging buffer
+//!   that is reused. Messages of up to 32 KiB go eagerly in one frame;
+//!   larger ones by rendezvous: `MsgRts` / `TaggedRts` announce them, the
+//!   receiver answers `Cts` once a receive matches (with the length it
+//!   takes: truncation is the receiver's error), and the sender streams
+//!   `RndvData` straight from the user's buffer.
+//! - **Receiving.** A [`wire::Decoder`] per connection reads the frames
+//!   from a 64 KiB read buffer. A payload of at least 16 KiB whose
+//!   destination is known (a matched receive, an accepted rendezvous, an
+//!   RMA target, a read's buffer) is read straight into it; after such a
+//!   payload the next read is small, so that the next large payload skips
+//!   the read buffer too.
+//! - **Unexpected messages.** An eager message that matches no receive is
+//!   kept in a buffer; an endpoint keeps at most 8 MiB of them (payloads
+//!   plus 64 bytes per entry, rendezvous announcements included). Beyond
+//!   that, the connection that brings the next unexpected message stops
+//!   being read: its payload stays in the socket until a receive takes it
+//!   (or the budget has room again), TCP flow control pushes back on the
+//!   sender, whose operations then wait in its queue and new ones return
+//!   `FI_EAGAIN` once `tx_attr.size` are outstanding. A peer can therefore
+//!   never make an endpoint buffer more than the budget; the price is that
+//!   a paused connection delivers nothing else until its message is taken.
+//! - **Queues.** At most `tx_attr.size` transmit operations are
+//!   outstanding (started and not completed); the next one returns
+//!   `FI_EAGAIN`. Receives are not limited.
+//! - **Locking.** All state of an endpoint sits behind one mutex, taken by
+//!   its operations (uncontended unless threads share the endpoint) and
+//!   tried by progress (a thread that finds it held leaves the work to the
+//!   holder). Completion queues are lock-free for successful completions.
+//!   Once warmed up, sends, injects, receives, RMA and their completions
+//!   allocate nothing (tested).
+//!
+//! # RMA and atomics
+//!
+//! The target checks every range of a request against its domain's memory
+//! regions ([`fabric_core::kit::mr::MrTable`]) before touching memory:
+//! an unknown key is refused with `FI_EKEYREJECTED`, a range outside the
+//! region or a missing right (FI_REMOTE_WRITE for writes and atomics,
+//! FI_REMOTE_READ for reads and fetching atomics) with `FI_EACCES`. A
+//! refused request changes nothing (all ranges are checked first) and its
+//! status travels back, becoming the initiator's error completion. Data is
+//! moved into and out of registered memory while its registration is held,
+//! so deregistration waits for a transfer in progress; a region
+//! deregistered in the middle of a read response fails that connection.
+//!
+//! Memory registration needs no mode bit (`FI_MR_LOCAL` is not needed:
+//! local buffers need no registration and descriptors are ignored). The
+//! domain's `mr_mode` decides addressing: with `FI_MR_VIRT_ADDR` remote
+//! addresses are virtual addresses, else offsets from the region's
+//! `offset`; with `FI_MR_PROV_KEY` the provider picks keys, else the
+//! requested key is used. The legacy `FI_MR_BASIC` (both) and
+//! `FI_MR_SCALABLE` (neither) are offered too.
+//!
+//! Remote CQ data of a write or atomic appears in the target's receive CQ
+//! (flags `FI_RMA | FI_REMOTE_WRITE | FI_REMOTE_CQ_DATA`); it consumes a
+//! posted receive only in `FI_RX_CQ_DATA` mode.
+//!
+//! Atomics (see `atomic`): every operation on `FI_INT8` to `FI_UINT64`;
+//! arithmetic, read, write and the compare-swap family on `FI_FLOAT` and
+//! `FI_DOUBLE`; up to 1024 elements per operation; executed with the
+//! processor's atomic instructions (misaligned elements under a lock).
+//!
+//! # Completion semantics
+//!
+//! - A send or inject completes when its last byte is handed to the socket
+//!   (`FI_INJECT_COMPLETE` semantics): its buffer may be reused; the peer
+//!   may not have received it yet.
+//! - With `FI_TRANSMIT_COMPLETE` the frame asks for an `Ack`, sent by the
+//!   target once it has received the whole message (even if no receive
+//!   matched yet); with `FI_DELIVERY_COMPLETE` once the data is in the
+//!   receive buffer. The send completes when the `Ack` arrives.
+//! - RMA writes and plain atomics are always acknowledged (so a refusal
+//!   reaches the initiator): they complete once applied at the target
+//!   (`FI_DELIVERY_COMPLETE`). Reads and fetching atomics complete when
+//!   their data arrives. `inject_write` reports no completion but counts,
+//!   in the write counter or its error count, when acknowledged.
+//! - `FI_FENCE`: the operation (and everything after it on the same
+//!   connection) is held until every earlier operation on that connection
+//!   has completed.
+//! - Selective completion (`FI_SELECTIVE_COMPLETION` binds): only
+//!   operations with `FI_COMPLETION` report successes; errors are always
+//!   reported.
+//! - `FI_MULTI_RECV` (untagged receives): each message takes the next part
+//!   of the buffer (`buf` in its completion); the buffer is released once
+//!   less than 64 bytes are left, and the completion of the last message
+//!   placed in it carries `FI_MULTI_RECV` (a cancelled one reports it in
+//!   its `FI_ECANCELED` completion).
+//! - Progress is manual by default: CQ, counter and EQ reads drive it, and
+//!   blocking reads sleep on the domain's epoll set (after a short spin).
+//!   A progress call asks epoll what is ready; while every endpoint of the
+//!   domain has at most two established connections, it reads them
+//!   directly instead and asks epoll only every 16th call (new connections
+//!   and listeners are noticed then), which saves a system call per
+//!   message on the latency path.
+//!   When the domain asks for `FI_PROGRESS_AUTO` (offered when the hints
+//!   ask), a thread per domain sleeps until a socket is ready and
+//!   progresses every endpoint, so operations complete without reads.
 //!
 //! # Wire protocol
 //!
@@ -52,8 +195,9 @@
 //! `ACK_TRANSMIT` asks for an `Ack` once the target received the request
 //! (FI_TRANSMIT_COMPLETE), `ACK_DELIVERY` once the data is placed
 //! (FI_DELIVERY_COMPLETE); at most one of them is set. The status of a
-//! refused RMA or atomic request (bad key `FI_EKEYREJECTED`, out of bounds
-//! `FI_EINVAL`, no access `FI_EACCES`, ...) travels back this way.
+//! refused RMA or atomic request (bad key `FI_EKEYREJECTED`, a range out of
+//! bounds or a missing access right `FI_EACCES`, an unsupported atomic
+//! `FI_EOPNOTSUPP`) travels back this way.
 //!
 //! ## Ops
 //!
@@ -87,10 +231,12 @@
 //!
 //! Rendezvous (8 bytes): one u64: the message length (`MsgRts`,
 //! `TaggedRts`), the length the receiver accepts (`Cts`; 0 to discard, and
-//! 0 with a status) or the offset of the chunk (`RndvData`). A message too
-//! large to be kept unexpected is announced with an RTS; the receiver
-//! answers `Cts` once a receive matches it, and the sender streams
-//! `RndvData` chunks (other frames may come in between).
+//! 0 with a status) or the offset of the chunk (`RndvData`). A message
+//! larger than the eager limit (32 KiB) is announced with an RTS; the
+//! receiver answers `Cts` once a receive matches it, and the sender sends
+//! `RndvData` (today one chunk of the accepted length; a receiver accepts
+//! consecutive chunks, other frames may come in between). The `id` of
+//! `Cts` and `RndvData` is the RTS's.
 //!
 //! RMA (`Write`, `ReadReq`; 8 + 24 × n bytes, 1 ≤ n ≤ 4):
 //!
@@ -140,7 +286,14 @@
 //!   key (nonce, then address family, IP bytes, port) survives: the other
 //!   end's hello is answered with `HelloAck` status `FI_EALREADY` and its
 //!   socket closed ([`wire::resolve_simultaneous`]). Both ends compute the
-//!   same answer, so one connection is left per pair.
+//!   same answer, so one connection is left per pair. A `HelloAck` accepts
+//!   with the chosen version in both version fields and this side's
+//!   address and nonce.
+//! - Request ids are chosen by the requester, unique per endpoint; an
+//!   answer (`Cts`, `Ack`, `ReadRsp`, `AtomicRsp`) must name a request this
+//!   side sent on that connection and is waiting for, and `RndvData` a
+//!   rendezvous this side accepted, at the next offset; anything else is a
+//!   protocol error.
 //!
 //! ## Limits
 //!
@@ -150,15 +303,18 @@
 //! (at most 4), at most `max_atomic_count` atomic elements (default 1024),
 //! sums and products computed with overflow checks. The decoder buffers at
 //! most 144 bytes of headers per connection and never allocates for a
-//! frame; payload goes straight to where it belongs.
+//! frame; payload goes straight to where it belongs, or into a bounded
+//! buffer (unexpected messages within the budget, atomic operands, private
+//! data).
 #![warn(missing_docs)]
 
+mod atomic;
 mod conn;
 mod domain;
 mod ep;
-mod frame;
 pub mod getinfo;
 mod progress;
+mod sys;
 pub mod wire;
 
 use fabric_core::matching::Request;
@@ -166,7 +322,8 @@ use fabric_core::objects::{EnvVar, Fabric, Provider};
 use fabric_core::{FabricAttr, Info, Result, Version};
 
 pub use domain::{TcpDomain, TcpFabric, TcpMr};
-pub use ep::rdm::RdmEndpoint;
+pub use ep::passive::TcpPassiveEndpoint;
+pub use ep::{RdmEndpoint, TcpEndpoint};
 
 /// The tcp provider.
 #[derive(Debug, Default, Clone, Copy)]

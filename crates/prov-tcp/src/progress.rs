@@ -1,13 +1,15 @@
-//! Progress: the domain's engine drives every endpoint it opened, and an
-//! epoll set of their sockets lets blocking reads sleep until something is
-//! ready.
+//! Progress: a domain's engine drives every endpoint it opened; an epoll
+//! set of their sockets lets blocking reads sleep until something is
+//! ready, and lets an auto-progress thread (FI_PROGRESS_AUTO) sleep until
+//! there is work.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, Weak};
+use std::time::Duration;
 
 use fabric_core::kit::objects::Progress;
-use fabric_core::{Error, ErrorKind, Result};
+use fabric_core::{DomainAttr, Error, ErrorKind, Result};
 use rustix::event::epoll;
 
 /// Something the engine progresses.
@@ -16,6 +18,15 @@ pub(crate) trait EpProgress: Send + Sync + std::fmt::Debug {
     /// tokens that fired (an endpoint picks its own by [`ep_of`]); queued
     /// frames are written whatever `ready` says.
     fn progress(&self, ready: &[u64]) -> Result<()>;
+
+    /// Progress without asking epoll: an endpoint with a few established
+    /// connections reads them directly (a read that finds nothing costs
+    /// what an `epoll_wait` costs, and one that finds data saves the
+    /// `epoll_wait`). `None` when the endpoint cannot (too many
+    /// connections, not enabled, busy).
+    fn progress_direct(&self) -> Option<()> {
+        None
+    }
 }
 
 /// Epoll tokens: the endpoint's number in the high 32 bits, the
@@ -43,18 +54,34 @@ struct State {
     ready: Vec<u64>,
 }
 
-/// The engine of one domain: its endpoints and one epoll set of all their
-/// sockets. Progress asks epoll what is ready (one system call) and lets
-/// each endpoint read only those sockets.
+/// The engine of one domain (or passive endpoint): its endpoints and one
+/// epoll set of all their sockets. Progress asks epoll what is ready (one
+/// system call) and lets each endpoint read only those sockets.
 #[derive(Debug)]
 pub(crate) struct Poller {
     epoll: OwnedFd,
     state: Mutex<State>,
     tokens: AtomicU64,
+    calls: std::sync::atomic::AtomicU32,
 }
+
+/// Every this many progress calls, epoll is asked even when every
+/// endpoint can be progressed directly (new connections, listeners).
+const EPOLL_EVERY: u32 = 16;
 
 fn io(e: rustix::io::Errno) -> Error {
     Error::new(ErrorKind::Io, format!("epoll: {e}"))
+}
+
+fn flags(read: bool, write: bool) -> epoll::EventFlags {
+    let mut f = epoll::EventFlags::RDHUP;
+    if read {
+        f |= epoll::EventFlags::IN;
+    }
+    if write {
+        f |= epoll::EventFlags::OUT;
+    }
+    f
 }
 
 impl Poller {
@@ -68,10 +95,11 @@ impl Poller {
             epoll,
             state: Mutex::new(state),
             tokens: AtomicU64::new(1),
+            calls: std::sync::atomic::AtomicU32::new(0),
         })
     }
 
-    /// The epoll fd: readable when a registered socket is.
+    /// The epoll fd: readable when a watched socket is ready.
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         self.epoll.as_fd()
     }
@@ -87,18 +115,32 @@ impl Poller {
             &self.epoll,
             fd,
             epoll::EventData::new_u64(token),
-            epoll::EventFlags::IN | epoll::EventFlags::RDHUP,
+            flags(true, false),
         )
         .map_err(io)
     }
 
-    /// Also watches for writability while frames wait to be written.
-    pub(crate) fn want_write(&self, fd: BorrowedFd<'_>, token: u64, on: bool) -> Result<()> {
-        let mut f = epoll::EventFlags::IN | epoll::EventFlags::RDHUP;
-        if on {
-            f |= epoll::EventFlags::OUT;
-        }
-        epoll::modify(&self.epoll, fd, epoll::EventData::new_u64(token), f).map_err(io)
+    /// Stops watching a socket (it moves to another engine).
+    pub(crate) fn remove(&self, fd: BorrowedFd<'_>) -> Result<()> {
+        epoll::delete(&self.epoll, fd).map_err(io)
+    }
+
+    /// What to watch a socket for: reading (not while its connection is
+    /// paused) and writing (while frames wait).
+    pub(crate) fn interest(
+        &self,
+        fd: BorrowedFd<'_>,
+        token: u64,
+        read: bool,
+        write: bool,
+    ) -> Result<()> {
+        epoll::modify(
+            &self.epoll,
+            fd,
+            epoll::EventData::new_u64(token),
+            flags(read, write),
+        )
+        .map_err(io)
     }
 
     /// Adds an endpoint to progress.
@@ -110,15 +152,41 @@ impl Poller {
         st.eps.retain(|w| w.strong_count() > 0);
         st.eps.push(ep);
     }
+
+    /// Blocks until a watched socket is ready or the timeout passes.
+    pub(crate) fn wait(&self, timeout: Duration) {
+        let mut fds = [rustix::event::PollFd::new(
+            &self.epoll,
+            rustix::event::PollFlags::IN,
+        )];
+        let ts = rustix::event::Timespec::try_from(timeout).ok();
+        let _ = rustix::event::poll(&mut fds, ts.as_ref());
+    }
 }
 
 impl Progress for Poller {
     fn progress(&self) -> Result<()> {
-        let mut guard = self
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut guard = match self.state.try_lock() {
+            Ok(g) => g,
+            // Another thread is progressing this engine right now.
+            Err(std::sync::TryLockError::WouldBlock) => return Ok(()),
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        };
         let st = &mut *guard;
+        if self.calls.fetch_add(1, Ordering::Relaxed) % EPOLL_EVERY != 0 {
+            let mut direct = !st.eps.is_empty();
+            for w in st.eps.iter() {
+                if let Some(ep) = w.upgrade() {
+                    if ep.progress_direct().is_none() {
+                        direct = false;
+                        break;
+                    }
+                }
+            }
+            if direct {
+                return Ok(());
+            }
+        }
         let mut events = [std::mem::MaybeUninit::<epoll::Event>::uninit(); EVENTS];
         let zero = rustix::event::Timespec {
             tv_sec: 0,
@@ -140,5 +208,32 @@ impl Progress for Poller {
 
     fn wait_fds<'a>(&'a self, f: &mut dyn FnMut(BorrowedFd<'a>)) {
         f(self.epoll.as_fd());
+    }
+}
+
+/// Whether a domain asks for an auto-progress thread.
+pub(crate) fn wants_auto(d: &DomainAttr) -> bool {
+    d.data_progress == fabric_core::Progress::Auto
+        || d.control_progress == fabric_core::Progress::Auto
+}
+
+/// Starts the auto-progress thread of an engine: it sleeps until a socket
+/// is ready (or 50 ms pass, to notice that the engine was closed) and then
+/// progresses every endpoint, so operations complete without CQ reads. It
+/// ends once the engine is dropped.
+pub(crate) fn spawn_auto(poller: Weak<Poller>) {
+    let r = std::thread::Builder::new()
+        .name("tcp-progress".into())
+        .spawn(move || {
+            loop {
+                let Some(p) = poller.upgrade() else { return };
+                p.wait(Duration::from_millis(50));
+                if let Err(e) = p.progress() {
+                    tracing::debug!(error = %e, "tcp: auto progress failed");
+                }
+            }
+        });
+    if let Err(e) = r {
+        tracing::warn!(error = %e, "tcp: cannot start the auto-progress thread");
     }
 }

@@ -375,3 +375,327 @@ fn peer_gone_fails_pending_sends() {
         "sends to a vanished peer must fail with error completions"
     );
 }
+
+/// Drives both sides' progress for a while.
+fn settle(a: &Side, b: &Side, rounds: usize) {
+    let mut e: [CqEntry; 0] = [];
+    for _ in 0..rounds {
+        let _ = a.cq.read(&mut e);
+        let _ = b.cq.read(&mut e);
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+fn conns(s: &Side) -> usize {
+    s.ep.as_any()
+        .downcast_ref::<prov_tcp::TcpEndpoint>()
+        .unwrap()
+        .connection_count()
+}
+
+#[test]
+fn simultaneous_connects_leave_one_connection() {
+    for _ in 0..5 {
+        let (a, b, b_at_a, a_at_b) = pair();
+        let mut ra = vec![vec![0u8; 8]; 20];
+        let mut rb = vec![vec![0u8; 8]; 20];
+        for (i, (x, y)) in ra.iter_mut().zip(rb.iter_mut()).enumerate() {
+            let xi = iov(x);
+            let yi = iov(y);
+            // SAFETY: the buffers outlive the completions read below.
+            unsafe {
+                a.ep.recvmsg(
+                    &msg(&xi, FiAddr::UNSPEC, 0, 0, 100 + i as u64, 0),
+                    OpFlags::empty(),
+                )
+                .unwrap();
+                b.ep.recvmsg(
+                    &msg(&yi, FiAddr::UNSPEC, 0, 0, 200 + i as u64, 0),
+                    OpFlags::empty(),
+                )
+                .unwrap();
+            }
+        }
+        // Both connect at once: neither side progresses before both sent.
+        for i in 0..20u8 {
+            a.ep.inject(&[i; 8], b_at_a, None).unwrap();
+            b.ep.inject(&[i + 100; 8], a_at_b, None).unwrap();
+        }
+        for i in 0..20u64 {
+            let (e, src) = next(a.cq.as_ref(), b.cq.as_ref()).unwrap();
+            assert_eq!((e.context, src), (100 + i, b_at_a), "in order, from b");
+            let (e, src) = next(b.cq.as_ref(), a.cq.as_ref()).unwrap();
+            assert_eq!((e.context, src), (200 + i, a_at_b), "in order, from a");
+        }
+        for (i, (x, y)) in ra.iter().zip(rb.iter()).enumerate() {
+            assert_eq!(x, &vec![i as u8 + 100; 8]);
+            assert_eq!(y, &vec![i as u8; 8]);
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while conns(&a) != 1 || conns(&b) != 1 {
+            settle(&a, &b, 10);
+            assert!(
+                std::time::Instant::now() < deadline,
+                "connections left: {} and {}",
+                conns(&a),
+                conns(&b)
+            );
+        }
+    }
+}
+
+#[test]
+fn a_large_unexpected_message_waits_at_the_sender() {
+    let (a, b, b_at_a, a_at_b) = pair();
+    let n = 3 << 20;
+    let mut sbuf: Vec<u8> = (0..n).map(|i| (i % 253) as u8).collect();
+    let siov = iov(&mut sbuf);
+    // SAFETY: sbuf outlives the send's completion.
+    unsafe {
+        a.ep.tsendmsg(
+            &msg(&siov, b_at_a, 0x77, 0, 1, 0xabc),
+            OpFlags::REMOTE_CQ_DATA,
+        )
+        .unwrap()
+    };
+    // Only the announcement travels; b can peek at it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        settle(&a, &b, 2);
+        let mut p = vec![0u8; 1];
+        let piov = iov(&mut p);
+        // SAFETY: a peek writes nothing.
+        unsafe {
+            b.ep.trecvmsg(&msg(&piov, FiAddr::UNSPEC, 0x77, 0, 9, 0), OpFlags::PEEK)
+                .unwrap()
+        };
+        match next(b.cq.as_ref(), a.cq.as_ref()) {
+            Ok((e, src)) => {
+                assert_eq!(
+                    (e.context, e.len, e.tag, e.data, src),
+                    (9, n, 0x77, 0xabc, a_at_b)
+                );
+                break;
+            }
+            Err(err) => {
+                assert_eq!(err.kind(), ErrorKind::Avail);
+                assert_eq!(b.cq.readerr().unwrap().err, ErrorKind::NoMsg);
+            }
+        }
+        assert!(std::time::Instant::now() < deadline);
+    }
+    assert!(
+        a.cq.read(&mut [CqEntry::default()]).is_err(),
+        "the send cannot complete before a receive takes it"
+    );
+    let mut rbuf = vec![0u8; n];
+    let riov = iov(&mut rbuf);
+    // SAFETY: rbuf outlives the completion.
+    unsafe {
+        b.ep.trecvmsg(&msg(&riov, FiAddr::UNSPEC, 0x77, 0, 2, 0), OpFlags::empty())
+            .unwrap()
+    };
+    let (rx, _) = next(b.cq.as_ref(), a.cq.as_ref()).unwrap();
+    assert_eq!((rx.context, rx.len, rx.data), (2, n, 0xabc));
+    assert!(rbuf == sbuf);
+    let (tx, _) = next(a.cq.as_ref(), b.cq.as_ref()).unwrap();
+    assert_eq!(tx.context, 1);
+}
+
+#[test]
+fn rendezvous_into_a_smaller_buffer_truncates() {
+    let (a, b, b_at_a, _) = pair();
+    let n = 1 << 20;
+    let mut sbuf = vec![5u8; n];
+    let siov = iov(&mut sbuf);
+    // SAFETY: sbuf outlives the completion.
+    unsafe {
+        a.ep.sendmsg(&msg(&siov, b_at_a, 0, 0, 1, 0), OpFlags::empty())
+            .unwrap()
+    };
+    let mut rbuf = vec![0u8; 100_000];
+    let riov = iov(&mut rbuf);
+    // SAFETY: rbuf outlives the completion.
+    unsafe {
+        b.ep.recvmsg(&msg(&riov, FiAddr::UNSPEC, 0, 0, 2, 0), OpFlags::empty())
+            .unwrap()
+    };
+    let err = next(b.cq.as_ref(), a.cq.as_ref()).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Avail);
+    let e = b.cq.readerr().unwrap();
+    assert_eq!(
+        (e.err, e.entry.len, e.olen),
+        (ErrorKind::Trunc, 100_000, n - 100_000)
+    );
+    assert!(rbuf.iter().all(|&x| x == 5));
+    let (tx, _) = next(a.cq.as_ref(), b.cq.as_ref()).unwrap();
+    assert_eq!(tx.context, 1, "the sender completes normally");
+}
+
+#[test]
+fn unexpected_messages_beyond_the_budget_wait_in_the_socket() {
+    let (a, b, b_at_a, _) = pair();
+    // 16 MiB of eager-sized messages, twice the unexpected budget.
+    let size = 16 << 10;
+    let count = 1024usize;
+    let mut data: Vec<Vec<u8>> = (0..count).map(|i| vec![(i % 251) as u8; size]).collect();
+    let mut sent = 0;
+    let mut completed = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut e = [CqEntry::default(); 16];
+    // Send as much as the sender takes, with nothing posted at b.
+    while sent < count && std::time::Instant::now() < deadline {
+        let siov = iov(&mut data[sent]);
+        // SAFETY: data outlives the completions.
+        match unsafe {
+            a.ep.sendmsg(&msg(&siov, b_at_a, 0, 0, sent as u64, 0), OpFlags::empty())
+        } {
+            Ok(()) => sent += 1,
+            Err(err) => {
+                assert_eq!(err.kind(), ErrorKind::Again);
+                break;
+            }
+        }
+        if let Ok(n) = a.cq.read(&mut e) {
+            completed += n;
+        }
+        let _ = b.cq.read(&mut []);
+    }
+    settle(&a, &b, 50);
+    while let Ok(n) = a.cq.read(&mut e) {
+        completed += n;
+    }
+    assert!(completed < count, "b cannot have taken everything");
+    // Now b posts receives: everything arrives, in order, intact.
+    let mut rbufs = vec![vec![0u8; size]; count];
+    for (i, r) in rbufs.iter_mut().enumerate() {
+        let riov = iov(r);
+        // SAFETY: rbufs outlive the completions.
+        unsafe {
+            b.ep.recvmsg(
+                &msg(&riov, FiAddr::UNSPEC, 0, 0, i as u64, 0),
+                OpFlags::empty(),
+            )
+            .unwrap()
+        };
+    }
+    let mut got = 0;
+    while got < count {
+        // Keep feeding a's remaining sends.
+        while sent < count {
+            let siov = iov(&mut data[sent]);
+            // SAFETY: as above.
+            match unsafe {
+                a.ep.sendmsg(&msg(&siov, b_at_a, 0, 0, sent as u64, 0), OpFlags::empty())
+            } {
+                Ok(()) => sent += 1,
+                Err(_) => break,
+            }
+        }
+        let _ = a.cq.read(&mut e);
+        if let Ok(n) = b.cq.read(&mut e) {
+            for x in &e[..n] {
+                assert_eq!(x.context, got as u64, "in order");
+                got += 1;
+            }
+        }
+        assert!(std::time::Instant::now() < deadline, "stuck at {got}");
+    }
+    for (i, r) in rbufs.iter().enumerate() {
+        assert!(r.iter().all(|&x| x == (i % 251) as u8), "message {i}");
+    }
+}
+
+#[test]
+fn garbage_from_a_peer_fails_only_that_connection() {
+    use std::io::Write;
+    let (a, b, b_at_a, _) = pair();
+    let name = b.ep.getname().unwrap().socket_addr().unwrap();
+    // Random bytes, a hello followed by nonsense, and a truncated frame.
+    let mut raw = std::net::TcpStream::connect(name).unwrap();
+    raw.write_all(&[0x55; 300]).unwrap();
+    let mut hello = std::net::TcpStream::connect(name).unwrap();
+    let (h, len) = prov_tcp::wire::Frame::hello(prov_tcp::wire::CmHeader::new(
+        Some("127.0.0.1:1".parse().unwrap()),
+        42,
+    ))
+    .to_bytes();
+    hello.write_all(&h[..len]).unwrap();
+    let (c, clen) = prov_tcp::wire::Frame::cts(77, 10, None).to_bytes();
+    hello.write_all(&c[..clen]).unwrap();
+    let mut cut = std::net::TcpStream::connect(name).unwrap();
+    cut.write_all(&h[..20]).unwrap();
+    drop(cut);
+    settle(&a, &b, 20);
+    // b still works with a.
+    let mut r = vec![0u8; 4];
+    let riov = iov(&mut r);
+    // SAFETY: r outlives the completion.
+    unsafe {
+        b.ep.recvmsg(&msg(&riov, FiAddr::UNSPEC, 0, 0, 5, 0), OpFlags::empty())
+            .unwrap()
+    };
+    a.ep.inject(b"okay", b_at_a, None).unwrap();
+    let (e, _) = next(b.cq.as_ref(), a.cq.as_ref()).unwrap();
+    assert_eq!((e.context, &r[..]), (5, &b"okay"[..]));
+    // The bad connections are gone.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while conns(&b) != 1 {
+        settle(&a, &b, 5);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} connections",
+            conns(&b)
+        );
+    }
+    drop((raw, hello));
+}
+
+#[test]
+fn a_full_transmit_queue_is_again() {
+    let (a, _b, b_at_a, _) = pair();
+    let size = a.ep.info().tx_attr.size;
+    let big = vec![1u8; 1 << 20];
+    let mut accepted = 0;
+    let mut again = false;
+    // b never reads: rendezvous sends wait for a clear-to-send forever.
+    for i in 0..size + 10 {
+        let mut buf = big.clone();
+        let siov = iov(&mut buf);
+        // SAFETY: the buffer is leaked, so it outlives any completion.
+        let r = unsafe {
+            a.ep.sendmsg(&msg(&siov, b_at_a, 0, 0, i as u64, 0), OpFlags::empty())
+        };
+        std::mem::forget(buf);
+        match r {
+            Ok(()) => accepted += 1,
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::Again);
+                again = true;
+                break;
+            }
+        }
+    }
+    assert!(again, "after {accepted} sends");
+    assert_eq!(accepted, size);
+}
+
+#[test]
+fn an_endpoint_sends_to_itself() {
+    let info = rdm_info();
+    let a = side(&info);
+    let mut out = [FiAddr(0)];
+    a.av.insert(&[a.ep.getname().unwrap()], &mut out).unwrap();
+    let me = out[0];
+    let mut r = vec![0u8; 8];
+    let riov = iov(&mut r);
+    // SAFETY: r outlives the completion.
+    unsafe {
+        a.ep.trecvmsg(&msg(&riov, FiAddr::UNSPEC, 3, 0, 1, 0), OpFlags::empty())
+            .unwrap()
+    };
+    a.ep.tinject(b"myself", me, 3, None).unwrap();
+    let (e, src) = next(a.cq.as_ref(), a.cq.as_ref()).unwrap();
+    assert_eq!((e.context, e.len, src), (1, 6, me));
+    assert_eq!(&r[..6], b"myself");
+}

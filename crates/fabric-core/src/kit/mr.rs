@@ -96,6 +96,22 @@ impl MrTable {
     /// Checks a remote access of `len` bytes at `addr` with key `key`
     /// needing `need`; returns the local address of the first byte.
     pub fn check(&self, key: u64, addr: u64, len: usize, need: MrAccess) -> Result<usize> {
+        self.with_access(key, addr, len, need, |a| a)
+    }
+
+    /// As [`check`](MrTable::check), then calls `f` with the local address
+    /// of the first byte while the region stays registered: a concurrent
+    /// [`remove`](MrTable::remove) waits until `f` returns, so `f` may move
+    /// data into or out of the range (keep it short: one non-blocking
+    /// system call or one copy).
+    pub fn with_access<R>(
+        &self,
+        key: u64,
+        addr: u64,
+        len: usize,
+        need: MrAccess,
+        f: impl FnOnce(usize) -> R,
+    ) -> Result<R> {
         let map = self
             .map
             .read()
@@ -133,7 +149,7 @@ impl MrTable {
         if end > r.len {
             return Err(out_of_bounds());
         }
-        Ok(r.base + delta)
+        Ok(f(r.base + delta))
     }
 }
 

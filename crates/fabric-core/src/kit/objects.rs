@@ -287,44 +287,46 @@ impl AddressVector for Av {
     }
 }
 
-/// An event queue: events and error events in arrival order, a signal for
-/// blocking reads, and the provider's progress (connection management is
-/// progressed by EQ reads under manual progress).
-pub struct Eq {
-    events: std::sync::Mutex<
-        std::collections::VecDeque<
-            std::result::Result<crate::objects::EqEvent, crate::objects::EqErrEntry>,
-        >,
-    >,
-    signal: super::wait::Signal,
-    wait: WaitObj,
-    progress: std::sync::RwLock<Option<Arc<dyn Progress>>>,
+/// A progress source of an event queue: held strongly (the EQ keeps it
+/// alive) or weakly (its owner does; an endpoint that holds the EQ must not
+/// be kept alive by it).
+enum Source {
+    Strong(Arc<dyn Progress>),
+    Weak(std::sync::Weak<dyn Progress>),
 }
 
-impl std::fmt::Debug for Eq {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Eq").field("wait", &self.wait).finish()
+impl Source {
+    fn get(&self) -> Option<Arc<dyn Progress>> {
+        match self {
+            Source::Strong(p) => Some(p.clone()),
+            Source::Weak(w) => w.upgrade(),
+        }
     }
 }
 
-impl Eq {
-    /// An empty event queue.
-    pub fn new(attr: &crate::objects::EqAttr) -> Result<Self> {
-        Ok(Eq {
+type EqItem = std::result::Result<crate::objects::EqEvent, crate::objects::EqErrEntry>;
+
+/// The shared part of an event queue: what providers push events into
+/// (from their progress), and the progress sources the EQ drives when read.
+pub struct EqCore {
+    events: std::sync::Mutex<std::collections::VecDeque<EqItem>>,
+    signal: super::wait::Signal,
+    progress: std::sync::RwLock<Vec<Source>>,
+}
+
+impl std::fmt::Debug for EqCore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EqCore").finish_non_exhaustive()
+    }
+}
+
+impl EqCore {
+    fn new() -> Result<Self> {
+        Ok(EqCore {
             events: std::sync::Mutex::new(std::collections::VecDeque::new()),
             signal: super::wait::Signal::new()?,
-            wait: attr.wait_obj,
-            progress: std::sync::RwLock::new(None),
+            progress: std::sync::RwLock::new(Vec::new()),
         })
-    }
-
-    /// Sets what drives connection progress when the EQ is read (the EQ is
-    /// opened on the fabric, before the domain that progresses it).
-    pub fn set_progress(&self, p: Arc<dyn Progress>) {
-        *self
-            .progress
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(p);
     }
 
     /// Queues an event.
@@ -339,16 +341,43 @@ impl Eq {
         self.signal.notify();
     }
 
-    fn progress(&self) -> Result<()> {
-        let p = self
+    /// Adds a progress source held weakly: reading the EQ drives it while
+    /// its owner keeps it alive (a passive endpoint, a domain's engine).
+    /// Sources that died are forgotten.
+    pub fn add_progress(&self, p: std::sync::Weak<dyn Progress>) {
+        let mut v = self
             .progress
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        v.retain(|s| match s {
+            Source::Strong(_) => true,
+            Source::Weak(w) => w.strong_count() > 0 && !std::sync::Weak::ptr_eq(w, &p),
+        });
+        v.push(Source::Weak(p));
+    }
+
+    /// Replaces every progress source by `p`, held strongly.
+    pub fn set_progress(&self, p: Arc<dyn Progress>) {
+        *self
+            .progress
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = vec![Source::Strong(p)];
+    }
+
+    fn sources(&self) -> Vec<Arc<dyn Progress>> {
+        self.progress
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
-        match p {
-            Some(p) => p.progress(),
-            None => Ok(()),
+            .iter()
+            .filter_map(Source::get)
+            .collect()
+    }
+
+    fn progress(&self) -> Result<()> {
+        for p in self.sources() {
+            p.progress()?;
         }
+        Ok(())
     }
 
     fn take(&self) -> Result<crate::objects::EqEvent> {
@@ -364,14 +393,63 @@ impl Eq {
     }
 }
 
+/// An event queue: events and error events in arrival order, a signal for
+/// blocking reads, and the provider's progress sources (connection
+/// management is progressed by EQ reads under manual progress; one EQ may
+/// serve a passive endpoint and the endpoints of several domains).
+pub struct Eq {
+    core: Arc<EqCore>,
+    wait: WaitObj,
+}
+
+impl std::fmt::Debug for Eq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Eq").field("wait", &self.wait).finish()
+    }
+}
+
+impl Eq {
+    /// An empty event queue.
+    pub fn new(attr: &crate::objects::EqAttr) -> Result<Self> {
+        Ok(Eq {
+            core: Arc::new(EqCore::new()?),
+            wait: attr.wait_obj,
+        })
+    }
+
+    /// The shared part, for the provider to push events into and to add
+    /// progress sources to.
+    pub fn core(&self) -> &Arc<EqCore> {
+        &self.core
+    }
+
+    /// Sets what drives connection progress when the EQ is read (the EQ is
+    /// opened on the fabric, before the domain that progresses it),
+    /// replacing any earlier source; see [`EqCore::add_progress`] for
+    /// several.
+    pub fn set_progress(&self, p: Arc<dyn Progress>) {
+        self.core.set_progress(p);
+    }
+
+    /// Queues an event.
+    pub fn push(&self, e: crate::objects::EqEvent) {
+        self.core.push(e);
+    }
+
+    /// Queues an error event.
+    pub fn push_err(&self, e: crate::objects::EqErrEntry) {
+        self.core.push_err(e);
+    }
+}
+
 impl crate::objects::EventQueue for Eq {
     fn read(&self) -> Result<crate::objects::EqEvent> {
-        self.progress()?;
-        self.take()
+        self.core.progress()?;
+        self.core.take()
     }
 
     fn readerr(&self) -> Result<crate::objects::EqErrEntry> {
-        let mut q = super::cq::lock(&self.events);
+        let mut q = super::cq::lock(&self.core.events);
         match q.front() {
             Some(Err(_)) => match q.pop_front() {
                 Some(Err(e)) => Ok(e),
@@ -382,20 +460,16 @@ impl crate::objects::EventQueue for Eq {
     }
 
     fn sread(&self, timeout: Option<Duration>) -> Result<crate::objects::EqEvent> {
-        let p = self
-            .progress
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
+        let sources = self.core.sources();
         let mut fds: Vec<BorrowedFd<'_>> = Vec::new();
-        if let Some(p) = &p {
+        for p in &sources {
             p.wait_fds(&mut |fd| fds.push(fd));
         }
-        let r = self.signal.wait(&fds, timeout, || {
-            if let Some(p) = &p {
+        let r = self.core.signal.wait(&fds, timeout, || {
+            for p in &sources {
                 p.progress()?;
             }
-            match self.take() {
+            match self.core.take() {
                 Ok(e) => Ok(Some(e)),
                 Err(e) if e.kind() == crate::ErrorKind::Again => Ok(None),
                 Err(e) => Err(e),
@@ -405,14 +479,14 @@ impl crate::objects::EventQueue for Eq {
     }
 
     fn write(&self, event: crate::objects::EqEvent) -> Result<()> {
-        self.push(event);
+        self.core.push(event);
         Ok(())
     }
 
     fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
         match self.wait {
             WaitObj::None => None,
-            _ => Some(self.signal.fd()),
+            _ => Some(self.core.signal.fd()),
         }
     }
 }
@@ -479,6 +553,39 @@ mod tests {
         );
         assert_eq!(src[0], FiAddr(1));
         assert!(cq.wait_fd().is_some());
+    }
+
+    struct Counting(AtomicU32);
+
+    impl Progress for Counting {
+        fn progress(&self) -> Result<()> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+        fn wait_fds<'a>(&'a self, _: &mut dyn FnMut(BorrowedFd<'a>)) {}
+    }
+
+    #[test]
+    fn eq_drives_several_weak_sources() {
+        let eq = Eq::new(&EqAttr::default()).unwrap();
+        let a: Arc<dyn Progress> = Arc::new(Counting(AtomicU32::new(0)));
+        let b = Arc::new(Counting(AtomicU32::new(0)));
+        let b_dyn: Arc<dyn Progress> = b.clone();
+        eq.core().add_progress(Arc::downgrade(&a));
+        eq.core().add_progress(Arc::downgrade(&b_dyn));
+        eq.core().add_progress(Arc::downgrade(&b_dyn));
+        assert_eq!(eq.read().unwrap_err().kind(), crate::ErrorKind::Again);
+        assert_eq!(
+            b.0.load(Ordering::SeqCst),
+            1,
+            "a source added twice runs once"
+        );
+        drop(a);
+        assert_eq!(eq.read().unwrap_err().kind(), crate::ErrorKind::Again);
+        assert_eq!(b.0.load(Ordering::SeqCst), 2);
+        eq.set_progress(b_dyn);
+        assert_eq!(eq.read().unwrap_err().kind(), crate::ErrorKind::Again);
+        assert_eq!(b.0.load(Ordering::SeqCst), 3);
     }
 
     #[test]

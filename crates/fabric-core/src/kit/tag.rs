@@ -156,6 +156,24 @@ impl<R, M> Matcher<R, M> {
         self.posted.remove(i)
     }
 
+    /// Puts a receive back at the head of the posted queue, where it was
+    /// taken from by [`arrive`](Matcher::arrive): a multi-receive buffer
+    /// with room left keeps its place.
+    pub fn repost_front(&mut self, p: Posted<R>) {
+        self.posted.push_front(p);
+    }
+
+    /// Removes and returns the oldest unexpected message for which `pred`
+    /// holds, claimed or not (a peer that went away, a message whose data
+    /// became available).
+    pub fn remove_unexpected(
+        &mut self,
+        pred: impl Fn(&Unexpected<M>) -> bool,
+    ) -> Option<Unexpected<M>> {
+        let i = self.unexpected.iter().position(pred)?;
+        self.unexpected.remove(i)
+    }
+
     /// Removes every posted receive (endpoint close, peer failure).
     pub fn drain_posted(&mut self) -> impl Iterator<Item = Posted<R>> + '_ {
         self.posted.drain(..)
@@ -256,6 +274,16 @@ mod tests {
         post(&mut m, 1, 0, 0, 11);
         post(&mut m, 1, 0, 0, 12);
         assert_eq!(m.cancel(|ctx| *ctx == 12).map(|p| p.recv), Some(12));
+        let p = m.arrive(1, FiAddr(0)).unwrap();
+        assert_eq!(p.recv, 11);
+        m.repost_front(p);
+        m.push_unexpected(3, FiAddr(1), "x");
+        m.push_unexpected(4, FiAddr(2), "y");
+        assert_eq!(
+            m.remove_unexpected(|u| u.src == FiAddr(2)).map(|u| u.msg),
+            Some("y")
+        );
+        assert_eq!(m.unexpected_len(), 1);
         assert_eq!(m.posted_len(), 1);
         assert_eq!(m.drain_posted().count(), 1);
     }

@@ -1,0 +1,2418 @@
+//! The engine RDM and MSG endpoints share: connections and their queues,
+//! the receive path driven by the wire decoder, matching and the
+//! unexpected queue, rendezvous, RMA and atomics at both ends, completion
+//! reporting and connection failure.
+//!
+//! Everything of one endpoint sits behind one mutex ([`State`]), taken by
+//! the data operations (uncontended in the common case) and tried by
+//! progress (a thread that finds it held leaves the work to its holder).
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Instant;
+
+use fabric_core::kit::mr::MrTable;
+use fabric_core::kit::tag::{Matcher, Posted, Unexpected};
+use fabric_core::objects::{
+    AtomicMsg, AtomicOp, CompletionFlags, CqEntry, FiAddr, MrAccess, Msg, RmaIov, RmaMsg,
+};
+use fabric_core::{Address, Error, ErrorKind, Info, Mode, OpFlags, Result};
+
+use super::{Binds, msg_flags};
+use crate::atomic;
+use crate::conn::{
+    Conn, Cur, DIRECT_READ_MIN, Done, Pending, Phase, Pieces, RecvOp, RndvRecv, Sink, Src, TxDone,
+    TxItem, locate,
+};
+use crate::progress::{EpProgress, Poller, conn_of, ep_of, token};
+use crate::sys;
+use crate::wire::{AtomicKind, Event, Ext, Flags, Frame, Limits, Op, Want};
+
+/// Largest message sent eagerly (in one frame, buffered by the receiver
+/// when no receive matches yet); larger messages go by rendezvous.
+pub(crate) const EAGER_MAX: usize = 32 * 1024;
+
+/// Bytes of unexpected messages an endpoint keeps at most (payloads, plus
+/// [`UNEXP_COST`] per entry). Beyond it, the connection that brings the
+/// next unexpected message stops being read until receives consume what
+/// is kept.
+pub(crate) const UNEXP_BUDGET: usize = 8 << 20;
+
+/// What one unexpected entry counts against the budget besides its
+/// payload.
+pub(crate) const UNEXP_COST: usize = 64;
+
+/// A multi-receive buffer is released once less than this is left.
+pub(crate) const MIN_MULTI_RECV: usize = 64;
+
+/// Bytes read when the next frame is expected to carry a large payload:
+/// enough for its headers and a little more.
+const SMALL_READ: usize = 256;
+
+/// Socket reads per connection per progress call (other connections get
+/// their turn; level-triggered epoll reports the rest).
+const READS_PER_CALL: usize = 16;
+
+/// A frame waiting for its connection (not established yet, or held
+/// behind a fence), with the request it starts.
+#[derive(Debug)]
+pub(crate) struct Queued {
+    pub item: TxItem,
+    pub pending: Option<(u64, Pending)>,
+    pub fence: bool,
+}
+
+/// What an endpoint knows about one peer (RDM: by the peer's listening
+/// address; MSG: the one peer).
+#[derive(Debug, Default)]
+pub(crate) struct Peer {
+    /// The established connection frames to the peer go on.
+    pub conn: Option<u32>,
+    /// The connection this side is opening to the peer.
+    pub connecting: Option<u32>,
+    /// Frames waiting for an established connection.
+    pub backlog: VecDeque<Queued>,
+    /// Since when the backlog waits for the peer's own connection (this
+    /// side's was refused in a simultaneous connect).
+    pub orphaned: Option<Instant>,
+}
+
+/// A message that arrived before a matching receive.
+#[derive(Debug)]
+pub(crate) struct Unexp {
+    /// Message length.
+    pub len: u64,
+    /// Remote CQ data.
+    pub data: Option<u64>,
+    pub kind: UnexpKind,
+}
+
+#[derive(Debug)]
+pub(crate) enum UnexpKind {
+    /// Buffered; `ack`: the connection and request id to acknowledge on
+    /// delivery (FI_DELIVERY_COMPLETE).
+    Data {
+        bytes: Vec<u8>,
+        ack: Option<(u32, u64)>,
+    },
+    /// Announced by a rendezvous request; the data stays with the sender.
+    Rndv { conn: u32, id: u64, ack: Flags },
+    /// Its payload is still in the socket of `conn`, which is paused.
+    Stalled { conn: u32 },
+    /// Remote CQ data of an RMA write (FI_RX_CQ_DATA mode only).
+    RmaData,
+}
+
+impl UnexpKind {
+    fn conn(&self) -> Option<u32> {
+        match self {
+            UnexpKind::Rndv { conn, .. } | UnexpKind::Stalled { conn } => Some(*conn),
+            _ => None,
+        }
+    }
+
+    /// What the entry counts against the budget.
+    fn cost(&self) -> usize {
+        match self {
+            UnexpKind::Data { bytes, .. } => bytes.capacity() + UNEXP_COST,
+            _ => UNEXP_COST,
+        }
+    }
+}
+
+/// A multi-receive buffer being filled.
+#[derive(Debug)]
+struct MultiRecv {
+    /// Messages placed and not completed yet.
+    inflight: usize,
+    /// No more messages go in.
+    released: bool,
+}
+
+/// Receive queues of an endpoint.
+#[derive(Debug)]
+pub(crate) struct RxQueues {
+    pub msg: Matcher<RecvOp, Unexp>,
+    pub tagged: Matcher<RecvOp, Unexp>,
+    pub unexp_bytes: usize,
+    mrecv: Vec<Option<MultiRecv>>,
+    spare: Vec<Vec<u8>>,
+}
+
+/// Spare buffers for unexpected messages kept for reuse.
+const SPARE_BUFS: usize = 64;
+
+impl RxQueues {
+    fn matcher(&mut self, tagged: bool) -> &mut Matcher<RecvOp, Unexp> {
+        if tagged {
+            &mut self.tagged
+        } else {
+            &mut self.msg
+        }
+    }
+
+    /// An empty buffer for `len` bytes of an unexpected message: a spare
+    /// one of a fitting size, or a new one.
+    fn take_buf(&mut self, len: usize) -> Vec<u8> {
+        let fits = |v: &Vec<u8>| v.capacity() >= len && v.capacity() <= len.max(1024) * 4;
+        match self.spare.iter().rposition(fits) {
+            Some(i) => self.spare.swap_remove(i),
+            None => Vec::with_capacity(len),
+        }
+    }
+
+    /// Keeps a buffer for reuse.
+    fn give_buf(&mut self, mut v: Vec<u8>) {
+        if self.spare.len() < SPARE_BUFS && v.capacity() <= 2 * EAGER_MAX && v.capacity() > 0 {
+            v.clear();
+            self.spare.push(v);
+        }
+    }
+}
+
+/// MSG endpoint connection state.
+#[derive(Debug, Default)]
+pub(crate) struct MsgState {
+    /// The connection.
+    pub conn: Option<u32>,
+    /// The peer key of the connection.
+    pub peer: Option<SocketAddr>,
+    /// `Connected` was reported.
+    pub connected: bool,
+    /// The connection ended (shutdown, failure or rejection).
+    pub closed: bool,
+    /// The end of the connection was reported to the EQ.
+    pub reported: bool,
+    /// The version a connection request negotiated (passive side).
+    pub version: Option<u8>,
+    /// The local address once connected.
+    pub local: Option<Address>,
+}
+
+/// The mutable state of an endpoint.
+#[derive(Debug)]
+pub(crate) struct State {
+    pub conns: HashMap<u32, Conn>,
+    next_conn: u32,
+    next_op: u64,
+    pub rx: RxQueues,
+    pub peers: HashMap<SocketAddr, Peer>,
+    /// AV handle to peer key (RDM), filled on first use.
+    pub by_fi: HashMap<u64, SocketAddr>,
+    pub listener: Option<TcpListener>,
+    pub msg: MsgState,
+    /// Connections paused by the unexpected budget, read again once it
+    /// has room.
+    budget_stalled: Vec<u32>,
+    /// Connections to read again now (a paused one whose message matched).
+    resume: Vec<u32>,
+    /// Peers whose backlog waits for the peer's connection.
+    pub orphans: usize,
+    /// Connections that failed during the current pass.
+    pub dead: Vec<(u32, Error)>,
+    /// Scratch list of connections to flush.
+    flush_ids: Vec<u32>,
+}
+
+impl State {
+    pub(crate) fn new(directed: bool) -> Self {
+        State {
+            conns: HashMap::new(),
+            next_conn: 0,
+            next_op: 0,
+            rx: RxQueues {
+                msg: Matcher::new(directed),
+                tagged: Matcher::new(directed),
+                unexp_bytes: 0,
+                mrecv: Vec::new(),
+                spare: Vec::new(),
+            },
+            peers: HashMap::new(),
+            by_fi: HashMap::new(),
+            listener: None,
+            msg: MsgState::default(),
+            budget_stalled: Vec::new(),
+            resume: Vec::new(),
+            orphans: 0,
+            dead: Vec::new(),
+            flush_ids: Vec::new(),
+        }
+    }
+
+    /// A fresh connection number (never 0, the listener's token).
+    pub(crate) fn new_conn_id(&mut self) -> u32 {
+        loop {
+            self.next_conn = self.next_conn.wrapping_add(1);
+            if self.next_conn != 0 && !self.conns.contains_key(&self.next_conn) {
+                return self.next_conn;
+            }
+        }
+    }
+
+    /// A fresh operation id.
+    pub(crate) fn new_op_id(&mut self) -> u64 {
+        self.next_op = self.next_op.wrapping_add(1);
+        self.next_op
+    }
+}
+
+/// RDM or MSG.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Rdm,
+    Msg,
+}
+
+/// The shared part of an endpoint.
+#[derive(Debug)]
+pub(crate) struct EpInner {
+    pub info: Info,
+    pub kind: Kind,
+    pub fid: u64,
+    pub nonce: u64,
+    /// The RDM listening address (the endpoint's name).
+    pub name: Option<SocketAddr>,
+    pub state: Mutex<State>,
+    pub binds: Mutex<Binds>,
+    pub bound: OnceLock<Binds>,
+    pub enabled: AtomicBool,
+    /// Transmit operations accepted and not completed.
+    pub outstanding: AtomicUsize,
+    /// Some connection has frames queued (progress must flush).
+    pub tx_waiting: AtomicBool,
+    pub poller: Arc<Poller>,
+    pub mr: Arc<MrTable>,
+    pub ep_no: u32,
+    pub limits: Limits,
+}
+
+/// Where a received message's completion comes from.
+#[derive(Debug, Clone, Copy)]
+struct RecvMeta {
+    tagged: bool,
+    tag: u64,
+    len: u64,
+    data: Option<u64>,
+    src: FiAddr,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn proto(detail: impl Into<std::borrow::Cow<'static, str>>) -> Error {
+    Error::new(ErrorKind::Io, detail)
+}
+
+fn remote(kind: ErrorKind, what: &str) -> Error {
+    Error::new(
+        kind,
+        format!("tcp: the peer refused the {what}: {}", kind.description()),
+    )
+}
+
+/// The header flags asking for an acknowledgement, from an operation's
+/// flags.
+fn ack_flags(flags: OpFlags) -> Flags {
+    if flags.contains(OpFlags::DELIVERY_COMPLETE) {
+        Flags::ACK_DELIVERY
+    } else if flags.contains(OpFlags::TRANSMIT_COMPLETE) {
+        Flags::ACK_TRANSMIT
+    } else {
+        Flags::NONE
+    }
+}
+
+fn u64_of(n: usize) -> u64 {
+    u64::try_from(n).unwrap_or(u64::MAX)
+}
+
+fn usize_of(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
+}
+
+impl EpInner {
+    pub(crate) fn new(
+        info: &Info,
+        kind: Kind,
+        name: Option<SocketAddr>,
+        state: State,
+        poller: Arc<Poller>,
+        mr: Arc<MrTable>,
+    ) -> Arc<Self> {
+        let limits = Limits {
+            max_msg_size: u64_of(info.ep_attr.max_msg_size),
+            ..Limits::default()
+        };
+        let ep_no = poller.next_ep();
+        let inner = Arc::new(EpInner {
+            info: info.clone(),
+            kind,
+            fid: sys::next_fid(),
+            nonce: sys::random_u64(),
+            name,
+            state: Mutex::new(state),
+            binds: Mutex::new(Binds::default()),
+            bound: OnceLock::new(),
+            enabled: AtomicBool::new(false),
+            outstanding: AtomicUsize::new(0),
+            tx_waiting: AtomicBool::new(false),
+            poller: poller.clone(),
+            mr,
+            ep_no,
+            limits,
+        });
+        let weak: std::sync::Weak<dyn EpProgress> =
+            Arc::downgrade(&(inner.clone() as Arc<dyn EpProgress>));
+        poller.register(weak);
+        inner
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    pub(crate) fn bound(&self) -> Result<&Binds> {
+        self.bound
+            .get()
+            .ok_or_else(|| Error::new(ErrorKind::OpBadState, "the endpoint is not enabled"))
+    }
+
+    pub(crate) fn token(&self, cid: u32) -> u64 {
+        token(self.ep_no, cid)
+    }
+
+    // ---------------------------------------------------------------
+    // Completions.
+
+    /// A transmit operation finished.
+    pub(crate) fn tx_complete(&self, b: &Binds, done: TxDone, err: Option<&Error>) {
+        self.outstanding.fetch_sub(1, Ordering::AcqRel);
+        let e = CqEntry {
+            context: done.context,
+            flags: done.flags,
+            len: done.len,
+            ..CqEntry::default()
+        };
+        match err {
+            None => b.tx_done(e, done.report),
+            Some(err) => b.failed(false, e, err, 0),
+        }
+    }
+
+    fn on_written(&self, b: &Binds, d: Done, note: &mut WriteNote) {
+        match d {
+            Done::None => {}
+            Done::Tx(t) => self.tx_complete(b, t, None),
+            Done::Connected => note.connected = true,
+            Done::Close => note.close = true,
+        }
+    }
+
+    /// Fails a queued frame's operation.
+    fn fail_queued(&self, b: &Binds, q: Queued, err: &Error) {
+        let (_, done) = q.item.into_parts();
+        if let Done::Tx(t) = done {
+            self.tx_complete(b, t, Some(err));
+        }
+        if let Some((_, p)) = q.pending {
+            self.tx_complete(b, p.done(), Some(err));
+        }
+    }
+
+    /// Completes a receive whose data is in its buffer (or fails it with
+    /// `Trunc` when the message was longer).
+    fn complete_recv(&self, st: &mut State, b: &Binds, op: RecvOp, m: RecvMeta) {
+        let cap = u64_of(op.buf.len());
+        let mut flags = msg_flags(m.tagged, true);
+        if m.data.is_some() {
+            flags |= CompletionFlags::REMOTE_CQ_DATA;
+        }
+        let mut buf = 0;
+        if let Some(slot) = op.mrecv {
+            buf = op.buf.base();
+            if let Some(Some(mr)) = st.rx.mrecv.get_mut(slot) {
+                mr.inflight = mr.inflight.saturating_sub(1);
+                if mr.released && mr.inflight == 0 {
+                    flags |= CompletionFlags::MULTI_RECV;
+                    if let Some(s) = st.rx.mrecv.get_mut(slot) {
+                        *s = None;
+                    }
+                }
+            }
+        }
+        let e = CqEntry {
+            context: op.context,
+            flags,
+            len: usize_of(m.len.min(cap)),
+            buf,
+            data: m.data.unwrap_or(0),
+            tag: if m.tagged { m.tag } else { 0 },
+        };
+        if m.len > cap {
+            let err = Error::new(
+                ErrorKind::Trunc,
+                format!("tcp: message of {} bytes truncated to {cap}", m.len),
+            );
+            b.failed(true, e, &err, usize_of(m.len - cap));
+        } else {
+            let report = !b.rx_selective
+                || op.flags.contains(OpFlags::COMPLETION)
+                || flags.contains(CompletionFlags::MULTI_RECV);
+            b.rx_done(e, m.src, report);
+        }
+    }
+
+    /// Fails a receive.
+    fn fail_recv(&self, st: &mut State, b: &Binds, op: RecvOp, tagged: bool, err: &Error) {
+        let mut flags = msg_flags(tagged, true);
+        if let Some(slot) = op.mrecv {
+            if let Some(Some(mr)) = st.rx.mrecv.get_mut(slot) {
+                mr.inflight = mr.inflight.saturating_sub(1);
+                if mr.released && mr.inflight == 0 {
+                    flags |= CompletionFlags::MULTI_RECV;
+                    if let Some(s) = st.rx.mrecv.get_mut(slot) {
+                        *s = None;
+                    }
+                }
+            }
+        }
+        let e = CqEntry {
+            context: op.context,
+            flags,
+            ..CqEntry::default()
+        };
+        b.failed(true, e, err, 0);
+    }
+
+    /// The part of a posted receive a message of `len` bytes takes: the
+    /// whole receive, or for a multi-receive buffer the next `len` bytes
+    /// (the rest goes back to the head of the posted queue while at least
+    /// [`MIN_MULTI_RECV`] bytes are left).
+    fn carve(&self, st: &mut State, p: Posted<RecvOp>, len: u64, tagged: bool) -> RecvOp {
+        let Some(slot) = p.recv.mrecv else {
+            return p.recv;
+        };
+        let cap = p.recv.buf.len();
+        let take = usize_of(len).min(cap);
+        let slice = RecvOp {
+            buf: p.recv.buf.sub(0, take),
+            context: p.recv.context,
+            flags: p.recv.flags,
+            mrecv: Some(slot),
+        };
+        let rest = cap - take;
+        let released = rest < MIN_MULTI_RECV;
+        if let Some(Some(mr)) = st.rx.mrecv.get_mut(slot) {
+            mr.inflight += 1;
+            mr.released = released;
+        }
+        if !released {
+            let again = Posted {
+                tag: p.tag,
+                ignore: p.ignore,
+                src: p.src,
+                recv: RecvOp {
+                    buf: p.recv.buf.sub(take, rest),
+                    context: p.recv.context,
+                    flags: p.recv.flags,
+                    mrecv: Some(slot),
+                },
+            };
+            st.rx.matcher(tagged).repost_front(again);
+        }
+        slice
+    }
+
+    // ---------------------------------------------------------------
+    // Sending.
+
+    /// Queues a frame to the peer `key`: on its established connection, or
+    /// in its backlog until there is one (RDM: connecting first).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn submit(
+        &self,
+        st: &mut State,
+        b: &Binds,
+        key: SocketAddr,
+        frame: &Frame,
+        src: Src<'_>,
+        done: Done,
+        pending: Option<(u64, Pending)>,
+        fence: bool,
+    ) {
+        let ready = st
+            .peers
+            .get(&key)
+            .and_then(|p| p.conn)
+            .filter(|cid| st.conns.get(cid).is_some_and(|c| c.phase == Phase::Ready));
+        if let Some(cid) = ready {
+            self.conn_submit(st, b, cid, frame, src, done, pending, fence);
+            return;
+        }
+        let peer = st.peers.entry(key).or_default();
+        peer.backlog.push_back(Queued {
+            item: TxItem::new(frame, src.into_owned_body(), done),
+            pending,
+            fence,
+        });
+        let connect =
+            self.kind == Kind::Rdm && peer.connecting.is_none() && peer.orphaned.is_none();
+        if connect {
+            self.rdm_connect(st, b, key);
+        }
+    }
+
+    /// Queues a frame of an operation on an established connection,
+    /// behind a fence if one is pending, and writes at once when the queue
+    /// was empty.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn conn_submit(
+        &self,
+        st: &mut State,
+        b: &Binds,
+        cid: u32,
+        frame: &Frame,
+        src: Src<'_>,
+        done: Done,
+        pending: Option<(u64, Pending)>,
+        fence: bool,
+    ) {
+        let Some(conn) = st.conns.get_mut(&cid) else {
+            return;
+        };
+        if !conn.held.is_empty() || (fence && conn.outstanding() > 0) {
+            conn.held.push_back(Queued {
+                item: TxItem::new(frame, src.into_owned_body(), done),
+                pending,
+                fence,
+            });
+            return;
+        }
+        if let Some((id, p)) = pending {
+            conn.pending.insert(id, p);
+        }
+        let body = conn.tx.body(src);
+        conn.tx.push(TxItem::new(frame, body, done));
+        if conn.tx.len() == 1 {
+            self.flush_one(st, b, cid);
+        } else {
+            self.tx_waiting.store(true, Ordering::Release);
+        }
+    }
+
+    /// Queues a protocol frame (a response, a rendezvous chunk) on a
+    /// connection, ahead of any fence, and writes at once when the queue
+    /// was empty.
+    pub(crate) fn push_frame(
+        &self,
+        st: &mut State,
+        b: &Binds,
+        cid: u32,
+        frame: &Frame,
+        src: Src<'_>,
+        done: Done,
+    ) {
+        let Some(conn) = st.conns.get_mut(&cid) else {
+            if let Done::Tx(t) = done {
+                let err = Error::new(ErrorKind::ConnReset, "tcp: the connection is gone");
+                self.tx_complete(b, t, Some(&err));
+            }
+            return;
+        };
+        let body = conn.tx.body(src);
+        conn.tx.push(TxItem::new(frame, body, done));
+        if conn.tx.len() == 1 {
+            self.flush_one(st, b, cid);
+        } else {
+            self.tx_waiting.store(true, Ordering::Release);
+        }
+    }
+
+    /// Moves a frame (with its request) onto an established connection.
+    fn enqueue(&self, st: &mut State, b: &Binds, cid: u32, q: Queued) {
+        let Some(conn) = st.conns.get_mut(&cid) else {
+            let err = Error::new(ErrorKind::ConnReset, "tcp: the connection is gone");
+            self.fail_queued(b, q, &err);
+            return;
+        };
+        if !conn.held.is_empty() || (q.fence && conn.outstanding() > 0) {
+            conn.held.push_back(q);
+            return;
+        }
+        if let Some((id, p)) = q.pending {
+            conn.pending.insert(id, p);
+        }
+        conn.tx.push(q.item);
+    }
+
+    /// A connection to `key` is established: the backlog goes on it.
+    pub(crate) fn peer_ready(&self, st: &mut State, b: &Binds, key: SocketAddr, cid: u32) {
+        let backlog = match st.peers.get_mut(&key) {
+            Some(p) => {
+                p.conn = Some(cid);
+                if p.orphaned.take().is_some() {
+                    st.orphans = st.orphans.saturating_sub(1);
+                }
+                std::mem::take(&mut p.backlog)
+            }
+            None => {
+                st.peers.insert(
+                    key,
+                    Peer {
+                        conn: Some(cid),
+                        ..Peer::default()
+                    },
+                );
+                VecDeque::new()
+            }
+        };
+        for q in backlog {
+            self.enqueue(st, b, cid, q);
+        }
+        self.flush_one(st, b, cid);
+    }
+
+    /// Fails everything waiting for a connection to `key`.
+    pub(crate) fn fail_backlog(&self, st: &mut State, b: &Binds, key: SocketAddr, err: &Error) {
+        let backlog = match st.peers.get_mut(&key) {
+            Some(p) => {
+                if p.orphaned.take().is_some() {
+                    st.orphans = st.orphans.saturating_sub(1);
+                }
+                std::mem::take(&mut p.backlog)
+            }
+            None => return,
+        };
+        for q in backlog {
+            self.fail_queued(b, q, err);
+        }
+    }
+
+    /// Writes what a connection has queued; records a failure in
+    /// `st.dead`.
+    pub(crate) fn flush_one(&self, st: &mut State, b: &Binds, cid: u32) {
+        let Some(conn) = st.conns.get_mut(&cid) else {
+            return;
+        };
+        let mut note = WriteNote::default();
+        let r = conn.flush(&self.mr, &mut |d| self.on_written(b, d, &mut note));
+        let want = conn.connecting || !conn.tx.is_empty();
+        if want {
+            self.tx_waiting.store(true, Ordering::Release);
+        }
+        if want != conn.want_write {
+            conn.want_write = want;
+            let _ = self
+                .poller
+                .interest(conn.fd(), self.token(cid), !conn.rx.stalled, want);
+        }
+        let idle = conn.tx.is_empty() && !conn.connecting;
+        if let Err(e) = r {
+            st.dead.push((cid, e));
+            return;
+        }
+        if note.connected {
+            self.msg_connected_sent(st);
+        }
+        if note.close
+            || (idle
+                && st
+                    .conns
+                    .get(&cid)
+                    .is_some_and(|c| c.phase == Phase::Closing))
+        {
+            st.conns.remove(&cid);
+            return;
+        }
+        if idle {
+            self.release_held(st, b, cid);
+        }
+    }
+
+    /// Issues frames held behind a fence once nothing is outstanding.
+    fn release_held(&self, st: &mut State, b: &Binds, cid: u32) {
+        let mut moved = false;
+        loop {
+            let Some(conn) = st.conns.get_mut(&cid) else {
+                return;
+            };
+            let Some(front) = conn.held.front() else {
+                break;
+            };
+            if front.fence && conn.outstanding() > 0 {
+                break;
+            }
+            let Some(q) = conn.held.pop_front() else {
+                break;
+            };
+            if let Some((id, p)) = q.pending {
+                conn.pending.insert(id, p);
+            }
+            conn.tx.push(q.item);
+            moved = true;
+        }
+        if moved {
+            self.flush_one(st, b, cid);
+        }
+    }
+
+    /// Checks that a transmit operation may start; `Again` when
+    /// `tx_attr.size` operations are outstanding (after one progress
+    /// attempt).
+    pub(crate) fn tx_start(&self) -> Result<&Binds> {
+        if !self.enabled.load(Ordering::Acquire) {
+            return Err(Error::new(
+                ErrorKind::OpBadState,
+                "the endpoint is not enabled",
+            ));
+        }
+        let b = self.bound()?;
+        let size = self.info.tx_attr.size.max(1);
+        if self.outstanding.load(Ordering::Acquire) >= size {
+            let _ = fabric_core::kit::objects::Progress::progress(&*self.poller);
+            if self.outstanding.load(Ordering::Acquire) >= size {
+                return Err(Error::again());
+            }
+        }
+        Ok(b)
+    }
+
+    /// The peer key of an operation's destination.
+    pub(crate) fn dest_key(&self, st: &mut State, b: &Binds, dest: FiAddr) -> Result<SocketAddr> {
+        match self.kind {
+            Kind::Rdm => self.rdm_dest(st, b, dest),
+            Kind::Msg => {
+                if st.msg.closed {
+                    return Err(Error::new(
+                        ErrorKind::Shutdown,
+                        "tcp: the connection is shut down",
+                    ));
+                }
+                st.msg.peer.ok_or_else(|| {
+                    Error::new(ErrorKind::NotConn, "tcp: the endpoint is not connected")
+                })
+            }
+        }
+    }
+
+    /// Sends a message (every send form ends here).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn send(
+        &self,
+        dest: FiAddr,
+        tagged: bool,
+        tag: u64,
+        flags: OpFlags,
+        data: u64,
+        context: u64,
+        src: Src<'_>,
+        len: usize,
+    ) -> Result<()> {
+        let b = self.tx_start()?;
+        if len > self.info.ep_attr.max_msg_size {
+            return Err(Error::new(
+                ErrorKind::MsgSize,
+                format!("message of {len} bytes is over max_msg_size"),
+            ));
+        }
+        let inject = flags.contains(OpFlags::INJECT);
+        let report = !inject && (!b.tx_selective || flags.contains(OpFlags::COMPLETION));
+        let done = TxDone {
+            context,
+            flags: msg_flags(tagged, false),
+            len,
+            report,
+        };
+        let ack = ack_flags(flags);
+        let cq = flags.contains(OpFlags::REMOTE_CQ_DATA);
+        let mut st = self.lock();
+        let key = self.dest_key(&mut st, b, dest)?;
+        let id = st.new_op_id();
+        let n = u64_of(len);
+        let (frame, src, now, pending) = if len <= EAGER_MAX {
+            let mut f = if tagged {
+                Frame::tagged(id, tag, n)
+            } else {
+                Frame::msg(id, n)
+            };
+            if cq {
+                f = f.with_cq_data(data);
+            }
+            if ack.is_empty() {
+                (f, src, Done::Tx(done), None)
+            } else {
+                let f = f.with_flags(ack);
+                (f, src, Done::None, Some((id, Pending::Ack { done })))
+            }
+        } else {
+            let Src::User(buf) = src else {
+                return Err(Error::inval("tcp: a large message needs a user buffer"));
+            };
+            let mut f = Frame::rts(id, tagged.then_some(tag), n).with_flags(ack);
+            if cq {
+                f = f.with_cq_data(data);
+            }
+            (
+                f,
+                Src::None,
+                Done::None,
+                Some((id, Pending::Rndv { buf, done, ack })),
+            )
+        };
+        self.outstanding.fetch_add(1, Ordering::AcqRel);
+        self.submit(
+            &mut st,
+            b,
+            key,
+            &frame,
+            src,
+            now,
+            pending,
+            flags.contains(OpFlags::FENCE),
+        );
+        self.finish_pass(&mut st, b);
+        Ok(())
+    }
+
+    /// An RMA write.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn write(
+        &self,
+        dest: FiAddr,
+        rma_iov: &[RmaIov],
+        src: Src<'_>,
+        len: usize,
+        flags: OpFlags,
+        data: u64,
+        context: u64,
+    ) -> Result<()> {
+        let b = self.tx_start()?;
+        let total = rma_iov
+            .iter()
+            .try_fold(0usize, |acc, r| acc.checked_add(r.len))
+            .ok_or_else(|| Error::inval("tcp: rma iov lengths overflow"))?;
+        if total != len {
+            return Err(Error::inval(format!(
+                "tcp: {len} local bytes for {total} remote bytes"
+            )));
+        }
+        if len > self.info.ep_attr.max_msg_size {
+            return Err(Error::new(
+                ErrorKind::MsgSize,
+                format!("RMA write of {len} bytes is over max_msg_size"),
+            ));
+        }
+        let inject = flags.contains(OpFlags::INJECT);
+        let report = !inject && (!b.tx_selective || flags.contains(OpFlags::COMPLETION));
+        let done = TxDone {
+            context,
+            flags: CompletionFlags::RMA | CompletionFlags::WRITE,
+            len,
+            report,
+        };
+        let mut st = self.lock();
+        let key = self.dest_key(&mut st, b, dest)?;
+        let id = st.new_op_id();
+        // Writes are always acknowledged, so that a refusal at the target
+        // reaches the initiator.
+        let mut f = Frame::write(id, rma_iov)?.with_flags(Flags::ACK_DELIVERY);
+        if flags.contains(OpFlags::REMOTE_CQ_DATA) {
+            f = f.with_cq_data(data);
+        }
+        self.outstanding.fetch_add(1, Ordering::AcqRel);
+        self.submit(
+            &mut st,
+            b,
+            key,
+            &f,
+            src,
+            Done::None,
+            Some((id, Pending::Ack { done })),
+            flags.contains(OpFlags::FENCE),
+        );
+        self.finish_pass(&mut st, b);
+        Ok(())
+    }
+
+    /// An RMA read.
+    pub(crate) fn read(&self, msg: &RmaMsg<'_>, flags: OpFlags) -> Result<()> {
+        let b = self.tx_start()?;
+        let buf = Pieces::new(msg.iov)?;
+        let len = buf.len();
+        let total = msg
+            .rma_iov
+            .iter()
+            .try_fold(0usize, |acc, r| acc.checked_add(r.len))
+            .ok_or_else(|| Error::inval("tcp: rma iov lengths overflow"))?;
+        if total != len {
+            return Err(Error::inval(format!(
+                "tcp: {len} local bytes for {total} remote bytes"
+            )));
+        }
+        if len > self.info.ep_attr.max_msg_size {
+            return Err(Error::new(
+                ErrorKind::MsgSize,
+                format!("RMA read of {len} bytes is over max_msg_size"),
+            ));
+        }
+        let done = TxDone {
+            context: msg.context,
+            flags: CompletionFlags::RMA | CompletionFlags::READ,
+            len,
+            report: !b.tx_selective || flags.contains(OpFlags::COMPLETION),
+        };
+        let mut st = self.lock();
+        let key = self.dest_key(&mut st, b, msg.addr)?;
+        let id = st.new_op_id();
+        let f = Frame::read_req(id, msg.rma_iov)?;
+        self.outstanding.fetch_add(1, Ordering::AcqRel);
+        self.submit(
+            &mut st,
+            b,
+            key,
+            &f,
+            Src::None,
+            Done::None,
+            Some((
+                id,
+                Pending::Read {
+                    buf,
+                    len: u64_of(len),
+                    done,
+                },
+            )),
+            flags.contains(OpFlags::FENCE),
+        );
+        self.finish_pass(&mut st, b);
+        Ok(())
+    }
+
+    /// An atomic operation (plain, fetching or compare).
+    pub(crate) fn atomic(&self, msg: &AtomicMsg<'_>, flags: OpFlags) -> Result<()> {
+        let b = self.tx_start()?;
+        let kind = if !msg.compare.is_empty() {
+            AtomicKind::Compare
+        } else if !msg.result.is_empty() {
+            AtomicKind::Fetch
+        } else {
+            AtomicKind::Plain
+        };
+        atomic::valid(msg.datatype, msg.op, kind)?;
+        let count = msg
+            .rma_iov
+            .iter()
+            .try_fold(0u64, |acc, r| acc.checked_add(u64_of(r.len)))
+            .ok_or_else(|| Error::inval("tcp: atomic counts overflow"))?;
+        if count == 0 || count > self.limits.max_atomic_count {
+            return Err(Error::inval(format!(
+                "tcp: {count} atomic elements (1 to {} allowed)",
+                self.limits.max_atomic_count
+            )));
+        }
+        let size = u64_of(msg.datatype.size());
+        let bytes = count * size;
+        let mut operands = Pieces::EMPTY;
+        if msg.op != AtomicOp::AtomicRead {
+            operands.extend(msg.iov)?;
+            if u64_of(operands.len()) != bytes {
+                return Err(Error::inval(format!(
+                    "tcp: {} operand bytes for {count} elements of {size} bytes",
+                    operands.len()
+                )));
+            }
+        }
+        if kind == AtomicKind::Compare {
+            let cmp = Pieces::new(msg.compare)?;
+            if u64_of(cmp.len()) != bytes {
+                return Err(Error::inval(format!(
+                    "tcp: {} compare bytes for {count} elements of {size} bytes",
+                    cmp.len()
+                )));
+            }
+            operands.extend(msg.compare)?;
+        }
+        let result = Pieces::new(msg.result)?;
+        if kind != AtomicKind::Plain && u64_of(result.len()) < bytes {
+            return Err(Error::new(
+                ErrorKind::TooSmall,
+                format!(
+                    "tcp: {} result bytes for {count} elements of {size} bytes",
+                    result.len()
+                ),
+            ));
+        }
+        let inject = flags.contains(OpFlags::INJECT);
+        let report = !inject && (!b.tx_selective || flags.contains(OpFlags::COMPLETION));
+        let done = TxDone {
+            context: msg.context,
+            flags: CompletionFlags::ATOMIC
+                | if kind == AtomicKind::Plain {
+                    CompletionFlags::WRITE
+                } else {
+                    CompletionFlags::READ
+                },
+            len: usize_of(bytes),
+            report,
+        };
+        let mut st = self.lock();
+        let key = self.dest_key(&mut st, b, msg.addr)?;
+        let id = st.new_op_id();
+        let mut f = Frame::atomic(id, kind, msg.datatype, msg.op, msg.rma_iov)?;
+        if flags.contains(OpFlags::REMOTE_CQ_DATA) {
+            f = f.with_cq_data(msg.data);
+        }
+        let pending = if kind == AtomicKind::Plain {
+            f = f.with_flags(Flags::ACK_DELIVERY);
+            Pending::Ack { done }
+        } else {
+            Pending::Fetch {
+                buf: result,
+                len: bytes,
+                done,
+            }
+        };
+        let copy;
+        let src = if inject && operands.len() > 0 {
+            let mut v = vec![0u8; operands.len()];
+            // SAFETY: the operands are readable now (the inject contract).
+            unsafe { operands.read_at(0, &mut v) };
+            copy = v;
+            Src::Bytes(&copy)
+        } else if operands.len() > 0 {
+            Src::User(operands)
+        } else {
+            Src::None
+        };
+        self.outstanding.fetch_add(1, Ordering::AcqRel);
+        self.submit(
+            &mut st,
+            b,
+            key,
+            &f,
+            src,
+            Done::None,
+            Some((id, pending)),
+            flags.contains(OpFlags::FENCE),
+        );
+        self.finish_pass(&mut st, b);
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------
+    // Receiving: posting, matching, unexpected messages.
+
+    /// Posts a receive (untagged or tagged), with FI_PEEK / FI_CLAIM /
+    /// FI_DISCARD and FI_MULTI_RECV.
+    pub(crate) fn post_recv(&self, msg: &Msg<'_>, flags: OpFlags, tagged: bool) -> Result<()> {
+        let b = self.bound()?;
+        let multi = flags.contains(OpFlags::MULTI_RECV);
+        if multi && tagged {
+            return Err(Error::bad_flags(
+                "FI_MULTI_RECV applies to untagged receives only",
+            ));
+        }
+        let buf = Pieces::new(msg.iov)?;
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        if st.msg.closed && self.kind == Kind::Msg {
+            return Err(Error::new(
+                ErrorKind::Shutdown,
+                "tcp: the connection is shut down",
+            ));
+        }
+        let mrecv = if multi {
+            let slot = st.rx.mrecv.iter().position(Option::is_none);
+            let m = MultiRecv {
+                inflight: 0,
+                released: false,
+            };
+            Some(match slot {
+                Some(i) => {
+                    if let Some(s) = st.rx.mrecv.get_mut(i) {
+                        *s = Some(m);
+                    }
+                    i
+                }
+                None => {
+                    st.rx.mrecv.push(Some(m));
+                    st.rx.mrecv.len() - 1
+                }
+            })
+        } else {
+            None
+        };
+        let op = RecvOp {
+            buf,
+            context: msg.context,
+            flags,
+            mrecv,
+        };
+        if tagged && flags.intersects(OpFlags::PEEK | OpFlags::CLAIM | OpFlags::DISCARD) {
+            let r = self.peek_claim(st, b, msg, op, flags);
+            self.finish_pass(st, b);
+            return r;
+        }
+        let (tag, ignore) = if tagged {
+            (msg.tag, msg.ignore)
+        } else {
+            (0, 0)
+        };
+        let mut posted = Posted {
+            tag,
+            ignore,
+            src: msg.addr,
+            recv: op,
+        };
+        while let Some((p, u)) = st.rx.matcher(tagged).post(posted) {
+            let len = u.msg.len;
+            let (ptag, pignore, psrc, slot) = (p.tag, p.ignore, p.src, p.recv.mrecv);
+            let op = self.carve(st, p, len, tagged);
+            self.deliver(st, b, op, u, tagged);
+            // A multi-receive buffer with room left takes more: carve put
+            // the rest back at the head of the posted queue; take it out to
+            // match it against the unexpected queue again.
+            let Some(slot) = slot else { break };
+            let open = matches!(st.rx.mrecv.get(slot), Some(Some(m)) if !m.released);
+            if !open {
+                break;
+            }
+            let Some(rest) = st.rx.matcher(tagged).cancel(|r| r.mrecv == Some(slot)) else {
+                break;
+            };
+            posted = Posted {
+                tag: ptag,
+                ignore: pignore,
+                src: psrc,
+                recv: rest.recv,
+            };
+        }
+        self.finish_pass(st, b);
+        Ok(())
+    }
+
+    /// Hands an unexpected message to a receive that matched it.
+    fn deliver(&self, st: &mut State, b: &Binds, op: RecvOp, u: Unexpected<Unexp>, tagged: bool) {
+        let cost = u.msg.kind.cost();
+        st.rx.unexp_bytes = st.rx.unexp_bytes.saturating_sub(cost);
+        let meta = RecvMeta {
+            tagged,
+            tag: u.tag,
+            len: u.msg.len,
+            data: u.msg.data,
+            src: u.src,
+        };
+        match u.msg.kind {
+            UnexpKind::Data { bytes, ack } => {
+                // SAFETY: the receive contract of recvmsg / trecvmsg.
+                unsafe { op.buf.write_at(0, &bytes) };
+                st.rx.give_buf(bytes);
+                self.complete_recv(st, b, op, meta);
+                if let Some((cid, id)) = ack {
+                    self.push_frame(st, b, cid, &Frame::ack(id, None), Src::None, Done::None);
+                }
+            }
+            UnexpKind::Rndv { conn, id, ack } => {
+                self.accept_rndv(st, b, conn, id, op, meta, ack);
+            }
+            UnexpKind::Stalled { conn } => match st.conns.get_mut(&conn) {
+                Some(c) => {
+                    if let Some(cur) = c.rx.cur.as_mut() {
+                        cur.sink = Sink::Recv(op);
+                    }
+                    c.rx.stalled = false;
+                    st.resume.push(conn);
+                }
+                None => {
+                    let err = Error::new(ErrorKind::ConnReset, "tcp: the sender went away");
+                    self.fail_recv(st, b, op, tagged, &err);
+                }
+            },
+            UnexpKind::RmaData => {
+                let e = CqEntry {
+                    context: op.context,
+                    flags: CompletionFlags::RMA
+                        | CompletionFlags::REMOTE_WRITE
+                        | CompletionFlags::REMOTE_CQ_DATA,
+                    data: meta.data.unwrap_or(0),
+                    ..CqEntry::default()
+                };
+                b.rx_done(e, meta.src, true);
+            }
+        }
+        self.budget_freed(st);
+    }
+
+    /// Drops an unexpected message (FI_DISCARD).
+    fn discard(&self, st: &mut State, b: &Binds, u: Unexpected<Unexp>) {
+        st.rx.unexp_bytes = st.rx.unexp_bytes.saturating_sub(u.msg.kind.cost());
+        match u.msg.kind {
+            UnexpKind::Data { bytes, ack } => {
+                st.rx.give_buf(bytes);
+                if let Some((cid, id)) = ack {
+                    self.push_frame(st, b, cid, &Frame::ack(id, None), Src::None, Done::None);
+                }
+            }
+            UnexpKind::Rndv { conn, id, .. } => {
+                self.push_frame(st, b, conn, &Frame::cts(id, 0, None), Src::None, Done::None);
+            }
+            UnexpKind::Stalled { conn } => {
+                if let Some(c) = st.conns.get_mut(&conn) {
+                    if let Some(cur) = c.rx.cur.as_mut() {
+                        cur.sink = Sink::Discard;
+                    }
+                    c.rx.stalled = false;
+                    st.resume.push(conn);
+                }
+            }
+            UnexpKind::RmaData => {}
+        }
+        self.budget_freed(st);
+    }
+
+    /// The budget has room again: paused connections resume.
+    fn budget_freed(&self, st: &mut State) {
+        if st.rx.unexp_bytes < UNEXP_BUDGET && !st.budget_stalled.is_empty() {
+            let list = std::mem::take(&mut st.budget_stalled);
+            for cid in list {
+                if let Some(c) = st.conns.get_mut(&cid) {
+                    c.rx.stalled = false;
+                    st.resume.push(cid);
+                }
+            }
+        }
+    }
+
+    /// Accepts a rendezvous message into `op`: clear to send, or complete
+    /// at once when nothing is taken.
+    #[allow(clippy::too_many_arguments)]
+    fn accept_rndv(
+        &self,
+        st: &mut State,
+        b: &Binds,
+        cid: u32,
+        id: u64,
+        op: RecvOp,
+        meta: RecvMeta,
+        ack: Flags,
+    ) {
+        if !st.conns.contains_key(&cid) {
+            let err = Error::new(ErrorKind::ConnReset, "tcp: the sender went away");
+            self.fail_recv(st, b, op, meta.tagged, &err);
+            return;
+        }
+        let accept = meta.len.min(u64_of(op.buf.len()));
+        self.push_frame(
+            st,
+            b,
+            cid,
+            &Frame::cts(id, accept, None),
+            Src::None,
+            Done::None,
+        );
+        if accept == 0 {
+            self.complete_recv(st, b, op, meta);
+            if !ack.is_empty() {
+                self.push_frame(st, b, cid, &Frame::ack(id, None), Src::None, Done::None);
+            }
+            return;
+        }
+        if let Some(c) = st.conns.get_mut(&cid) {
+            c.rndv.insert(
+                id,
+                RndvRecv {
+                    op,
+                    tagged: meta.tagged,
+                    tag: meta.tag,
+                    msg_len: meta.len,
+                    accept,
+                    got: 0,
+                    data: meta.data,
+                    ack,
+                    frame_off: 0,
+                },
+            );
+        }
+    }
+
+    fn peek_claim(
+        &self,
+        st: &mut State,
+        b: &Binds,
+        msg: &Msg<'_>,
+        op: RecvOp,
+        flags: OpFlags,
+    ) -> Result<()> {
+        let report = |len: u64, tag: u64, data: Option<u64>, src: FiAddr| {
+            let mut f = msg_flags(true, true);
+            if data.is_some() {
+                f |= CompletionFlags::REMOTE_CQ_DATA;
+            }
+            let e = CqEntry {
+                context: op.context,
+                flags: f,
+                len: usize_of(len),
+                buf: 0,
+                data: data.unwrap_or(0),
+                tag,
+            };
+            b.rx_done(e, src, true);
+        };
+        let missing = || {
+            let e = CqEntry {
+                context: op.context,
+                flags: msg_flags(true, true),
+                ..CqEntry::default()
+            };
+            b.failed(
+                true,
+                e,
+                &Error::new(ErrorKind::NoMsg, "FI_PEEK: no matching message"),
+                0,
+            );
+        };
+        if flags.contains(OpFlags::PEEK) {
+            if flags.contains(OpFlags::DISCARD) {
+                match st.rx.tagged.take_unexpected(msg.tag, msg.ignore, msg.addr) {
+                    Some(u) => {
+                        report(u.msg.len, u.tag, u.msg.data, u.src);
+                        self.discard(st, b, u);
+                    }
+                    None => missing(),
+                }
+            } else {
+                let claim = flags.contains(OpFlags::CLAIM).then_some(op.context);
+                match st.rx.tagged.peek(msg.tag, msg.ignore, msg.addr, claim) {
+                    Some(u) => report(u.msg.len, u.tag, u.msg.data, u.src),
+                    None => missing(),
+                }
+            }
+            return Ok(());
+        }
+        // FI_CLAIM (with or without FI_DISCARD): the message reserved by an
+        // earlier FI_PEEK|FI_CLAIM with this context.
+        let u = st.rx.tagged.claim(op.context).ok_or_else(|| {
+            Error::new(
+                ErrorKind::NoMsg,
+                "FI_CLAIM: no message was claimed with this context",
+            )
+        })?;
+        if flags.contains(OpFlags::DISCARD) {
+            report(0, u.tag, u.msg.data, u.src);
+            self.discard(st, b, u);
+        } else {
+            self.deliver(st, b, op, u, true);
+        }
+        Ok(())
+    }
+
+    /// Cancels a posted receive by context.
+    pub(crate) fn cancel(&self, context: u64) -> Result<()> {
+        let b = self.bound()?;
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let (found, tagged) = match st.rx.msg.cancel(|op| op.context == context) {
+            Some(p) => (Some(p), false),
+            None => (st.rx.tagged.cancel(|op| op.context == context), true),
+        };
+        let Some(p) = found else {
+            return Err(Error::new(
+                ErrorKind::NoEnt,
+                "no posted receive has this context",
+            ));
+        };
+        let mut flags = msg_flags(tagged, true);
+        if let Some(slot) = p.recv.mrecv {
+            if let Some(Some(m)) = st.rx.mrecv.get_mut(slot) {
+                m.released = true;
+                if m.inflight == 0 {
+                    flags |= CompletionFlags::MULTI_RECV;
+                    if let Some(s) = st.rx.mrecv.get_mut(slot) {
+                        *s = None;
+                    }
+                }
+            }
+        }
+        let e = CqEntry {
+            context: p.recv.context,
+            flags,
+            ..CqEntry::default()
+        };
+        b.failed(
+            true,
+            e,
+            &Error::new(ErrorKind::Canceled, "receive cancelled"),
+            0,
+        );
+        Ok(())
+    }
+
+    /// Work left from the operation just done: connections to read again,
+    /// failed connections.
+    pub(crate) fn finish_pass(&self, st: &mut State, b: &Binds) {
+        while !st.resume.is_empty() || !st.dead.is_empty() {
+            while let Some(cid) = st.resume.pop() {
+                if let Some(c) = st.conns.get(&cid) {
+                    let _ =
+                        self.poller
+                            .interest(c.fd(), self.token(cid), !c.rx.stalled, c.want_write);
+                }
+                self.read_conn(st, b, cid);
+            }
+            while let Some((cid, e)) = st.dead.pop() {
+                self.fail_conn(st, b, cid, &e);
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------
+    // The receive path.
+
+    /// Reads what a connection has, handling every frame; a failure is
+    /// recorded in `st.dead`.
+    pub(crate) fn read_conn(&self, st: &mut State, b: &Binds, cid: u32) {
+        if let Err(e) = self.read_conn_inner(st, b, cid) {
+            st.dead.push((cid, e));
+            return;
+        }
+        // Answers may have completed what a fence waits for.
+        if st.conns.get(&cid).is_some_and(|c| !c.held.is_empty()) {
+            self.release_held(st, b, cid);
+        }
+    }
+
+    fn read_conn_inner(&self, st: &mut State, b: &Binds, cid: u32) -> Result<()> {
+        let mut reads = 0;
+        // The last read returned less than asked: the socket is (very
+        // likely) empty, and level-triggered epoll reports what comes
+        // later, so a read that would only say EAGAIN is skipped.
+        let mut drained = false;
+        loop {
+            // Frames already in the read buffer.
+            loop {
+                let Some(conn) = st.conns.get_mut(&cid) else {
+                    return Ok(());
+                };
+                if conn.rx.stalled || conn.phase == Phase::Closing {
+                    return Ok(());
+                }
+                let rx = &mut conn.rx;
+                if rx.pos >= rx.len {
+                    break;
+                }
+                let input = rx.buf.get(rx.pos..rx.len).unwrap_or_default();
+                let (used, ev) = rx.dec.feed(input)?;
+                rx.pos += used;
+                match ev {
+                    None => {}
+                    Some(Event::Frame(f)) => {
+                        rx.last_large = f.header.payload_len >= DIRECT_READ_MIN;
+                        self.on_frame(st, b, cid, f)?;
+                    }
+                    Some(Event::Payload { data, remaining }) => {
+                        let Some(cur) = rx.cur.as_mut() else {
+                            return Err(proto("tcp: payload without a frame"));
+                        };
+                        cur.sink.write(cur.got, data, &self.mr);
+                        cur.got += u64_of(data.len());
+                        if remaining == 0 {
+                            self.on_payload_done(st, b, cid)?;
+                        }
+                    }
+                }
+            }
+            if reads >= READS_PER_CALL || drained {
+                return Ok(());
+            }
+            reads += 1;
+            let Some(conn) = st.conns.get_mut(&cid) else {
+                return Ok(());
+            };
+            let Conn { sock, rx, rndv, .. } = conn;
+            let fd = sock.as_fd();
+            // A large payload with a known destination: straight into it.
+            if let (Want::Payload(n), Some(cur)) = (rx.dec.want(), rx.cur.as_mut()) {
+                if n >= DIRECT_READ_MIN {
+                    let direct = match &mut cur.sink {
+                        Sink::Region { rma, status } if status.is_none() => {
+                            match locate(rma, usize_of(cur.got)) {
+                                None => None,
+                                Some((key, addr, room)) => {
+                                    let k = room.min(usize_of(n));
+                                    let r = self.mr.with_access(
+                                        key,
+                                        addr,
+                                        k,
+                                        MrAccess::REMOTE_WRITE,
+                                        |dst| {
+                                            // SAFETY: the range is inside a
+                                            // region whose registration is
+                                            // held during the call; peers
+                                            // may write registered memory.
+                                            unsafe { sys::recv_raw(fd, dst as *mut u8, k) }
+                                        },
+                                    );
+                                    match r {
+                                        Ok(io) => Some((io, k)),
+                                        Err(e) => {
+                                            // Deregistered meanwhile: the
+                                            // rest is read and dropped.
+                                            *status = Some(refusal(&e));
+                                            None
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                        sink => sink.span_at(cur.got).map(|(ptr, room)| {
+                            let k = room.min(usize_of(n));
+                            // SAFETY: the span is inside a receive or result
+                            // buffer that the operation's contract keeps
+                            // valid and unaliased until its completion.
+                            (unsafe { sys::recv_raw(fd, ptr, k) }, k)
+                        }),
+                    };
+                    if let Some((r, asked)) = direct {
+                        match r {
+                            Ok(0) => return Err(self.eof(rx)),
+                            Ok(k) => {
+                                drained = k < asked;
+                                rx.dec.consume_payload(u64_of(k))?;
+                                cur.got += u64_of(k);
+                                if rx.dec.payload_remaining() == 0 {
+                                    self.on_payload_done(st, b, cid)?;
+                                }
+                                continue;
+                            }
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                                return Ok(());
+                            }
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
+                }
+            }
+            // After a large payload, or while rendezvous data is due, the
+            // next frame is likely large too: read little, so that its
+            // payload can go straight to its destination instead of through
+            // the read buffer.
+            let between = rx.cur.is_none();
+            let want = if between && (rx.last_large || !rndv.is_empty()) {
+                SMALL_READ
+            } else {
+                rx.buf.len()
+            };
+            match sys::recv_buf(fd, rx.buf.get_mut(..want).unwrap_or_default()) {
+                Ok(0) => return Err(self.eof(rx)),
+                Ok(k) => {
+                    rx.pos = 0;
+                    rx.len = k;
+                    drained = k < want;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// The error for the end of a connection's stream.
+    fn eof(&self, rx: &crate::conn::Rx) -> Error {
+        match rx.dec.eof() {
+            Ok(()) if rx.cur.is_none() => Error::new(
+                if self.kind == Kind::Msg {
+                    ErrorKind::Shutdown
+                } else {
+                    ErrorKind::ConnReset
+                },
+                "tcp: the peer closed the connection",
+            ),
+            Ok(()) => Error::new(
+                ErrorKind::ConnReset,
+                "tcp: the peer closed the connection mid-frame",
+            ),
+            Err(e) => Error::new(ErrorKind::ConnReset, e.detail().to_string()),
+        }
+    }
+
+    fn set_cur(&self, st: &mut State, cid: u32, frame: Frame, sink: Sink) {
+        if let Some(c) = st.conns.get_mut(&cid) {
+            c.rx.cur = Some(Cur {
+                frame,
+                sink,
+                got: 0,
+            });
+        }
+    }
+
+    /// The headers of a frame arrived: act on it, or say where its payload
+    /// goes.
+    fn on_frame(&self, st: &mut State, b: &Binds, cid: u32, f: Frame) -> Result<()> {
+        let Some(conn) = st.conns.get_mut(&cid) else {
+            return Ok(());
+        };
+        let phase = conn.phase;
+        let op = f.header.op;
+        let allowed = match phase {
+            Phase::Ready => !matches!(
+                op,
+                Op::ConnReq | Op::ConnAccept | Op::ConnReject | Op::Hello | Op::HelloAck
+            ),
+            Phase::AwaitHello => op == Op::Hello,
+            Phase::HelloSent => op == Op::HelloAck,
+            Phase::ConnReqSent => matches!(op, Op::ConnAccept | Op::ConnReject),
+            Phase::AwaitAccept | Phase::Closing => false,
+        };
+        if !allowed {
+            return Err(proto(format!(
+                "tcp: unexpected {op} frame on a connection in phase {phase:?}"
+            )));
+        }
+        let plen = f.header.payload_len;
+        match op {
+            Op::Msg | Op::Tagged => {
+                let tagged = op == Op::Tagged;
+                let tag = f.header.tag;
+                let src = self.source(st, b, cid);
+                match st.rx.matcher(tagged).arrive(tag, src) {
+                    Some(p) => {
+                        let rop = self.carve(st, p, plen, tagged);
+                        if plen == 0 {
+                            self.msg_done(st, b, cid, &f, Sink::Recv(rop))?;
+                        } else {
+                            self.set_cur(st, cid, f, Sink::Recv(rop));
+                        }
+                    }
+                    None => {
+                        let cost = usize_of(plen).saturating_add(UNEXP_COST);
+                        if plen == 0 || st.rx.unexp_bytes.saturating_add(cost) <= UNEXP_BUDGET {
+                            let v = st.rx.take_buf(usize_of(plen));
+                            st.rx.unexp_bytes += v.capacity() + UNEXP_COST;
+                            if plen == 0 {
+                                self.msg_done(st, b, cid, &f, Sink::Unexp(v))?;
+                                if st.rx.unexp_bytes > UNEXP_BUDGET {
+                                    // Empty messages cost an entry each:
+                                    // pause until the budget has room.
+                                    st.budget_stalled.push(cid);
+                                    self.pause(st, cid);
+                                }
+                            } else {
+                                self.set_cur(st, cid, f, Sink::Unexp(v));
+                            }
+                        } else {
+                            // Over budget: the payload stays in the socket
+                            // until a receive takes it.
+                            st.rx.unexp_bytes += UNEXP_COST;
+                            let data = f
+                                .header
+                                .flags
+                                .contains(Flags::REMOTE_CQ_DATA)
+                                .then_some(f.header.data);
+                            st.rx.matcher(tagged).push_unexpected(
+                                tag,
+                                src,
+                                Unexp {
+                                    len: plen,
+                                    data,
+                                    kind: UnexpKind::Stalled { conn: cid },
+                                },
+                            );
+                            self.set_cur(st, cid, f, Sink::Stalled);
+                            self.pause(st, cid);
+                        }
+                    }
+                }
+            }
+            Op::MsgRts | Op::TaggedRts => {
+                let Ext::Rts { msg_len } = f.ext else {
+                    return Err(proto("tcp: rendezvous request without its length"));
+                };
+                let tagged = op == Op::TaggedRts;
+                let tag = f.header.tag;
+                let src = self.source(st, b, cid);
+                let data = f
+                    .header
+                    .flags
+                    .contains(Flags::REMOTE_CQ_DATA)
+                    .then_some(f.header.data);
+                let ack = f.header.flags.difference(Flags::REMOTE_CQ_DATA);
+                let meta = RecvMeta {
+                    tagged,
+                    tag,
+                    len: msg_len,
+                    data,
+                    src,
+                };
+                match st.rx.matcher(tagged).arrive(tag, src) {
+                    Some(p) => {
+                        let rop = self.carve(st, p, msg_len, tagged);
+                        self.accept_rndv(st, b, cid, f.header.id, rop, meta, ack);
+                    }
+                    None => {
+                        st.rx.unexp_bytes += UNEXP_COST;
+                        st.rx.matcher(tagged).push_unexpected(
+                            tag,
+                            src,
+                            Unexp {
+                                len: msg_len,
+                                data,
+                                kind: UnexpKind::Rndv {
+                                    conn: cid,
+                                    id: f.header.id,
+                                    ack,
+                                },
+                            },
+                        );
+                        if st.rx.unexp_bytes > UNEXP_BUDGET {
+                            st.budget_stalled.push(cid);
+                            self.pause(st, cid);
+                        }
+                    }
+                }
+            }
+            Op::Cts => {
+                let Ext::Cts { accept_len } = f.ext else {
+                    return Err(proto("tcp: Cts without its length"));
+                };
+                let id = f.header.id;
+                let Some(Pending::Rndv { buf, done, ack }) = conn.pending.remove(&id) else {
+                    return Err(proto(format!("tcp: Cts for unknown rendezvous {id}")));
+                };
+                if let Some(kind) = f.header.status {
+                    self.tx_complete(b, done, Some(&remote(kind, "message")));
+                } else if accept_len > u64_of(buf.len()) {
+                    return Err(proto(format!(
+                        "tcp: Cts accepts {accept_len} bytes of a {}-byte message",
+                        buf.len()
+                    )));
+                } else if accept_len == 0 {
+                    self.tx_complete(b, done, None);
+                } else {
+                    let data = Frame::rndv_data(id, 0, accept_len);
+                    let part = Src::User(buf.sub(0, usize_of(accept_len)));
+                    if ack.is_empty() {
+                        self.push_frame(st, b, cid, &data, part, Done::Tx(done));
+                    } else {
+                        if let Some(c) = st.conns.get_mut(&cid) {
+                            c.pending.insert(id, Pending::Ack { done });
+                        }
+                        self.push_frame(st, b, cid, &data, part, Done::None);
+                    }
+                }
+            }
+            Op::RndvData => {
+                let Ext::RndvData { offset } = f.ext else {
+                    return Err(proto("tcp: RndvData without its offset"));
+                };
+                let id = f.header.id;
+                let Some(mut r) = conn.rndv.remove(&id) else {
+                    return Err(proto(format!("tcp: RndvData for unknown rendezvous {id}")));
+                };
+                let end = offset.saturating_add(plen);
+                if end > r.accept || offset != r.got {
+                    return Err(proto(format!(
+                        "tcp: RndvData {offset}+{plen} of rendezvous {id} outside its {} accepted bytes",
+                        r.accept
+                    )));
+                }
+                r.frame_off = offset;
+                if plen == 0 {
+                    conn.rndv.insert(id, r);
+                } else {
+                    self.set_cur(st, cid, f, Sink::Rndv(r));
+                }
+            }
+            Op::Ack => {
+                let id = f.header.id;
+                match conn.pending.remove(&id) {
+                    Some(Pending::Ack { done }) => {
+                        let err = f.header.status.map(|k| remote(k, "operation"));
+                        self.tx_complete(b, done, err.as_ref());
+                    }
+                    Some(other) => {
+                        conn.pending.insert(id, other);
+                        return Err(proto(format!(
+                            "tcp: Ack for request {id}, which awaits data"
+                        )));
+                    }
+                    None => return Err(proto(format!("tcp: Ack for unknown request {id}"))),
+                }
+            }
+            Op::Write => {
+                let Ext::Rma(rma) = f.ext else {
+                    return Err(proto("tcp: Write without its ranges"));
+                };
+                let status = rma
+                    .iov()
+                    .iter()
+                    .find_map(|r| {
+                        self.mr
+                            .check(r.key, r.addr, r.len, MrAccess::REMOTE_WRITE)
+                            .err()
+                    })
+                    .map(|e| refusal(&e));
+                if let Some(kind) = status {
+                    tracing::debug!(error = %kind.c_name(), "tcp: refused an RMA write");
+                }
+                let sink = Sink::Region { rma, status };
+                if plen == 0 {
+                    self.write_done(st, b, cid, &f, status);
+                } else {
+                    self.set_cur(st, cid, f, sink);
+                }
+            }
+            Op::ReadReq => {
+                let Ext::Rma(rma) = f.ext else {
+                    return Err(proto("tcp: ReadReq without its ranges"));
+                };
+                let status = rma
+                    .iov()
+                    .iter()
+                    .find_map(|r| {
+                        self.mr
+                            .check(r.key, r.addr, r.len, MrAccess::REMOTE_READ)
+                            .err()
+                    })
+                    .map(|e| refusal(&e));
+                let id = f.header.id;
+                match status {
+                    Some(kind) => {
+                        let rsp = Frame::read_rsp(id, Some(kind), 0);
+                        self.push_frame(st, b, cid, &rsp, Src::None, Done::None);
+                    }
+                    None => {
+                        let total = rma.total_len().unwrap_or(0);
+                        let rsp = Frame::read_rsp(id, None, total);
+                        self.push_frame(st, b, cid, &rsp, Src::Region(rma), Done::None);
+                        if let Some(c) = &b.cntr_remote_read {
+                            c.add(1);
+                        }
+                    }
+                }
+            }
+            Op::ReadRsp => {
+                let id = f.header.id;
+                let Some(Pending::Read { buf, len, done }) = conn.pending.remove(&id) else {
+                    return Err(proto(format!("tcp: ReadRsp for unknown read {id}")));
+                };
+                if let Some(kind) = f.header.status {
+                    self.tx_complete(b, done, Some(&remote(kind, "RMA read")));
+                } else if plen != len {
+                    return Err(proto(format!(
+                        "tcp: ReadRsp of {plen} bytes for a read of {len}"
+                    )));
+                } else if plen == 0 {
+                    self.tx_complete(b, done, None);
+                } else {
+                    self.set_cur(st, cid, f, Sink::Read { buf, done });
+                }
+            }
+            Op::Atomic | Op::FetchAtomic | Op::CompareAtomic => {
+                let mut v = std::mem::take(&mut conn.scratch);
+                v.clear();
+                v.reserve(usize_of(plen));
+                if plen == 0 {
+                    self.atomic_done(st, b, cid, &f, v);
+                } else {
+                    self.set_cur(st, cid, f, Sink::Scratch(v));
+                }
+            }
+            Op::AtomicRsp => {
+                let id = f.header.id;
+                let Some(Pending::Fetch { buf, len, done }) = conn.pending.remove(&id) else {
+                    return Err(proto(format!("tcp: AtomicRsp for unknown atomic {id}")));
+                };
+                if let Some(kind) = f.header.status {
+                    self.tx_complete(b, done, Some(&remote(kind, "atomic operation")));
+                } else if plen != len {
+                    return Err(proto(format!(
+                        "tcp: AtomicRsp of {plen} bytes for {len} bytes of results"
+                    )));
+                } else {
+                    self.set_cur(st, cid, f, Sink::Fetch { buf, done });
+                }
+            }
+            Op::ConnReq | Op::ConnAccept | Op::ConnReject => {
+                let v = Vec::with_capacity(usize_of(plen));
+                if plen == 0 {
+                    self.cm_frame(st, b, cid, &f, v)?;
+                } else {
+                    self.set_cur(st, cid, f, Sink::Private(v));
+                }
+            }
+            Op::Hello => self.rdm_on_hello(st, b, cid, &f)?,
+            Op::HelloAck => self.rdm_on_hello_ack(st, b, cid, &f)?,
+        }
+        Ok(())
+    }
+
+    /// Stops reading a connection until a receive takes its message or
+    /// the budget has room.
+    fn pause(&self, st: &mut State, cid: u32) {
+        if let Some(c) = st.conns.get_mut(&cid) {
+            c.rx.stalled = true;
+            let _ = self
+                .poller
+                .interest(c.fd(), self.token(cid), false, c.want_write);
+        }
+    }
+
+    /// The payload of the current frame is complete.
+    fn on_payload_done(&self, st: &mut State, b: &Binds, cid: u32) -> Result<()> {
+        let Some(cur) = st.conns.get_mut(&cid).and_then(|c| c.rx.cur.take()) else {
+            return Ok(());
+        };
+        let f = cur.frame;
+        match (f.header.op, cur.sink) {
+            (Op::Msg | Op::Tagged, sink) => self.msg_done(st, b, cid, &f, sink)?,
+            (Op::RndvData, Sink::Rndv(mut r)) => {
+                r.got = r.got.saturating_add(f.header.payload_len);
+                if r.got >= r.accept {
+                    let id = f.header.id;
+                    let ack = r.ack;
+                    let meta = RecvMeta {
+                        tagged: r.tagged,
+                        tag: r.tag,
+                        len: r.msg_len,
+                        data: r.data,
+                        src: self.source(st, b, cid),
+                    };
+                    self.complete_recv(st, b, r.op, meta);
+                    if !ack.is_empty() {
+                        self.push_frame(st, b, cid, &Frame::ack(id, None), Src::None, Done::None);
+                    }
+                } else if let Some(c) = st.conns.get_mut(&cid) {
+                    c.rndv.insert(f.header.id, r);
+                }
+            }
+            (Op::Write, Sink::Region { status, .. }) => self.write_done(st, b, cid, &f, status),
+            (Op::ReadRsp, Sink::Read { done, .. }) | (Op::AtomicRsp, Sink::Fetch { done, .. }) => {
+                self.tx_complete(b, done, None);
+            }
+            (Op::Atomic | Op::FetchAtomic | Op::CompareAtomic, Sink::Scratch(v)) => {
+                self.atomic_done(st, b, cid, &f, v);
+            }
+            (Op::ConnReq | Op::ConnAccept | Op::ConnReject, Sink::Private(v)) => {
+                self.cm_frame(st, b, cid, &f, v)?;
+            }
+            (op, _) => return Err(proto(format!("tcp: {op} payload without a destination"))),
+        }
+        Ok(())
+    }
+
+    /// A message frame is complete.
+    fn msg_done(&self, st: &mut State, b: &Binds, cid: u32, f: &Frame, sink: Sink) -> Result<()> {
+        let tagged = f.header.op == Op::Tagged;
+        let data = f
+            .header
+            .flags
+            .contains(Flags::REMOTE_CQ_DATA)
+            .then_some(f.header.data);
+        let ack = f.header.flags.difference(Flags::REMOTE_CQ_DATA);
+        let src = self.source(st, b, cid);
+        let meta = RecvMeta {
+            tagged,
+            tag: f.header.tag,
+            len: f.header.payload_len,
+            data,
+            src,
+        };
+        let id = f.header.id;
+        let mut acked = false;
+        match sink {
+            Sink::Recv(op) => self.complete_recv(st, b, op, meta),
+            Sink::Unexp(bytes) => {
+                // A receive may have been posted while the data arrived.
+                match st.rx.matcher(tagged).arrive(f.header.tag, src) {
+                    Some(p) => {
+                        st.rx.unexp_bytes = st
+                            .rx
+                            .unexp_bytes
+                            .saturating_sub(bytes.capacity() + UNEXP_COST);
+                        let op = self.carve(st, p, meta.len, tagged);
+                        // SAFETY: the receive contract.
+                        unsafe { op.buf.write_at(0, &bytes) };
+                        st.rx.give_buf(bytes);
+                        self.complete_recv(st, b, op, meta);
+                        self.budget_freed(st);
+                    }
+                    None => {
+                        let delivery = ack.contains(Flags::ACK_DELIVERY);
+                        let kind = UnexpKind::Data {
+                            bytes,
+                            ack: delivery.then_some((cid, id)),
+                        };
+                        acked = delivery;
+                        st.rx.matcher(tagged).push_unexpected(
+                            f.header.tag,
+                            src,
+                            Unexp {
+                                len: meta.len,
+                                data,
+                                kind,
+                            },
+                        );
+                    }
+                }
+            }
+            _ => {}
+        }
+        if !ack.is_empty() && !acked {
+            self.push_frame(st, b, cid, &Frame::ack(id, None), Src::None, Done::None);
+        }
+        Ok(())
+    }
+
+    /// An RMA write frame is complete: counters, remote CQ data, ack.
+    fn write_done(
+        &self,
+        st: &mut State,
+        b: &Binds,
+        cid: u32,
+        f: &Frame,
+        status: Option<ErrorKind>,
+    ) {
+        if status.is_none() {
+            if let Some(c) = &b.cntr_remote_write {
+                c.add(1);
+            }
+            if f.header.flags.contains(Flags::REMOTE_CQ_DATA) {
+                let src = self.source(st, b, cid);
+                self.remote_cq_data(st, b, f.header.data, src);
+            }
+        }
+        let ack = f.header.flags.difference(Flags::REMOTE_CQ_DATA);
+        if !ack.is_empty() {
+            let a = Frame::ack(f.header.id, status);
+            self.push_frame(st, b, cid, &a, Src::None, Done::None);
+        }
+    }
+
+    /// Remote CQ data of an RMA or atomic operation: a completion in the
+    /// receive CQ; it consumes a posted receive only in FI_RX_CQ_DATA mode.
+    fn remote_cq_data(&self, st: &mut State, b: &Binds, data: u64, src: FiAddr) {
+        let flags =
+            CompletionFlags::RMA | CompletionFlags::REMOTE_WRITE | CompletionFlags::REMOTE_CQ_DATA;
+        let mut context = 0;
+        if self.info.mode.contains(Mode::RX_CQ_DATA) {
+            match st.rx.msg.arrive(0, src) {
+                Some(p) => {
+                    let op = self.carve(st, p, 0, false);
+                    context = op.context;
+                    if let Some(slot) = op.mrecv {
+                        if let Some(Some(m)) = st.rx.mrecv.get_mut(slot) {
+                            m.inflight = m.inflight.saturating_sub(1);
+                        }
+                    }
+                }
+                None => {
+                    st.rx.unexp_bytes += UNEXP_COST;
+                    st.rx.msg.push_unexpected(
+                        0,
+                        src,
+                        Unexp {
+                            len: 0,
+                            data: Some(data),
+                            kind: UnexpKind::RmaData,
+                        },
+                    );
+                    return;
+                }
+            }
+        }
+        let e = CqEntry {
+            context,
+            flags,
+            data,
+            ..CqEntry::default()
+        };
+        b.rx_done(e, src, true);
+    }
+
+    /// An atomic request is complete: check, execute, answer.
+    fn atomic_done(&self, st: &mut State, b: &Binds, cid: u32, f: &Frame, operands: Vec<u8>) {
+        let Ext::Atomic(a) = f.ext else {
+            return;
+        };
+        let kind = match f.header.op {
+            Op::FetchAtomic => AtomicKind::Fetch,
+            Op::CompareAtomic => AtomicKind::Compare,
+            _ => AtomicKind::Plain,
+        };
+        let mut results = st
+            .conns
+            .get_mut(&cid)
+            .map(|c| std::mem::take(&mut c.results))
+            .unwrap_or_default();
+        results.clear();
+        let status = atomic::execute(&self.mr, kind, &a, &operands, &mut results).err();
+        if let Some(kind) = status {
+            tracing::debug!(error = %kind.c_name(), "tcp: refused an atomic operation");
+        } else {
+            let c = if a.op() == AtomicOp::AtomicRead {
+                &b.cntr_remote_read
+            } else {
+                &b.cntr_remote_write
+            };
+            if let Some(c) = c {
+                c.add(1);
+            }
+            if f.header.flags.contains(Flags::REMOTE_CQ_DATA) {
+                let src = self.source(st, b, cid);
+                self.remote_cq_data(st, b, f.header.data, src);
+            }
+        }
+        let id = f.header.id;
+        match kind {
+            AtomicKind::Plain => {
+                if !f.header.flags.difference(Flags::REMOTE_CQ_DATA).is_empty() {
+                    self.push_frame(st, b, cid, &Frame::ack(id, status), Src::None, Done::None);
+                }
+            }
+            AtomicKind::Fetch | AtomicKind::Compare => {
+                let len = if status.is_some() {
+                    0
+                } else {
+                    u64_of(results.len())
+                };
+                let rsp = Frame::atomic_rsp(id, status, len);
+                let src = if len == 0 {
+                    Src::None
+                } else {
+                    Src::Bytes(&results)
+                };
+                self.push_frame(st, b, cid, &rsp, src, Done::None);
+            }
+        }
+        if let Some(c) = st.conns.get_mut(&cid) {
+            c.scratch = operands;
+            c.results = results;
+        }
+    }
+
+    /// The AV handle of a connection's peer.
+    fn source(&self, st: &mut State, b: &Binds, cid: u32) -> FiAddr {
+        let Some(c) = st.conns.get_mut(&cid) else {
+            return FiAddr::NOTAVAIL;
+        };
+        if c.src == FiAddr::NOTAVAIL && self.kind == Kind::Rdm {
+            if let (Some(peer), Some(av)) = (c.peer, &b.av) {
+                c.src = av.reverse(&Address::from(peer));
+            }
+        }
+        c.src
+    }
+
+    /// A connection management frame (MSG) is complete.
+    fn cm_frame(
+        &self,
+        st: &mut State,
+        b: &Binds,
+        cid: u32,
+        f: &Frame,
+        data: Vec<u8>,
+    ) -> Result<()> {
+        match f.header.op {
+            Op::ConnAccept => self.msg_on_accept(st, b, cid, f, data),
+            Op::ConnReject => self.msg_on_reject(st, b, cid, f, data),
+            op => Err(proto(format!("tcp: {op} on an active endpoint"))),
+        }
+    }
+
+    // ---------------------------------------------------------------
+    // Failure.
+
+    /// A connection failed: everything started on it completes with an
+    /// error, it is dropped, and its peer reconnects on the next send.
+    pub(crate) fn fail_conn(&self, st: &mut State, b: &Binds, cid: u32, err: &Error) {
+        let Some(mut conn) = st.conns.remove(&cid) else {
+            return;
+        };
+        tracing::debug!(conn = cid, error = %err, "tcp: connection failed");
+        if let Some(key) = conn.peer {
+            let mut fail_backlog = false;
+            if let Some(p) = st.peers.get_mut(&key) {
+                if p.conn == Some(cid) {
+                    p.conn = None;
+                }
+                if p.connecting == Some(cid) {
+                    p.connecting = None;
+                    fail_backlog = p.conn.is_none();
+                }
+            }
+            if fail_backlog {
+                self.fail_backlog(st, b, key, err);
+            }
+            if st
+                .peers
+                .get(&key)
+                .is_some_and(|p| p.conn.is_none() && p.connecting.is_none() && p.backlog.is_empty())
+            {
+                st.peers.remove(&key);
+            }
+        }
+        for item in conn.tx.drain() {
+            if let (_, Done::Tx(t)) = item.into_parts() {
+                self.tx_complete(b, t, Some(err));
+            }
+        }
+        for q in std::mem::take(&mut conn.held) {
+            self.fail_queued(b, q, err);
+        }
+        let mut pending: Vec<(u64, Pending)> = conn.pending.drain().collect();
+        pending.sort_by_key(|(id, _)| *id);
+        for (_, p) in pending {
+            self.tx_complete(b, p.done(), Some(err));
+        }
+        if let Some(cur) = conn.rx.cur.take() {
+            match cur.sink {
+                Sink::Recv(op) => {
+                    let tagged = cur.frame.header.op == Op::Tagged;
+                    self.fail_recv(st, b, op, tagged, err);
+                }
+                Sink::Rndv(r) => self.fail_recv(st, b, r.op, r.tagged, err),
+                Sink::Read { done, .. } | Sink::Fetch { done, .. } => {
+                    self.tx_complete(b, done, Some(err));
+                }
+                Sink::Unexp(v) => {
+                    let cost = v.capacity() + UNEXP_COST;
+                    st.rx.unexp_bytes = st.rx.unexp_bytes.saturating_sub(cost);
+                    st.rx.give_buf(v);
+                }
+                _ => {}
+            }
+        }
+        let mut rndv: Vec<(u64, RndvRecv)> = conn.rndv.drain().collect();
+        rndv.sort_by_key(|(id, _)| *id);
+        for (_, r) in rndv {
+            self.fail_recv(st, b, r.op, r.tagged, err);
+        }
+        for tagged in [false, true] {
+            while let Some(u) = st
+                .rx
+                .matcher(tagged)
+                .remove_unexpected(|u| u.msg.kind.conn() == Some(cid))
+            {
+                st.rx.unexp_bytes = st.rx.unexp_bytes.saturating_sub(u.msg.kind.cost());
+            }
+        }
+        st.budget_stalled.retain(|c| *c != cid);
+        self.budget_freed(st);
+        if self.kind == Kind::Msg {
+            self.msg_conn_lost(st, b, cid, err);
+        }
+    }
+}
+
+/// What the frames just written asked for.
+#[derive(Debug, Default)]
+struct WriteNote {
+    connected: bool,
+    close: bool,
+}
+
+/// The status a refused remote access travels back with: a bad key is
+/// `FI_EKEYREJECTED`, a range outside the region or a missing right
+/// `FI_EACCES`.
+fn refusal(e: &Error) -> ErrorKind {
+    match e.kind() {
+        ErrorKind::NoKey => ErrorKind::KeyRejected,
+        ErrorKind::Access => ErrorKind::Access,
+        other => other,
+    }
+}
+
+/// Most established connections an endpoint reads directly instead of
+/// asking epoll.
+const DIRECT_CONNS: usize = 2;
+
+impl EpProgress for EpInner {
+    fn progress_direct(&self) -> Option<()> {
+        let b = self.bound.get()?;
+        let mut guard = match self.state.try_lock() {
+            Ok(g) => g,
+            Err(_) => return None,
+        };
+        let st = &mut *guard;
+        if st.conns.len() > DIRECT_CONNS
+            || st.orphans > 0
+            || st
+                .conns
+                .values()
+                .any(|c| c.connecting || c.phase != Phase::Ready)
+        {
+            return None;
+        }
+        if self.tx_waiting.swap(false, Ordering::AcqRel) {
+            let mut ids = std::mem::take(&mut st.flush_ids);
+            ids.clear();
+            ids.extend(st.conns.keys().copied());
+            for cid in ids.iter() {
+                self.flush_one(st, b, *cid);
+            }
+            st.flush_ids = ids;
+        }
+        let mut ids = std::mem::take(&mut st.flush_ids);
+        ids.clear();
+        ids.extend(st.conns.keys().copied());
+        for cid in ids.iter() {
+            self.read_conn(st, b, *cid);
+        }
+        st.flush_ids = ids;
+        self.finish_pass(st, b);
+        Some(())
+    }
+
+    fn progress(&self, ready: &[u64]) -> Result<()> {
+        let mine = ready.iter().any(|t| ep_of(*t) == self.ep_no);
+        if !mine && !self.tx_waiting.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let Some(b) = self.bound.get() else {
+            return Ok(());
+        };
+        let mut guard = match self.state.try_lock() {
+            Ok(g) => g,
+            // Another thread is working on this endpoint right now.
+            Err(std::sync::TryLockError::WouldBlock) => return Ok(()),
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        };
+        let st = &mut *guard;
+        if self.tx_waiting.swap(false, Ordering::AcqRel) {
+            // A reused list: no allocation once it has grown.
+            let mut ids = std::mem::take(&mut st.flush_ids);
+            ids.clear();
+            ids.extend(
+                st.conns
+                    .iter()
+                    .filter(|(_, c)| c.connecting || !c.tx.is_empty())
+                    .map(|(id, _)| *id),
+            );
+            for cid in ids.iter() {
+                self.flush_one(st, b, *cid);
+            }
+            st.flush_ids = ids;
+        }
+        for t in ready.iter().filter(|t| ep_of(**t) == self.ep_no) {
+            let cid = conn_of(*t);
+            if cid == 0 {
+                self.rdm_accept(st)?;
+            } else if st.conns.get(&cid).is_some_and(|c| c.connecting) {
+                self.flush_one(st, b, cid);
+                self.read_conn(st, b, cid);
+            } else {
+                self.read_conn(st, b, cid);
+            }
+        }
+        if st.orphans > 0 {
+            self.rdm_orphans(st, b);
+        }
+        self.finish_pass(st, b);
+        if st.orphans > 0 {
+            self.tx_waiting.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,133 @@
+//! The raw socket calls of the data path: `sendmsg` over raw iovecs with
+//! `MSG_NOSIGNAL` (a peer that went away must give an error, never a
+//! SIGPIPE that kills the process), and `recv` into raw memory (a posted
+//! receive buffer or registered memory, which Rust code never borrows as a
+//! slice while the peer's data lands in it).
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+/// Most iovecs one `sendmsg` carries (well under `IOV_MAX`, 1024).
+pub(crate) const MAX_IOV: usize = 64;
+
+/// An empty iovec.
+pub(crate) const NO_IOV: libc::iovec = libc::iovec {
+    iov_base: std::ptr::null_mut(),
+    iov_len: 0,
+};
+
+/// An iovec over `len` bytes at `ptr`.
+pub(crate) fn iov(ptr: *const u8, len: usize) -> libc::iovec {
+    libc::iovec {
+        iov_base: ptr.cast_mut().cast(),
+        iov_len: len,
+    }
+}
+
+/// Writes what the socket takes of `iov` without blocking; `WouldBlock`
+/// when it takes nothing.
+///
+/// # Safety
+///
+/// Every iovec must describe memory valid for reads for the duration of
+/// the call.
+pub(crate) unsafe fn send_iov(fd: BorrowedFd<'_>, iov: &[libc::iovec]) -> io::Result<usize> {
+    // SAFETY: an all-zero msghdr is a valid empty message header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_ptr().cast_mut();
+    msg.msg_iovlen = iov.len().min(MAX_IOV) as _;
+    loop {
+        // SAFETY: `msg` points at `iov`, whose memory the caller guarantees
+        // readable; the kernel only reads it.
+        let r = unsafe {
+            libc::sendmsg(
+                fd.as_raw_fd(),
+                &msg,
+                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+            )
+        };
+        if r >= 0 {
+            return Ok(r.unsigned_abs());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Reads up to `len` bytes into `ptr` without blocking; `Ok(0)` is the end
+/// of the stream, `WouldBlock` when nothing is there.
+///
+/// # Safety
+///
+/// `ptr..ptr + len` must be valid for writes for the duration of the call.
+pub(crate) unsafe fn recv_raw(fd: BorrowedFd<'_>, ptr: *mut u8, len: usize) -> io::Result<usize> {
+    loop {
+        // SAFETY: the caller guarantees the memory is writable.
+        let r = unsafe { libc::recv(fd.as_raw_fd(), ptr.cast(), len, libc::MSG_DONTWAIT) };
+        if r >= 0 {
+            return Ok(r.unsigned_abs());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Reads into a byte buffer; as [`recv_raw`].
+pub(crate) fn recv_buf(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is a live, exclusively borrowed slice.
+    unsafe { recv_raw(fd, buf.as_mut_ptr(), buf.len()) }
+}
+
+/// Writes all of `bytes` to a socket, waiting up to `timeout` for room (for
+/// the few small frames sent outside the data path: a rejection).
+pub(crate) fn send_all(
+    fd: BorrowedFd<'_>,
+    mut bytes: &[u8],
+    timeout: std::time::Duration,
+) -> io::Result<()> {
+    let deadline = std::time::Instant::now() + timeout;
+    while !bytes.is_empty() {
+        let one = [iov(bytes.as_ptr(), bytes.len())];
+        // SAFETY: `one` describes the live slice `bytes`.
+        match unsafe { send_iov(fd, &one) } {
+            Ok(n) => bytes = bytes.get(n..).unwrap_or_default(),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if std::time::Instant::now() >= deadline {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "the peer does not read",
+                    ));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// A random 64-bit number (the endpoint nonce): the process's randomly
+/// keyed hasher over the time, the process id and a counter.
+pub(crate) fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.write_u32(std::process::id());
+    if let Ok(d) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        h.write_u128(d.as_nanos());
+    }
+    h.finish()
+}
+
+/// A process-wide unique object id (the `fid` of EQ events).
+pub(crate) fn next_fid() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}

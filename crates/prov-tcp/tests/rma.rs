@@ -1,0 +1,368 @@
+//! RMA between two RDM endpoints in one process: writes, reads, remote CQ
+//! data, counters, refused accesses that change nothing, fences.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::*;
+use fabric_core::objects::{CompletionFlags, FiAddr, IoVec, MrAccess, RmaIov, RmaMsg};
+use fabric_core::*;
+
+fn rma<'a>(
+    iov: &'a [IoVec],
+    addr: FiAddr,
+    remote: &'a [RmaIov],
+    ctx: u64,
+    data: u64,
+) -> RmaMsg<'a> {
+    RmaMsg {
+        iov,
+        desc: &[],
+        addr,
+        rma_iov: remote,
+        context: ctx,
+        data,
+    }
+}
+
+fn at(addr: u64, len: usize, key: u64) -> RmaIov {
+    RmaIov { addr, len, key }
+}
+
+#[test]
+fn write_then_read_back() {
+    let (a, b, b_at_a, _) = pair();
+    let mut target = vec![0u8; 4096];
+    let _mr = reg(
+        b.domain.as_ref(),
+        &mut target,
+        MrAccess::REMOTE_WRITE | MrAccess::REMOTE_READ,
+        42,
+    );
+    let mut src: Vec<u8> = (0..1000).map(|i| (i % 256) as u8).collect();
+    let siov = iov(&mut src);
+    let remote = [at(100, 1000, 42)];
+    // SAFETY: src outlives the completion.
+    unsafe {
+        a.ep.writemsg(&rma(&siov, b_at_a, &remote, 1, 0), OpFlags::empty())
+            .unwrap()
+    };
+    let e = next(a.cq.as_ref(), &[b.cq.as_ref()]).unwrap();
+    assert_eq!((e.context, e.len), (1, 1000));
+    assert!(
+        e.flags
+            .contains(CompletionFlags::RMA | CompletionFlags::WRITE)
+    );
+    assert_eq!(&target[100..1100], &src[..]);
+    assert!(target[..100].iter().all(|&x| x == 0));
+    // Read it back, plus the zeros around it.
+    let mut back = vec![9u8; 1200];
+    let biov = iov(&mut back);
+    let remote = [at(0, 1200, 42)];
+    // SAFETY: back outlives the completion.
+    unsafe {
+        a.ep.readmsg(&rma(&biov, b_at_a, &remote, 2, 0), OpFlags::empty())
+            .unwrap()
+    };
+    let e = next(a.cq.as_ref(), &[b.cq.as_ref()]).unwrap();
+    assert_eq!((e.context, e.len), (2, 1200));
+    assert!(
+        e.flags
+            .contains(CompletionFlags::RMA | CompletionFlags::READ)
+    );
+    assert_eq!(&back[..], &target[..1200]);
+    // Nothing shows up at the target.
+    let mut none = [fabric_core::objects::CqEntry::default()];
+    assert_eq!(b.cq.read(&mut none).unwrap_err().kind(), ErrorKind::Again);
+}
+
+#[test]
+fn large_and_multi_range_transfers() {
+    let (a, b, b_at_a, _) = pair();
+    let n = 4 << 20;
+    let mut target = vec![0u8; 2 * n];
+    let _mr = reg(
+        b.domain.as_ref(),
+        &mut target,
+        MrAccess::REMOTE_WRITE | MrAccess::REMOTE_READ,
+        7,
+    );
+    let mut src: Vec<u8> = (0..n).map(|i| (i * 13 % 251) as u8).collect();
+    // Two local pieces into three remote ranges.
+    let (s1, s2) = src.split_at_mut(n / 3);
+    let siov = [
+        IoVec {
+            addr: s1.as_mut_ptr(),
+            len: s1.len(),
+        },
+        IoVec {
+            addr: s2.as_mut_ptr(),
+            len: s2.len(),
+        },
+    ];
+    let q = n / 4;
+    let remote = [
+        at(0, q, 7),
+        at(n as u64, 2 * q, 7),
+        at((n + 3 * q) as u64, n - 3 * q, 7),
+    ];
+    // SAFETY: src outlives the completion.
+    unsafe {
+        a.ep.writemsg(&rma(&siov, b_at_a, &remote, 1, 0), OpFlags::empty())
+            .unwrap()
+    };
+    assert_eq!(next(a.cq.as_ref(), &[b.cq.as_ref()]).unwrap().context, 1);
+    assert!(target[..q] == src[..q]);
+    assert!(target[n..n + 2 * q] == src[q..3 * q]);
+    assert!(target[n + 3 * q..2 * n] == src[3 * q..]);
+    assert!(target[q..n].iter().all(|&x| x == 0));
+    // Read the same ranges into one buffer.
+    let mut back = vec![0u8; n];
+    let biov = iov(&mut back);
+    // SAFETY: back outlives the completion.
+    unsafe {
+        a.ep.readmsg(&rma(&biov, b_at_a, &remote, 2, 0), OpFlags::empty())
+            .unwrap()
+    };
+    assert_eq!(next(a.cq.as_ref(), &[b.cq.as_ref()]).unwrap().context, 2);
+    assert!(back == src);
+}
+
+#[test]
+fn writedata_reports_remote_cq_data_and_consumes_no_receive() {
+    let (a, b, b_at_a, a_at_b) = pair();
+    let mut target = vec![0u8; 64];
+    let _mr = reg(b.domain.as_ref(), &mut target, MrAccess::REMOTE_WRITE, 5);
+    let mut r = vec![0u8; 8];
+    let riov = iov(&mut r);
+    // SAFETY: r outlives the completion.
+    unsafe {
+        b.ep.recvmsg(
+            &fabric_core::objects::Msg {
+                iov: &riov,
+                desc: &[],
+                addr: FiAddr::UNSPEC,
+                tag: 0,
+                ignore: 0,
+                context: 77,
+                data: 0,
+            },
+            OpFlags::empty(),
+        )
+        .unwrap()
+    };
+    let mut src = *b"remote data!";
+    let siov = iov(&mut src);
+    let remote = [at(0, 12, 5)];
+    // SAFETY: src outlives the completion.
+    unsafe {
+        a.ep.writemsg(
+            &rma(&siov, b_at_a, &remote, 1, 0xfeed_beef),
+            OpFlags::REMOTE_CQ_DATA,
+        )
+        .unwrap()
+    };
+    let (e, src_addr) = next_from(b.cq.as_ref(), &[a.cq.as_ref()]).unwrap();
+    assert_eq!(e.data, 0xfeed_beef);
+    assert!(e.flags.contains(
+        CompletionFlags::RMA | CompletionFlags::REMOTE_WRITE | CompletionFlags::REMOTE_CQ_DATA
+    ));
+    assert_ne!(e.context, 77, "the posted receive is not consumed");
+    assert_eq!(src_addr, a_at_b);
+    assert_eq!(&target[..12], b"remote data!");
+    assert_eq!(next(a.cq.as_ref(), &[b.cq.as_ref()]).unwrap().context, 1);
+    // The receive is still there.
+    a.ep.inject(b"msg", b_at_a, None).unwrap();
+    let e = next(b.cq.as_ref(), &[a.cq.as_ref()]).unwrap();
+    assert_eq!((e.context, &r[..3]), (77, &b"msg"[..]));
+}
+
+#[test]
+fn inject_write_and_counters() {
+    let info = rdm_info();
+    let (a, ac) = side_counting(&info, &[Caps::WRITE]);
+    let (b, bc) = side_counting(&info, &[Caps::REMOTE_WRITE]);
+    let (write_cntr, remote_cntr) = (&ac[0], &bc[0]);
+    let b_at_a = insert(&a, &b.ep.getname().unwrap());
+    let mut target = vec![0u8; 16];
+    let _mr = reg(b.domain.as_ref(), &mut target, MrAccess::REMOTE_WRITE, 3);
+    for i in 0..4u64 {
+        a.ep.inject_write(&[i as u8 + 1; 4], b_at_a, at(4 * i, 4, 3), None)
+            .unwrap();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while write_cntr.read() < 4 || remote_cntr.read() < 4 {
+        settle(&[a.cq.as_ref(), b.cq.as_ref()], 1);
+        assert!(std::time::Instant::now() < deadline);
+    }
+    assert_eq!((write_cntr.readerr(), remote_cntr.readerr()), (0, 0));
+    assert_eq!(target, [1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4]);
+    // Injects report no completion.
+    let mut none = [fabric_core::objects::CqEntry::default()];
+    assert_eq!(a.cq.read(&mut none).unwrap_err().kind(), ErrorKind::Again);
+    // A refused inject counts as an error.
+    a.ep.inject_write(&[9; 4], b_at_a, at(0, 4, 999), None)
+        .unwrap();
+    while write_cntr.readerr() < 1 {
+        settle(&[a.cq.as_ref(), b.cq.as_ref()], 1);
+        assert!(std::time::Instant::now() < deadline);
+    }
+    assert_eq!(target[0], 1);
+}
+
+#[test]
+fn refused_accesses_fail_and_change_nothing() {
+    let (a, b, b_at_a, _) = pair();
+    let mut ro = vec![1u8; 256];
+    let mut wo = vec![2u8; 256];
+    let _r = reg(b.domain.as_ref(), &mut ro, MrAccess::REMOTE_READ, 10);
+    let _w = reg(b.domain.as_ref(), &mut wo, MrAccess::REMOTE_WRITE, 11);
+    let mut src = vec![0xeeu8; 64];
+    let siov = iov(&mut src);
+    let cases: [(RmaIov, ErrorKind, &str); 4] = [
+        (at(0, 64, 12345), ErrorKind::KeyRejected, "bad key"),
+        (at(200, 64, 11), ErrorKind::Access, "out of bounds"),
+        (
+            at(u64::MAX - 10, 64, 11),
+            ErrorKind::Access,
+            "wrapping address",
+        ),
+        (at(0, 64, 10), ErrorKind::Access, "no write access"),
+    ];
+    for (i, (remote, kind, what)) in cases.iter().enumerate() {
+        let remote = [*remote];
+        // SAFETY: src outlives the completion.
+        unsafe {
+            a.ep.writemsg(&rma(&siov, b_at_a, &remote, i as u64, 0), OpFlags::empty())
+                .unwrap()
+        };
+        let e = next(a.cq.as_ref(), &[b.cq.as_ref()]).unwrap_err();
+        assert_eq!((e.err, e.entry.context), (*kind, i as u64), "{what}: {e:?}");
+    }
+    // A multi-range write with one bad range writes none of them.
+    let remote = [at(0, 32, 11), at(0, 32, 99)];
+    // SAFETY: as above.
+    unsafe {
+        a.ep.writemsg(&rma(&siov, b_at_a, &remote, 9, 0), OpFlags::empty())
+            .unwrap()
+    };
+    assert_eq!(
+        next(a.cq.as_ref(), &[b.cq.as_ref()]).unwrap_err().err,
+        ErrorKind::KeyRejected
+    );
+    assert!(ro.iter().all(|&x| x == 1), "read-only region unchanged");
+    assert!(wo.iter().all(|&x| x == 2), "write-only region unchanged");
+    // Reads: bad key, no read access, out of bounds.
+    let mut back = vec![0u8; 64];
+    let biov = iov(&mut back);
+    for (i, (remote, kind)) in [
+        (at(0, 64, 777), ErrorKind::KeyRejected),
+        (at(0, 64, 11), ErrorKind::Access),
+        (at(250, 64, 10), ErrorKind::Access),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let remote = [remote];
+        // SAFETY: back outlives the completion.
+        unsafe {
+            a.ep.readmsg(
+                &rma(&biov, b_at_a, &remote, 20 + i as u64, 0),
+                OpFlags::empty(),
+            )
+            .unwrap()
+        };
+        let e = next(a.cq.as_ref(), &[b.cq.as_ref()]).unwrap_err();
+        assert_eq!((e.err, e.entry.context), (kind, 20 + i as u64));
+    }
+    assert!(back.iter().all(|&x| x == 0));
+    // The connection is still fine.
+    let remote = [at(0, 64, 11)];
+    // SAFETY: src outlives the completion.
+    unsafe {
+        a.ep.writemsg(&rma(&siov, b_at_a, &remote, 30, 0), OpFlags::empty())
+            .unwrap()
+    };
+    assert_eq!(next(a.cq.as_ref(), &[b.cq.as_ref()]).unwrap().context, 30);
+    assert!(wo[..64].iter().all(|&x| x == 0xee));
+}
+
+#[test]
+fn local_argument_errors() {
+    let (a, _b, b_at_a, _) = pair();
+    let mut src = vec![0u8; 10];
+    let siov = iov(&mut src);
+    let remote = [at(0, 11, 1)];
+    // SAFETY: rejected before anything is queued.
+    let r = unsafe {
+        a.ep.writemsg(&rma(&siov, b_at_a, &remote, 1, 0), OpFlags::empty())
+    };
+    assert_eq!(r.unwrap_err().kind(), ErrorKind::Inval, "lengths differ");
+    let five = [at(0, 2, 1); 5];
+    // SAFETY: as above.
+    let r = unsafe {
+        a.ep.writemsg(&rma(&siov, b_at_a, &five, 1, 0), OpFlags::empty())
+    };
+    assert_eq!(r.unwrap_err().kind(), ErrorKind::Inval, "too many ranges");
+}
+
+#[test]
+fn virtual_addresses_and_provider_keys() {
+    let info = rdm_info_with(Caps::RMA, MrMode::BASIC, "127.0.0.1");
+    assert_eq!(info.domain_attr.mr_mode, MrMode::BASIC);
+    let (a, b, b_at_a, _) = pair_of(&info);
+    let mut target = vec![0u8; 128];
+    let mr = reg(b.domain.as_ref(), &mut target, MrAccess::REMOTE_WRITE, 0);
+    let base = target.as_ptr() as u64;
+    let mut src = *b"at a virtual address";
+    let siov = iov(&mut src);
+    let remote = [at(base + 8, src.len(), mr.key())];
+    // SAFETY: src outlives the completion.
+    unsafe {
+        a.ep.writemsg(&rma(&siov, b_at_a, &remote, 1, 0), OpFlags::empty())
+            .unwrap()
+    };
+    assert_eq!(next(a.cq.as_ref(), &[b.cq.as_ref()]).unwrap().context, 1);
+    assert_eq!(&target[8..8 + src.len()], &src[..]);
+    // An offset is out of bounds in this mode.
+    let remote = [at(8, 4, mr.key())];
+    // SAFETY: as above.
+    unsafe {
+        a.ep.writemsg(&rma(&siov[..], b_at_a, &remote, 2, 0), OpFlags::empty())
+            .unwrap_err()
+    };
+}
+
+#[test]
+fn a_fenced_write_waits_for_the_read_before_it() {
+    let (a, b, b_at_a, _) = pair();
+    let n = 8 << 20;
+    let mut target = vec![1u8; n];
+    let _mr = reg(
+        b.domain.as_ref(),
+        &mut target,
+        MrAccess::REMOTE_WRITE | MrAccess::REMOTE_READ,
+        4,
+    );
+    let mut back = vec![0u8; n];
+    let biov = iov(&mut back);
+    let remote = [at(0, n, 4)];
+    let mut twos = vec![2u8; n];
+    let tiov = iov(&mut twos);
+    // SAFETY: back and twos outlive the completions.
+    unsafe {
+        a.ep.readmsg(&rma(&biov, b_at_a, &remote, 1, 0), OpFlags::empty())
+            .unwrap();
+        a.ep.writemsg(&rma(&tiov, b_at_a, &remote, 2, 0), OpFlags::FENCE)
+            .unwrap();
+    }
+    let e1 = next(a.cq.as_ref(), &[b.cq.as_ref()]).unwrap();
+    let e2 = next(a.cq.as_ref(), &[b.cq.as_ref()]).unwrap();
+    assert_eq!((e1.context, e2.context), (1, 2));
+    assert!(
+        back.iter().all(|&x| x == 1),
+        "the read saw no byte of the write"
+    );
+    assert!(target.iter().all(|&x| x == 2));
+}
