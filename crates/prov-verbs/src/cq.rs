@@ -1,0 +1,458 @@
+//! Completion queues: a hardware CQ (MSG queue pairs post their work
+//! requests against it) plus a software queue ([`CqCore`]) for
+//! completions the provider makes itself (errors, and everything of RDM
+//! endpoints, whose protocol engine turns its own hardware completions
+//! into application completions).
+//!
+//! Reading polls the hardware CQ straight into the caller's array: one
+//! `ibv_poll_cq` (a call through the driver's ops table, no system call on
+//! hardware that polls from user space) per read, no allocation, no lock
+//! but a read lock of the endpoint map. Blocking reads arm the CQ
+//! (`ibv_req_notify_cq`) only when about to sleep and sleep on its
+//! completion channel.
+
+use std::collections::HashMap;
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, RwLock, Weak};
+use std::time::{Duration, Instant};
+
+use fabric_core::kit::cq::CqCore;
+use fabric_core::kit::objects::Progress;
+use fabric_core::objects::{
+    CompletionQueue, CqAttr, CqEntry, CqErrEntry, CqFormat, FiAddr, WaitObj,
+};
+use fabric_core::{Error, ErrorKind, Result};
+use fabric_sys::ffi::ibv_wc;
+use rustix::event::{PollFd, PollFlags, Timespec, poll};
+
+use crate::raw::device::Context;
+use crate::raw::verbs::HwCq;
+
+/// Work completions polled per `ibv_poll_cq` call.
+const BATCH: usize = 16;
+/// Smallest hardware CQ (queue pairs of several endpoints share it).
+const MIN_HW_CQE: usize = 4096;
+/// How long a blocking read polls before it arms the CQ and sleeps.
+const SPIN: Duration = Duration::from_micros(20);
+
+/// Something that turns its own work completions into application
+/// completions: an endpoint's queue pair.
+pub(crate) trait WcSink: Send + Sync {
+    /// Handles one work completion; returns the application's completion
+    /// and its source, if the work request reports one. Errors go into
+    /// `cq.core()` as error completions.
+    fn complete(&self, wc: &ibv_wc, cq: &CqShared) -> Option<(CqEntry, FiAddr)>;
+}
+
+/// The shared part of a CQ.
+pub(crate) struct CqShared {
+    hw: HwCq,
+    core: CqCore,
+    sinks: RwLock<HashMap<u32, Weak<dyn WcSink>>>,
+    engines: RwLock<Vec<Weak<dyn Progress>>>,
+    armed: AtomicBool,
+    fd_users: AtomicBool,
+    sleepers: AtomicU32,
+}
+
+impl std::fmt::Debug for CqShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CqShared")
+            .field("hw", &self.hw)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CqShared {
+    /// A CQ on `ctx` of at least `size` entries.
+    pub(crate) fn new(ctx: Context, size: usize, max_cqe: usize) -> Result<Arc<CqShared>> {
+        let cqe = size.max(MIN_HW_CQE).min(max_cqe.max(1));
+        let hw = HwCq::new(ctx, i32::try_from(cqe).unwrap_or(i32::MAX))?;
+        Ok(Arc::new(CqShared {
+            hw,
+            core: CqCore::new(size)?,
+            sinks: RwLock::new(HashMap::new()),
+            engines: RwLock::new(Vec::new()),
+            armed: AtomicBool::new(false),
+            fd_users: AtomicBool::new(false),
+            sleepers: AtomicU32::new(0),
+        }))
+    }
+
+    /// The hardware CQ.
+    pub(crate) fn hw(&self) -> &HwCq {
+        &self.hw
+    }
+
+    /// Routes the work completions of QP `qp_num` to `sink`.
+    pub(crate) fn attach(&self, qp_num: u32, sink: Weak<dyn WcSink>) {
+        self.sinks
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(qp_num, sink);
+    }
+
+    /// Stops routing QP `qp_num`.
+    pub(crate) fn detach(&self, qp_num: u32) {
+        self.sinks
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&qp_num);
+    }
+
+    /// Adds a protocol engine that delivers into this CQ and is progressed
+    /// by its reads.
+    pub(crate) fn add_engine(&self, e: Weak<dyn Progress>) {
+        let mut v = self
+            .engines
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        v.retain(|w| w.strong_count() > 0 && !Weak::ptr_eq(w, &e));
+        v.push(e);
+    }
+
+    /// Queues a completion made by the provider, waking a blocked reader.
+    pub(crate) fn push(&self, e: CqEntry, src: FiAddr) {
+        self.core.push(e, src);
+        self.wake();
+    }
+
+    /// Queues an error completion, waking a blocked reader.
+    pub(crate) fn push_err(&self, e: CqErrEntry) {
+        self.core.push_err(e);
+        self.wake();
+    }
+
+    fn wake(&self) {
+        if self.sleepers.load(Ordering::SeqCst) > 0 || self.fd_users.load(Ordering::Relaxed) {
+            self.core.signal().notify_always();
+        }
+    }
+
+    fn engines(&self) -> Result<()> {
+        let v = self
+            .engines
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for e in v.iter() {
+            if let Some(e) = e.upgrade() {
+                e.progress()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Polls the hardware CQ; successes go to `out` (and `src`), or into the
+    /// software queue when `out` is `None`. Returns how many went to `out`.
+    fn poll_hw(&self, mut out: Option<(&mut [CqEntry], Option<&mut [FiAddr]>)>) -> Result<usize> {
+        let mut wcs: [ibv_wc; BATCH] = [ibv_wc::default(); BATCH];
+        let mut n_out = 0;
+        loop {
+            let room = match &out {
+                Some((o, _)) => (o.len() - n_out).min(BATCH),
+                None => BATCH,
+            };
+            if room == 0 {
+                break;
+            }
+            let n = self.hw.poll(&mut wcs[..room])?;
+            if n == 0 {
+                break;
+            }
+            let sinks = self
+                .sinks
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            for wc in &wcs[..n] {
+                let Some(sink) = sinks.get(&wc.qp_num).and_then(Weak::upgrade) else {
+                    continue;
+                };
+                if let Some((e, from)) = sink.complete(wc, self) {
+                    match &mut out {
+                        Some((o, s)) => {
+                            o[n_out] = e;
+                            if let Some(s) = s {
+                                s[n_out] = from;
+                            }
+                            n_out += 1;
+                        }
+                        None => self.core.push(e, from),
+                    }
+                }
+            }
+            if n < room {
+                break;
+            }
+        }
+        Ok(n_out)
+    }
+
+    /// Moves completions from the hardware CQ into the software queue
+    /// (progress driven by counters and other CQs).
+    pub(crate) fn drain_hw(&self) -> Result<()> {
+        self.poll_hw(None).map(|_| ())
+    }
+
+    fn read_now(&self, out: &mut [CqEntry], mut src: Option<&mut [FiAddr]>) -> Result<usize> {
+        if let Some(s) = src.as_deref() {
+            if s.len() < out.len() {
+                return Err(Error::inval(
+                    "readfrom: the source array is shorter than the entry array",
+                ));
+            }
+        }
+        self.engines()?;
+        if !self.core.is_empty() {
+            return self.core.read(out, src);
+        }
+        if out.is_empty() {
+            // Progress only.
+            return self.drain_hw().and(Err(Error::again()));
+        }
+        let n = self.poll_hw(Some((out, src.as_deref_mut())))?;
+        if n > 0 {
+            return Ok(n);
+        }
+        if !self.core.is_empty() {
+            return self.core.read(out, src);
+        }
+        if self.fd_users.load(Ordering::Relaxed) {
+            self.rearm_for_fd();
+            let n = self.poll_hw(Some((out, src)))?;
+            if n > 0 {
+                return Ok(n);
+            }
+        }
+        Err(Error::again())
+    }
+
+    /// Keeps the channel fd meaningful for users that wait on it: takes the
+    /// events that fired and arms again.
+    fn rearm_for_fd(&self) {
+        if self.armed.load(Ordering::Acquire) && self.hw.consume_events() == 0 {
+            return;
+        }
+        if self.hw.arm().is_ok() {
+            self.armed.store(true, Ordering::Release);
+        }
+    }
+
+    fn sread(
+        &self,
+        out: &mut [CqEntry],
+        mut src: Option<&mut [FiAddr]>,
+        timeout: Option<Duration>,
+        wait: WaitObj,
+    ) -> Result<usize> {
+        if wait == WaitObj::None {
+            return Err(Error::new(
+                ErrorKind::NoSys,
+                "sread on a CQ opened with FI_WAIT_NONE",
+            ));
+        }
+        let start = Instant::now();
+        let deadline = timeout.map(|t| start + t);
+        loop {
+            match self.read_now(out, src.as_deref_mut()) {
+                Err(e) if e.kind() == ErrorKind::Again => {}
+                r => return r,
+            }
+            if start.elapsed() >= SPIN.min(timeout.unwrap_or(SPIN)) {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        let engines: Vec<Arc<dyn Progress>> = self
+            .engines
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        loop {
+            // Arm first (this CQ, and the engines' CQs as they collect
+            // their fds), then look once more: a completion that arrived
+            // before arming is found by the read, one after it fires a
+            // channel.
+            self.sleepers.fetch_add(1, Ordering::SeqCst);
+            if !self.armed.swap(true, Ordering::AcqRel) {
+                if let Err(e) = self.hw.arm() {
+                    self.armed.store(false, Ordering::Release);
+                    self.sleepers.fetch_sub(1, Ordering::SeqCst);
+                    return Err(e);
+                }
+            }
+            let mut extra: Vec<BorrowedFd<'_>> = Vec::new();
+            for e in &engines {
+                e.wait_fds(&mut |fd| extra.push(fd));
+            }
+            let r = self.read_now(out, src.as_deref_mut());
+            match r {
+                Err(e) if e.kind() == ErrorKind::Again => {}
+                r => {
+                    self.sleepers.fetch_sub(1, Ordering::SeqCst);
+                    return r;
+                }
+            }
+            let left = match deadline {
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        self.sleepers.fetch_sub(1, Ordering::SeqCst);
+                        return Err(Error::again());
+                    }
+                    Some(d - now)
+                }
+                None => None,
+            };
+            let r = self.block(&extra, left);
+            self.sleepers.fetch_sub(1, Ordering::SeqCst);
+            r?;
+            if self.hw.consume_events() > 0 {
+                self.armed.store(false, Ordering::Release);
+            }
+            self.core.signal().drain();
+        }
+    }
+
+    fn block(&self, extra: &[BorrowedFd<'_>], left: Option<Duration>) -> Result<()> {
+        let ts = left.map(|d| {
+            Timespec::try_from(d).unwrap_or(Timespec {
+                tv_sec: i64::MAX,
+                tv_nsec: 0,
+            })
+        });
+        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(2 + extra.len());
+        fds.push(PollFd::from_borrowed_fd(self.hw.fd(), PollFlags::IN));
+        fds.push(PollFd::from_borrowed_fd(
+            self.core.signal().fd(),
+            PollFlags::IN,
+        ));
+        fds.extend(
+            extra
+                .iter()
+                .map(|fd| PollFd::from_borrowed_fd(*fd, PollFlags::IN)),
+        );
+        match poll(&mut fds, ts.as_ref()) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
+            Err(e) => Err(Error::new(ErrorKind::Io, format!("poll: {e}"))),
+        }
+    }
+}
+
+impl Progress for CqShared {
+    fn progress(&self) -> Result<()> {
+        self.engines()?;
+        self.drain_hw()
+    }
+
+    fn wait_fds<'a>(&'a self, f: &mut dyn FnMut(BorrowedFd<'a>)) {
+        if !self.armed.swap(true, Ordering::AcqRel) && self.hw.arm().is_err() {
+            self.armed.store(false, Ordering::Release);
+        }
+        f(self.hw.fd());
+    }
+}
+
+/// A completion queue of the verbs provider (`fi_cq`).
+pub struct VerbsCq {
+    shared: Arc<CqShared>,
+    format: CqFormat,
+    wait: WaitObj,
+}
+
+impl std::fmt::Debug for VerbsCq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerbsCq")
+            .field("format", &self.format)
+            .field("wait", &self.wait)
+            .finish()
+    }
+}
+
+impl VerbsCq {
+    pub(crate) fn new(attr: &CqAttr, shared: Arc<CqShared>) -> VerbsCq {
+        VerbsCq {
+            shared,
+            format: attr.format,
+            wait: attr.wait_obj,
+        }
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<CqShared> {
+        &self.shared
+    }
+
+    fn trim(&self, out: &mut [CqEntry], n: usize) {
+        for e in &mut out[..n] {
+            match self.format {
+                CqFormat::Context => {
+                    *e = CqEntry {
+                        context: e.context,
+                        ..CqEntry::default()
+                    }
+                }
+                CqFormat::Msg => {
+                    e.buf = 0;
+                    e.data = 0;
+                    e.tag = 0;
+                }
+                CqFormat::Data => e.tag = 0,
+                CqFormat::Tagged | CqFormat::Unspec => {}
+            }
+        }
+    }
+}
+
+impl CompletionQueue for VerbsCq {
+    fn read(&self, out: &mut [CqEntry]) -> Result<usize> {
+        let n = self.shared.read_now(out, None)?;
+        self.trim(out, n);
+        Ok(n)
+    }
+
+    fn readfrom(&self, out: &mut [CqEntry], src: &mut [FiAddr]) -> Result<usize> {
+        let n = self.shared.read_now(out, Some(src))?;
+        self.trim(out, n);
+        Ok(n)
+    }
+
+    fn readerr(&self) -> Result<CqErrEntry> {
+        self.shared.core.read_err()
+    }
+
+    fn sread(&self, out: &mut [CqEntry], timeout: Option<Duration>) -> Result<usize> {
+        let n = self.shared.sread(out, None, timeout, self.wait)?;
+        self.trim(out, n);
+        Ok(n)
+    }
+
+    fn sreadfrom(
+        &self,
+        out: &mut [CqEntry],
+        src: &mut [FiAddr],
+        timeout: Option<Duration>,
+    ) -> Result<usize> {
+        let n = self.shared.sread(out, Some(src), timeout, self.wait)?;
+        self.trim(out, n);
+        Ok(n)
+    }
+
+    fn signal(&self) -> Result<()> {
+        self.shared.core.signal().notify_always();
+        Ok(())
+    }
+
+    /// The completion channel's fd: once it has been asked for, reads
+    /// that find the CQ empty arm it, so the fd becomes readable at the
+    /// next completion (for poll / epoll / tokio's `AsyncFd`).
+    fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
+        if self.wait == WaitObj::None {
+            return None;
+        }
+        self.shared.fd_users.store(true, Ordering::Relaxed);
+        self.shared.rearm_for_fd();
+        Some(self.shared.hw.fd())
+    }
+}

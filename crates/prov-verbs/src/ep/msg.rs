@@ -1,0 +1,923 @@
+//! MSG endpoints: one RC queue pair, connected through rdma_cm.
+//!
+//! - Opening binds an rdma_cm id to the entry's source address (so the
+//!   device is known and the QP can be created at `enable`, before
+//!   connecting: receives may be posted early), or takes over the id of a
+//!   connection request (`info.handle`), moving its events to the
+//!   endpoint's own event channel.
+//! - `connect` resolves the address, then the route, then sends the
+//!   request with the private data; `accept` answers a request. The
+//!   outcome is an EQ event: `Connected` with the peer's private data, or
+//!   an error event (`FI_ECONNREFUSED` with the rejection's private data,
+//!   `FI_EHOSTUNREACH`, ...). Connection events are progressed by EQ reads.
+//! - `shutdown` (or the peer's) disconnects: both sides report `Shutdown`;
+//!   the QP enters the error state, so every pending operation completes
+//!   with an error completion (`FI_ECANCELED`, "Work Request Flushed
+//!   Error").
+
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use fabric_core::kit::objects::Progress;
+use fabric_core::objects::{
+    AtomicMsg, AtomicOp, AtomicOps, Bind, CmOps, CompletionFlags, Datatype, Endpoint, EqErrEntry,
+    EqEvent, FiAddr, IoVec, Msg, MsgOps, RmaIov, RmaMsg, RmaOps, TaggedOps,
+};
+use fabric_core::{Address, Error, ErrorKind, Info, Mode, OpFlags, Result};
+use fabric_sys::ffi::{
+    ibv_qp_init_attr, ibv_qp_type, ibv_sge, ibv_wr_opcode, rdma_cm_event_type as ev,
+};
+
+use super::{Binds, QpData, QpSizes, STAGE, TxReport, imm, iov_len, lock, next_fid, send_opcode};
+use crate::cq::CqShared;
+use crate::domain::DomainCore;
+use crate::raw::cm::{CmEvent, CmId, ConnParam, EventChannel, MAX_PRIVATE_DATA};
+
+/// Outstanding RDMA reads / atomics per connection, each way.
+const RD_ATOMIC: u8 = 16;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Opened (active side) or taken from a request (passive side).
+    Idle,
+    /// `connect` started: resolving the address / route.
+    Connecting,
+    /// `accept` sent.
+    Accepting,
+    /// Established.
+    Connected,
+    /// Disconnected or failed.
+    Down,
+}
+
+struct Cm {
+    id: Option<CmId>,
+    state: State,
+    /// From a connection request (may accept).
+    passive: bool,
+}
+
+pub(crate) struct MsgInner {
+    fid: u64,
+    info: Info,
+    domain: Arc<DomainCore>,
+    channel: Arc<EventChannel>,
+    // Dropped before `data`: the QP goes before the CQs it uses.
+    cm: Mutex<Cm>,
+    data: OnceLock<Arc<QpData>>,
+    binds: Mutex<Binds>,
+    eq: OnceLock<Arc<fabric_core::kit::objects::EqCore>>,
+}
+
+/// A MSG endpoint of the verbs provider (an RC queue pair).
+pub struct MsgEndpoint {
+    inner: Arc<MsgInner>,
+}
+
+impl std::fmt::Debug for MsgEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MsgEndpoint")
+            .field("fid", &self.inner.fid)
+            .finish_non_exhaustive()
+    }
+}
+
+fn rd_atomic(v: u8) -> u8 {
+    v.clamp(1, RD_ATOMIC)
+}
+
+impl MsgEndpoint {
+    pub(crate) fn open(info: &Info, domain: Arc<DomainCore>) -> Result<MsgEndpoint> {
+        let channel = EventChannel::new()?;
+        let (id, passive) = match info.handle {
+            Some(h) => {
+                let mut id = super::passive::take(h)?;
+                id.migrate(&channel)?;
+                (id, true)
+            }
+            None => {
+                let id = CmId::new(&channel)?;
+                let src = info
+                    .src_addr
+                    .as_ref()
+                    .and_then(Address::socket_addr)
+                    .ok_or_else(|| {
+                        Error::inval("verbs: a MSG endpoint needs an IP source address (src_addr)")
+                    })?;
+                id.bind(&std::net::SocketAddr::new(src.ip(), 0))
+                    .map_err(|e| Error::new(e.kind(), format!("{} (binding {src})", e.detail())))?;
+                (id, false)
+            }
+        };
+        match id.context() {
+            Some(c) if c.as_ptr() == domain.ctx.as_ptr() => {}
+            _ => {
+                return Err(Error::new(
+                    ErrorKind::Domain,
+                    "verbs: the endpoint's address is not on this domain's device",
+                ));
+            }
+        }
+        Ok(MsgEndpoint {
+            inner: Arc::new(MsgInner {
+                fid: next_fid(),
+                info: info.clone(),
+                domain,
+                channel,
+                cm: Mutex::new(Cm {
+                    id: Some(id),
+                    state: State::Idle,
+                    passive,
+                }),
+                data: OnceLock::new(),
+                binds: Mutex::new(Binds::default()),
+                eq: OnceLock::new(),
+            }),
+        })
+    }
+
+    /// The object id its EQ events carry in `fid`.
+    pub fn fid(&self) -> u64 {
+        self.inner.fid
+    }
+
+    fn data(&self) -> Result<&Arc<QpData>> {
+        self.inner
+            .data
+            .get()
+            .ok_or_else(|| Error::new(ErrorKind::OpBadState, "verbs: the endpoint is not enabled"))
+    }
+}
+
+impl MsgInner {
+    fn push_err(&self, err: ErrorKind, prov_errno: i32, data: Vec<u8>, text: String) {
+        if let Some(eq) = self.eq.get() {
+            eq.push_err(EqErrEntry {
+                fid: self.fid,
+                context: 0,
+                err,
+                prov_errno,
+                data,
+                err_text: text,
+            });
+        }
+    }
+
+    fn push(&self, e: EqEvent) {
+        if let Some(eq) = self.eq.get() {
+            eq.push(e);
+        }
+    }
+
+    fn down(&self, cm: &mut Cm) {
+        cm.state = State::Down;
+        if let Some(d) = self.data.get() {
+            d.connected.store(false, Ordering::Release);
+            d.shut.store(true, Ordering::Release);
+        }
+    }
+
+    fn conn_param<'a>(&self, data: &'a [u8]) -> ConnParam<'a> {
+        ConnParam {
+            data,
+            responder_resources: rd_atomic(self.domain.limits.max_rd_atom),
+            initiator_depth: rd_atomic(self.domain.limits.max_init_rd_atom),
+        }
+    }
+
+    /// Waits (up to twice the resolution timeout) for the event `want` of
+    /// an address or route resolution; its failure events are errors.
+    fn wait_cm(&self, want: u32) -> Result<()> {
+        let deadline = std::time::Instant::now()
+            + std::time::Duration::from_millis(2 * crate::raw::cm::RESOLVE_TIMEOUT_MS as u64);
+        loop {
+            if let Some(e) = self.channel.next()? {
+                if e.kind == want {
+                    return Ok(());
+                }
+                let kind = match e.kind {
+                    ev::RDMA_CM_EVENT_ADDR_ERROR
+                    | ev::RDMA_CM_EVENT_ROUTE_ERROR
+                    | ev::RDMA_CM_EVENT_UNREACHABLE => ErrorKind::HostUnreach,
+                    _ => ErrorKind::Io,
+                };
+                let status = if e.status < 0 { -e.status } else { e.status };
+                return Err(Error::new(
+                    kind,
+                    format!(
+                        "verbs: {} while connecting: {}",
+                        e.name(),
+                        std::io::Error::from_raw_os_error(status)
+                    ),
+                ));
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return Err(Error::new(
+                    ErrorKind::TimedOut,
+                    "verbs: address / route resolution timed out",
+                ));
+            }
+            let left = deadline - now;
+            let ts = rustix::event::Timespec {
+                tv_sec: left.as_secs() as i64,
+                tv_nsec: i64::from(left.subsec_nanos()),
+            };
+            let mut fds = [rustix::event::PollFd::from_borrowed_fd(
+                self.channel.fd(),
+                rustix::event::PollFlags::IN,
+            )];
+            let _ = rustix::event::poll(&mut fds, Some(&ts));
+        }
+    }
+
+    fn handle(&self, e: CmEvent) {
+        let mut cm = lock(&self.cm);
+        let name = e.name();
+        match e.kind {
+            ev::RDMA_CM_EVENT_ESTABLISHED => {
+                cm.state = State::Connected;
+                if let Some(d) = self.data.get() {
+                    d.connected.store(true, Ordering::Release);
+                }
+                self.push(EqEvent::Connected {
+                    fid: self.fid,
+                    data: e.data,
+                });
+            }
+            ev::RDMA_CM_EVENT_REJECTED => {
+                self.down(&mut cm);
+                self.push_err(
+                    ErrorKind::ConnRefused,
+                    e.status,
+                    e.data,
+                    format!("verbs: the connection was rejected (reason {})", e.status),
+                );
+            }
+            ev::RDMA_CM_EVENT_ADDR_ERROR
+            | ev::RDMA_CM_EVENT_ROUTE_ERROR
+            | ev::RDMA_CM_EVENT_UNREACHABLE => {
+                self.down(&mut cm);
+                self.push_err(
+                    ErrorKind::HostUnreach,
+                    e.status,
+                    Vec::new(),
+                    format!("verbs: {name} (status {})", e.status),
+                );
+            }
+            ev::RDMA_CM_EVENT_CONNECT_ERROR | ev::RDMA_CM_EVENT_DEVICE_REMOVAL => {
+                self.down(&mut cm);
+                self.push_err(
+                    ErrorKind::ConnAborted,
+                    e.status,
+                    Vec::new(),
+                    format!("verbs: {name} (status {})", e.status),
+                );
+            }
+            ev::RDMA_CM_EVENT_DISCONNECTED => {
+                let was = cm.state;
+                // Answer the peer's disconnect request (the CM waits for
+                // the consumer's reply before the initiator hears it).
+                if let Some(id) = cm.id.as_ref() {
+                    let _ = id.disconnect();
+                }
+                self.down(&mut cm);
+                if was != State::Down {
+                    self.push(EqEvent::Shutdown { fid: self.fid });
+                }
+            }
+            _ => tracing::debug!(event = %name, "verbs: MSG endpoint ignores an rdma_cm event"),
+        }
+    }
+}
+
+impl Progress for MsgInner {
+    fn progress(&self) -> Result<()> {
+        while let Some(e) = self.channel.next()? {
+            self.handle(e);
+        }
+        Ok(())
+    }
+
+    fn wait_fds<'a>(&'a self, f: &mut dyn FnMut(BorrowedFd<'a>)) {
+        f(self.channel.fd());
+    }
+}
+
+impl MsgOps for MsgEndpoint {
+    fn inject(&self, buf: &[u8], _dest: FiAddr, data: Option<u64>) -> Result<()> {
+        let d = self.data()?;
+        if buf.len() > STAGE {
+            return Err(Error::new(
+                ErrorKind::MsgSize,
+                format!("verbs: {} bytes exceed the inject size {STAGE}", buf.len()),
+            ));
+        }
+        let imm = data.map(imm).transpose()?;
+        let iov = [IoVec {
+            addr: buf.as_ptr().cast_mut(),
+            len: buf.len(),
+        }];
+        let rep = TxReport {
+            context: 0,
+            flags: CompletionFlags::MSG | CompletionFlags::SEND,
+            len: buf.len(),
+            report: false,
+            count: d.binds.cntr_send.is_some(),
+        };
+        // SAFETY: injected data is inlined or copied before the call
+        // returns; `buf` is valid for the call.
+        unsafe {
+            d.post_data(&iov, &[], true, false, rep, |wr| {
+                wr.opcode = send_opcode(imm.is_some());
+                if let Some(v) = imm {
+                    wr.__bindgen_anon_1.imm_data = v;
+                }
+            })
+        }
+    }
+
+    unsafe fn sendmsg(&self, msg: &Msg<'_>, flags: OpFlags) -> Result<()> {
+        let d = self.data()?;
+        let data = flags.contains(OpFlags::REMOTE_CQ_DATA);
+        let imm = if data { Some(imm(msg.data)?) } else { None };
+        let rep = TxReport {
+            context: msg.context,
+            flags: CompletionFlags::MSG | CompletionFlags::SEND,
+            len: iov_len(msg.iov)?,
+            report: !d.binds.tx_selective || flags.contains(OpFlags::COMPLETION),
+            count: d.binds.cntr_send.is_some(),
+        };
+        // SAFETY: the caller keeps the buffers valid until the completion
+        // (or they are inlined / staged for FI_INJECT).
+        unsafe {
+            d.post_data(
+                msg.iov,
+                msg.desc,
+                flags.contains(OpFlags::INJECT),
+                flags.contains(OpFlags::FENCE),
+                rep,
+                |wr| {
+                    wr.opcode = send_opcode(imm.is_some());
+                    if let Some(v) = imm {
+                        wr.__bindgen_anon_1.imm_data = v;
+                    }
+                },
+            )
+        }
+    }
+
+    unsafe fn recvmsg(&self, msg: &Msg<'_>, flags: OpFlags) -> Result<()> {
+        let d = self.data()?;
+        if flags.contains(OpFlags::MULTI_RECV) {
+            return Err(Error::new(
+                ErrorKind::OpNotSupp,
+                "verbs: FI_MULTI_RECV is not supported on MSG endpoints",
+            ));
+        }
+        let report = !d.binds.rx_selective || flags.contains(OpFlags::COMPLETION);
+        // SAFETY: the caller keeps the buffers valid until the completion.
+        unsafe { d.post_recv(msg.iov, msg.desc, msg.context, report) }
+    }
+}
+
+impl TaggedOps for MsgEndpoint {}
+
+fn one_range(r: &[RmaIov]) -> Result<&RmaIov> {
+    match r {
+        [one] => Ok(one),
+        _ => Err(Error::inval(format!(
+            "verbs: {} remote ranges; rma_iov_limit is 1",
+            r.len()
+        ))),
+    }
+}
+
+fn rkey(key: u64) -> Result<u32> {
+    u32::try_from(key).map_err(|_| {
+        Error::new(
+            ErrorKind::NoKey,
+            format!("verbs: {key:#x} is not a verbs memory key (32 bits)"),
+        )
+    })
+}
+
+impl MsgEndpoint {
+    fn writedata_allowed(&self) -> Result<()> {
+        let m = self.inner.info.mode | self.inner.info.rx_attr.mode;
+        if m.contains(Mode::RX_CQ_DATA) {
+            Ok(())
+        } else {
+            Err(Error::new(
+                ErrorKind::OpNotSupp,
+                "verbs: RMA writes with remote CQ data consume a posted receive at the target, which needs mode FI_RX_CQ_DATA",
+            ))
+        }
+    }
+
+    /// # Safety
+    ///
+    /// As [`RmaOps::writemsg`].
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn write(
+        &self,
+        iov: &[IoVec],
+        desc: &[MrDesc],
+        remote: &RmaIov,
+        rep: TxReport,
+        data: Option<u64>,
+        inject: bool,
+        fence: bool,
+    ) -> Result<()> {
+        let d = self.data()?;
+        let key = rkey(remote.key)?;
+        let imm = match data {
+            Some(v) => {
+                self.writedata_allowed()?;
+                Some(imm(v)?)
+            }
+            None => None,
+        };
+        let addr = remote.addr;
+        // SAFETY: forwarded under the caller's guarantees.
+        unsafe {
+            d.post_data(iov, desc, inject, fence, rep, |wr| {
+                wr.opcode = if imm.is_some() {
+                    ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM
+                } else {
+                    ibv_wr_opcode::IBV_WR_RDMA_WRITE
+                };
+                if let Some(v) = imm {
+                    wr.__bindgen_anon_1.imm_data = v;
+                }
+                wr.wr.rdma.remote_addr = addr;
+                wr.wr.rdma.rkey = key;
+            })
+        }
+    }
+}
+
+use fabric_core::objects::MrDesc;
+
+impl RmaOps for MsgEndpoint {
+    fn inject_write(
+        &self,
+        buf: &[u8],
+        _dest: FiAddr,
+        remote: RmaIov,
+        data: Option<u64>,
+    ) -> Result<()> {
+        let d = self.data()?;
+        if buf.len() > STAGE {
+            return Err(Error::new(
+                ErrorKind::MsgSize,
+                format!("verbs: {} bytes exceed the inject size {STAGE}", buf.len()),
+            ));
+        }
+        let iov = [IoVec {
+            addr: buf.as_ptr().cast_mut(),
+            len: buf.len(),
+        }];
+        let rep = TxReport {
+            context: 0,
+            flags: CompletionFlags::RMA | CompletionFlags::WRITE,
+            len: buf.len(),
+            report: false,
+            count: d.binds.cntr_write.is_some(),
+        };
+        // SAFETY: injected data is inlined or staged before the call
+        // returns.
+        unsafe { self.write(&iov, &[], &remote, rep, data, true, false) }
+    }
+
+    unsafe fn readmsg(&self, msg: &RmaMsg<'_>, flags: OpFlags) -> Result<()> {
+        let d = self.data()?;
+        let remote = one_range(msg.rma_iov)?;
+        let key = rkey(remote.key)?;
+        let len = iov_len(msg.iov)?;
+        let rep = TxReport {
+            context: msg.context,
+            flags: CompletionFlags::RMA | CompletionFlags::READ,
+            len,
+            report: !d.binds.tx_selective || flags.contains(OpFlags::COMPLETION),
+            count: d.binds.cntr_read.is_some(),
+        };
+        let mut sges = [ibv_sge::default(); super::IOV_MAX];
+        let registered = d.sges(msg.iov, msg.desc, &mut sges)?;
+        let staged = match (registered, msg.iov) {
+            (Some(_), _) => None,
+            (None, [piece]) if piece.len <= STAGE => Some(*piece),
+            _ => {
+                return Err(Error::inval(format!(
+                    "verbs: an RMA read into memory without a descriptor is limited to one piece of {STAGE} bytes (FI_MR_LOCAL)"
+                )));
+            }
+        };
+        let result = staged.map_or((0, 0), |p| (p.addr as usize, p.len));
+        let fence = flags.contains(OpFlags::FENCE);
+        d.post_tx_result(rep, result, |wr, out, (stage, stage_lkey)| {
+            let n = match registered {
+                Some(n) => {
+                    out[..n].copy_from_slice(&sges[..n]);
+                    n
+                }
+                None => {
+                    out[0] = ibv_sge {
+                        addr: stage as u64,
+                        length: len as u32,
+                        lkey: stage_lkey,
+                    };
+                    1
+                }
+            };
+            wr.num_sge = n as i32;
+            wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
+            if fence {
+                wr.send_flags |= fabric_sys::ffi::ibv_send_flags::IBV_SEND_FENCE;
+            }
+            wr.wr.rdma.remote_addr = remote.addr;
+            wr.wr.rdma.rkey = key;
+        })
+    }
+
+    unsafe fn writemsg(&self, msg: &RmaMsg<'_>, flags: OpFlags) -> Result<()> {
+        let d = self.data()?;
+        let remote = one_range(msg.rma_iov)?;
+        let rep = TxReport {
+            context: msg.context,
+            flags: CompletionFlags::RMA | CompletionFlags::WRITE,
+            len: iov_len(msg.iov)?,
+            report: !d.binds.tx_selective || flags.contains(OpFlags::COMPLETION),
+            count: d.binds.cntr_write.is_some(),
+        };
+        let data = flags.contains(OpFlags::REMOTE_CQ_DATA).then_some(msg.data);
+        // SAFETY: forwarded under the caller's guarantees.
+        unsafe {
+            self.write(
+                msg.iov,
+                msg.desc,
+                remote,
+                rep,
+                data,
+                flags.contains(OpFlags::INJECT),
+                flags.contains(OpFlags::FENCE),
+            )
+        }
+    }
+}
+
+/// Whether the verbs atomics serve `op` on `dt` (64-bit fetch-add and
+/// compare-swap, and atomic read as a fetch-add of zero).
+pub(crate) fn atomic_ok(dt: Datatype, op: AtomicOp, fetch: bool, compare: bool) -> bool {
+    matches!(dt, Datatype::Int64 | Datatype::Uint64)
+        && match op {
+            AtomicOp::Sum => !compare,
+            AtomicOp::AtomicRead => fetch && !compare,
+            AtomicOp::Cswap => compare,
+            _ => false,
+        }
+}
+
+/// Reads the one 8-byte element of an operand vector.
+///
+/// # Safety
+///
+/// The pieces are readable.
+unsafe fn element(what: &str, iov: &[IoVec]) -> Result<u64> {
+    match iov {
+        [p] if p.len == 8 => {
+            // SAFETY: the caller guarantees 8 readable bytes.
+            Ok(unsafe { std::ptr::read_unaligned(p.addr.cast::<u64>()) })
+        }
+        _ => Err(Error::inval(format!(
+            "verbs: the {what} of a verbs atomic is one 8-byte element"
+        ))),
+    }
+}
+
+impl AtomicOps for MsgEndpoint {
+    fn atomic_valid(
+        &self,
+        datatype: Datatype,
+        op: AtomicOp,
+        fetch: bool,
+        compare: bool,
+    ) -> Result<usize> {
+        if self.inner.domain.limits.atomics && atomic_ok(datatype, op, fetch, compare) {
+            Ok(1)
+        } else {
+            Err(Error::new(
+                ErrorKind::OpNotSupp,
+                format!("verbs: atomic {op} on {datatype} is not supported"),
+            ))
+        }
+    }
+
+    unsafe fn atomicmsg(&self, msg: &AtomicMsg<'_>, flags: OpFlags) -> Result<()> {
+        let d = self.data()?;
+        let fetch = !msg.result.is_empty();
+        let compare = !msg.compare.is_empty();
+        self.atomic_valid(msg.datatype, msg.op, fetch, compare)?;
+        let remote = one_range(msg.rma_iov)?;
+        if remote.len != 1 {
+            return Err(Error::inval("verbs: a verbs atomic updates one element"));
+        }
+        if remote.addr % 8 != 0 {
+            return Err(Error::inval(format!(
+                "verbs: atomic target {:#x} is not 8-byte aligned",
+                remote.addr
+            )));
+        }
+        let key = rkey(remote.key)?;
+        let operand = if msg.op == AtomicOp::AtomicRead {
+            0
+        } else {
+            // SAFETY: the caller guarantees the operand is readable.
+            unsafe { element("operand", msg.iov)? }
+        };
+        let cmp = if compare {
+            // SAFETY: the caller guarantees the compare value is readable.
+            unsafe { element("compare value", msg.compare)? }
+        } else {
+            0
+        };
+        let result = if fetch {
+            match msg.result {
+                [p] if p.len >= 8 => (p.addr as usize, 8),
+                _ => {
+                    return Err(Error::inval(
+                        "verbs: the result of a verbs atomic is one 8-byte element",
+                    ));
+                }
+            }
+        } else {
+            (0, 0)
+        };
+        let rep = TxReport {
+            context: msg.context,
+            flags: CompletionFlags::ATOMIC
+                | if fetch {
+                    CompletionFlags::READ
+                } else {
+                    CompletionFlags::WRITE
+                },
+            len: 8,
+            report: !d.binds.tx_selective || flags.contains(OpFlags::COMPLETION),
+            count: if fetch {
+                d.binds.cntr_read.is_some()
+            } else {
+                d.binds.cntr_write.is_some()
+            },
+        };
+        let swap = msg.op == AtomicOp::Cswap;
+        let fence = flags.contains(OpFlags::FENCE);
+        d.post_tx_result(rep, result, |wr, out, (stage, stage_lkey)| {
+            out[0] = ibv_sge {
+                addr: stage as u64,
+                length: 8,
+                lkey: stage_lkey,
+            };
+            wr.num_sge = 1;
+            if fence {
+                wr.send_flags |= fabric_sys::ffi::ibv_send_flags::IBV_SEND_FENCE;
+            }
+            wr.opcode = if swap {
+                ibv_wr_opcode::IBV_WR_ATOMIC_CMP_AND_SWP
+            } else {
+                ibv_wr_opcode::IBV_WR_ATOMIC_FETCH_AND_ADD
+            };
+            wr.wr.atomic.remote_addr = remote.addr;
+            wr.wr.atomic.rkey = key;
+            if swap {
+                wr.wr.atomic.compare_add = cmp;
+                wr.wr.atomic.swap = operand;
+            } else {
+                wr.wr.atomic.compare_add = operand;
+            }
+        })
+    }
+}
+
+impl CmOps for MsgEndpoint {
+    fn getname(&self) -> Result<Address> {
+        lock(&self.inner.cm)
+            .id
+            .as_ref()
+            .and_then(CmId::local_addr)
+            .ok_or_else(|| Error::new(ErrorKind::NotConn, "verbs: the endpoint has no address"))
+    }
+
+    fn getpeer(&self) -> Result<Address> {
+        let cm = lock(&self.inner.cm);
+        if cm.state != State::Connected {
+            return Err(Error::new(ErrorKind::NotConn, "verbs: not connected"));
+        }
+        cm.id
+            .as_ref()
+            .and_then(CmId::peer_addr)
+            .ok_or_else(|| Error::new(ErrorKind::NotConn, "verbs: not connected"))
+    }
+
+    fn connect(&self, dest: &Address, param: &[u8]) -> Result<()> {
+        self.enable_if_needed()?;
+        if param.len() > MAX_PRIVATE_DATA {
+            return Err(Error::inval(format!(
+                "verbs: {} bytes of private data; the limit is {MAX_PRIVATE_DATA}",
+                param.len()
+            )));
+        }
+        let dst = dest.socket_addr().ok_or_else(|| {
+            Error::inval(format!(
+                "verbs: cannot connect to `{dest}`: not an IP socket address"
+            ))
+        })?;
+        let mut cm = lock(&self.inner.cm);
+        if cm.passive || cm.state != State::Idle {
+            return Err(Error::new(
+                ErrorKind::IsConn,
+                "verbs: the endpoint is already connecting or connected",
+            ));
+        }
+        let id = cm
+            .id
+            .as_ref()
+            .ok_or_else(|| Error::new(ErrorKind::OpBadState, "verbs: the endpoint has no id"))?;
+        // Address and route resolution are local work for IP-based RDMA
+        // (an ARP / neighbour lookup at most): done here, synchronously,
+        // as rdma_create_ep does, so that the request leaves without the
+        // application reading its EQ. The outcome of the connection itself
+        // is an EQ event.
+        id.resolve_addr(&dst)?;
+        self.inner.wait_cm(ev::RDMA_CM_EVENT_ADDR_RESOLVED)?;
+        id.resolve_route()?;
+        self.inner.wait_cm(ev::RDMA_CM_EVENT_ROUTE_RESOLVED)?;
+        id.connect(&self.inner.conn_param(param))?;
+        cm.state = State::Connecting;
+        Ok(())
+    }
+
+    fn accept(&self, param: &[u8]) -> Result<()> {
+        self.enable_if_needed()?;
+        let mut cm = lock(&self.inner.cm);
+        if !cm.passive || cm.state != State::Idle {
+            return Err(Error::new(
+                ErrorKind::OpBadState,
+                "verbs: accept needs an endpoint opened for a connection request",
+            ));
+        }
+        let id = cm
+            .id
+            .as_ref()
+            .ok_or_else(|| Error::new(ErrorKind::OpBadState, "verbs: the endpoint has no id"))?;
+        id.accept(&self.inner.conn_param(param))?;
+        cm.state = State::Accepting;
+        Ok(())
+    }
+
+    /// Disconnects. This side reports `Shutdown` at once (not when the
+    /// peer's answer arrives, which would need the peer to progress); the
+    /// peer reports it when the disconnect request reaches it.
+    fn shutdown(&self) -> Result<()> {
+        let mut cm = lock(&self.inner.cm);
+        match cm.state {
+            State::Connected | State::Accepting | State::Connecting => {
+                let r = cm.id.as_ref().map_or(Ok(()), CmId::disconnect);
+                self.inner.down(&mut cm);
+                drop(cm);
+                self.inner.push(EqEvent::Shutdown {
+                    fid: self.inner.fid,
+                });
+                r
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+impl MsgEndpoint {
+    fn enable_if_needed(&self) -> Result<()> {
+        if self.inner.data.get().is_some() {
+            return Ok(());
+        }
+        self.enable()
+    }
+}
+
+impl Endpoint for MsgEndpoint {
+    fn info(&self) -> &Info {
+        &self.inner.info
+    }
+
+    fn bind(&self, what: Bind<'_>) -> Result<()> {
+        if self.inner.data.get().is_some() {
+            return Err(Error::new(ErrorKind::OpBadState, "bind after enable"));
+        }
+        let mut b = lock(&self.inner.binds);
+        b.bind(what, true)?;
+        if let Some(eq) = &b.eq {
+            if self.inner.eq.set(eq.clone()).is_err()
+                && self.inner.eq.get().is_some_and(|e| !Arc::ptr_eq(e, eq))
+            {
+                return Err(Error::new(
+                    ErrorKind::OpBadState,
+                    "verbs: the endpoint is already bound to another EQ",
+                ));
+            }
+            let me: Arc<dyn Progress> = self.inner.clone();
+            eq.add_progress(Arc::downgrade(&me));
+        }
+        Ok(())
+    }
+
+    fn enable(&self) -> Result<()> {
+        let inner = &self.inner;
+        if inner.data.get().is_some() {
+            return Ok(());
+        }
+        let mut binds = lock(&inner.binds).clone();
+        if binds.eq.is_none() {
+            return Err(Error::new(
+                ErrorKind::NoEq,
+                "verbs: a MSG endpoint needs an event queue (fi_ep_bind an EQ before enabling)",
+            ));
+        }
+        let l = &inner.domain.limits;
+        let want = |v: usize| {
+            let v = if v == 0 {
+                crate::getinfo::QUEUE_SIZE
+            } else {
+                v
+            };
+            v.min(l.max_qp_wr.max(1))
+        };
+        let tx = want(inner.info.tx_attr.size);
+        let rx = want(inner.info.rx_attr.size);
+        let private = |c: &Option<Arc<CqShared>>| -> Result<Arc<CqShared>> {
+            match c {
+                Some(c) => Ok(c.clone()),
+                None => inner.domain.new_cq(tx.max(rx)),
+            }
+        };
+        let tx_cq = private(&binds.tx_cq)?;
+        let rx_cq = private(&binds.rx_cq)?;
+        binds.tx_cq = Some(tx_cq.clone());
+        binds.rx_cq = Some(rx_cq.clone());
+        let iov = super::IOV_MAX.min(l.max_sge.max(1));
+        let mut cm = lock(&inner.cm);
+        let id = cm
+            .id
+            .as_mut()
+            .ok_or_else(|| Error::new(ErrorKind::OpBadState, "verbs: the endpoint has no id"))?;
+        let mut attr = ibv_qp_init_attr {
+            send_cq: tx_cq.hw().as_ptr(),
+            recv_cq: rx_cq.hw().as_ptr(),
+            qp_type: ibv_qp_type::IBV_QPT_RC,
+            ..ibv_qp_init_attr::default()
+        };
+        attr.cap.max_send_wr = tx as u32;
+        attr.cap.max_recv_wr = rx as u32;
+        attr.cap.max_send_sge = iov as u32;
+        attr.cap.max_recv_sge = iov as u32;
+        attr.cap.max_inline_data = STAGE as u32;
+        if id.create_qp(&inner.domain.pd, &mut attr).is_err() {
+            // Some devices take no inline data: retry without.
+            attr.cap.max_inline_data = 0;
+            id.create_qp(&inner.domain.pd, &mut attr)?;
+        }
+        let sizes = QpSizes {
+            tx: tx.min(attr.cap.max_send_wr as usize).max(1),
+            rx: rx.min(attr.cap.max_recv_wr as usize).max(1),
+            max_inline: attr.cap.max_inline_data as usize,
+            iov_limit: iov
+                .min(attr.cap.max_send_sge as usize)
+                .min(attr.cap.max_recv_sge as usize),
+            max_msg: l.max_msg_size,
+        };
+        let data = QpData::new(&inner.domain, id.qp(), sizes, binds, tx_cq, rx_cq)?;
+        drop(cm);
+        let _ = inner.data.set(data);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomics_offered() {
+        assert!(atomic_ok(Datatype::Uint64, AtomicOp::Sum, true, false));
+        assert!(atomic_ok(Datatype::Int64, AtomicOp::Sum, false, false));
+        assert!(atomic_ok(Datatype::Uint64, AtomicOp::Cswap, true, true));
+        assert!(atomic_ok(
+            Datatype::Uint64,
+            AtomicOp::AtomicRead,
+            true,
+            false
+        ));
+        assert!(!atomic_ok(Datatype::Uint32, AtomicOp::Sum, true, false));
+        assert!(!atomic_ok(Datatype::Uint64, AtomicOp::Max, true, false));
+        assert!(!atomic_ok(Datatype::Uint64, AtomicOp::Cswap, true, false));
+    }
+}

@@ -1,0 +1,2360 @@
+//! RDM endpoints: reliable, unconnected messaging over RC queue pairs that
+//! are connected on demand, so that applications written for the tcp and
+//! shm RDM endpoints run unchanged on RDMA.
+//!
+//! # Connections
+//!
+//! An RDM endpoint listens with rdma_cm on its own address (its name,
+//! `fi_getname`). The first operation towards a peer starts a connection to
+//! the peer's name; operations posted meanwhile wait in the connection's
+//! backlog (holding their send buffers) and go out once it is established.
+//! The endpoint's progress, driven by reading its CQs, moves the connection
+//! along: address and route resolution, then the request, whose private
+//! data carries this endpoint's name so the peer knows who it is for
+//! FI_SOURCE. The accepting side treats the connection as established at
+//! the first message that arrives on it (its QP was ready to send since the
+//! accept). An endpoint
+//! sends only on connections it initiated, so the messages from one
+//! endpoint to another keep their order; it receives on any. When two
+//! endpoints talk both ways they hold two connections, which needs no
+//! tie-breaking. A peer that cannot be reached fails what waited for the
+//! connection with error completions (`FI_EHOSTUNREACH`,
+//! `FI_ECONNREFUSED`), and the next operation returns that error once; a
+//! connection that breaks fails what was in flight on it (error
+//! completions with the verbs status), and the next operation connects
+//! again.
+//!
+//! # Protocol (version 1)
+//!
+//! Every message starts with a 56-byte header, little-endian:
+//!
+//! | offset | size | field |
+//! |---:|---:|---|
+//! | 0 | 1 | op: 1 message, 2 tagged message, 3 message RTS, 4 tagged RTS, 5 FIN |
+//! | 1 | 1 | flags: bit 0 remote CQ data present, bit 1 error (FIN) |
+//! | 2 | 6 | zero |
+//! | 8 | 8 | tag (tagged ops) |
+//! | 16 | 8 | remote CQ data |
+//! | 24 | 8 | message length |
+//! | 32 | 8 | rendezvous id (RTS, FIN) |
+//! | 40 | 8 | source address of the data (RTS) |
+//! | 48 | 4 | remote key of the data (RTS) |
+//! | 52 | 4 | zero |
+//!
+//! - **Eager** (up to [`EAGER_MAX`] bytes): the data follows the header in
+//!   the same send; it is copied into a registered send buffer, so user
+//!   buffers need no registration and the buffer is free when the call
+//!   returns. Receives land in a shared receive queue of registered
+//!   buffers; a matching posted receive gets a copy, else the message
+//!   waits in the unexpected queue.
+//! - **Rendezvous** (larger): the sender registers its buffer for remote
+//!   reads and sends an RTS; once a receive matches, the receiver reads the
+//!   data with one RDMA read straight into the receive buffer (registered
+//!   on the fly) and answers FIN; the send completes on the FIN.
+//! - Tag matching, the unexpected queue, directed receive, FI_PEEK /
+//!   FI_CLAIM / FI_DISCARD use [`fabric_core::kit::tag::Matcher`].
+//! - RMA and atomics go straight to the NIC on the connection (RDMA write /
+//!   read, fetch-add, compare-swap); remote CQ data of a write arrives as
+//!   the immediate of an RDMA write and is reported in the target's
+//!   receive CQ without consuming a posted receive.
+//!
+//! Headers of another version, unknown ops or lengths that do not add up
+//! are dropped with a debug line; the peer is then stuck, not this
+//! endpoint.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use fabric_core::kit::av::AvTable;
+use fabric_core::kit::objects::{AddressBook, Av, Progress};
+use fabric_core::kit::tag::{Matcher, Posted, Unexpected};
+use fabric_core::objects::{
+    AtomicMsg, AtomicOp, AtomicOps, Bind, CmOps, CompletionFlags, CqEntry, CqErrEntry, Datatype,
+    Endpoint, FiAddr, IoVec, Msg, MsgOps, RmaMsg, RmaOps, TaggedOps,
+};
+use fabric_core::resolve::{Query, resolve};
+use fabric_core::{Address, Caps, Error, ErrorKind, Info, OpFlags, Result};
+use fabric_sys::ffi::{
+    ibv_qp, ibv_qp_init_attr, ibv_qp_type, ibv_send_flags, ibv_send_wr, ibv_sge, ibv_wc,
+    ibv_wc_flags, ibv_wc_opcode, ibv_wc_status, ibv_wr_opcode, rdma_cm_event_type as ev,
+};
+
+use super::msg::atomic_ok;
+use super::{Binds, IOV_MAX, iov_len, lock, wc_error};
+use crate::domain::{DomainCore, lkey_of};
+use crate::raw::cm::{CmEvent, CmId, ConnParam, EventChannel};
+use crate::raw::from_errno;
+use crate::raw::verbs::{self, HwCq, Mr, Pool, Srq};
+
+/// Bytes of unexpected messages an RDM endpoint buffers before it warns
+/// (it keeps accepting: nothing already sent is dropped).
+pub(crate) const UNEXPECTED_BUDGET: usize = 8 << 20;
+/// Largest RDM message.
+pub(crate) const MAX_MSG_SIZE: usize = 1 << 30;
+/// Largest message sent eagerly (copied through registered buffers).
+pub(crate) const EAGER_MAX: usize = 8192;
+/// Header size.
+const HDR: usize = 56;
+/// Size of one send / receive buffer.
+const BUF: usize = HDR + EAGER_MAX;
+/// Send buffers per endpoint.
+const TX_BUFS: usize = 256;
+/// Receive buffers per endpoint (in its shared receive queue).
+const RX_BUFS: usize = 256;
+/// Send queue depth of each connection.
+const QP_DEPTH: u32 = 640;
+/// Outstanding reads / atomics per connection.
+const RD_ATOMIC: u8 = 16;
+
+const K_RX: u64 = 1 << 62;
+const K_TX: u64 = 2 << 62;
+const K_READ: u64 = 3 << 62;
+const K_RMA: u64 = (3 << 62) | (1 << 61);
+const KIND_MASK: u64 = 3 << 62;
+const INDEX_MASK: u64 = (1 << 61) - 1;
+
+const OP_MSG: u8 = 1;
+const OP_TAGGED: u8 = 2;
+const OP_MSG_RTS: u8 = 3;
+const OP_TAGGED_RTS: u8 = 4;
+const OP_FIN: u8 = 5;
+const F_DATA: u8 = 1;
+const F_ERROR: u8 = 2;
+
+/// The protocol header.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Hdr {
+    pub op: u8,
+    pub flags: u8,
+    pub tag: u64,
+    pub data: u64,
+    pub len: u64,
+    pub id: u64,
+    pub addr: u64,
+    pub rkey: u32,
+}
+
+impl Hdr {
+    pub(crate) fn encode(&self) -> [u8; HDR] {
+        let mut b = [0u8; HDR];
+        b[0] = self.op;
+        b[1] = self.flags;
+        b[8..16].copy_from_slice(&self.tag.to_le_bytes());
+        b[16..24].copy_from_slice(&self.data.to_le_bytes());
+        b[24..32].copy_from_slice(&self.len.to_le_bytes());
+        b[32..40].copy_from_slice(&self.id.to_le_bytes());
+        b[40..48].copy_from_slice(&self.addr.to_le_bytes());
+        b[48..52].copy_from_slice(&self.rkey.to_le_bytes());
+        b
+    }
+
+    /// Decodes and checks a received message of `total` bytes.
+    pub(crate) fn decode(b: &[u8]) -> Option<Hdr> {
+        let b: &[u8; HDR] = b.get(..HDR)?.try_into().ok()?;
+        let u64_at = |o: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[o..o + 8]);
+            u64::from_le_bytes(a)
+        };
+        if b[2..8] != [0; 6] || b[52..56] != [0; 4] || b[1] & !(F_DATA | F_ERROR) != 0 {
+            return None;
+        }
+        let h = Hdr {
+            op: b[0],
+            flags: b[1],
+            tag: u64_at(8),
+            data: u64_at(16),
+            len: u64_at(24),
+            id: u64_at(32),
+            addr: u64_at(40),
+            rkey: u32::from_le_bytes([b[48], b[49], b[50], b[51]]),
+        };
+        let ok = match h.op {
+            OP_MSG | OP_TAGGED => h.len <= EAGER_MAX as u64 && h.id == 0 && h.addr == 0,
+            OP_MSG_RTS | OP_TAGGED_RTS => h.len > EAGER_MAX as u64 && h.len <= MAX_MSG_SIZE as u64,
+            OP_FIN => true,
+            _ => false,
+        };
+        ok.then_some(h)
+    }
+}
+
+/// The private data of a connection request: the requester's name.
+fn encode_name(a: &SocketAddr) -> Vec<u8> {
+    let mut v = Vec::with_capacity(19);
+    match a.ip() {
+        IpAddr::V4(ip) => {
+            v.push(4);
+            v.extend_from_slice(&a.port().to_le_bytes());
+            v.extend_from_slice(&ip.octets());
+        }
+        IpAddr::V6(ip) => {
+            v.push(6);
+            v.extend_from_slice(&a.port().to_le_bytes());
+            v.extend_from_slice(&ip.octets());
+        }
+    }
+    v
+}
+
+fn decode_name(b: &[u8]) -> Option<SocketAddr> {
+    let port = u16::from_le_bytes([*b.get(1)?, *b.get(2)?]);
+    match b.first()? {
+        4 => {
+            let o: [u8; 4] = b.get(3..7)?.try_into().ok()?;
+            Some(SocketAddr::new(IpAddr::from(o), port))
+        }
+        6 => {
+            let o: [u8; 16] = b.get(3..19)?.try_into().ok()?;
+            Some(SocketAddr::new(IpAddr::from(o), port))
+        }
+        _ => None,
+    }
+}
+
+/// How RDM endpoints read addresses for an AV: IP socket addresses.
+#[derive(Debug)]
+struct IpBook;
+
+impl AddressBook for IpBook {
+    fn resolve(&self, node: &str, service: &str) -> Result<Address> {
+        let q = Query {
+            node: Some(node),
+            service: Some(service),
+            ..Query::default()
+        };
+        resolve(&q)?
+            .into_iter()
+            .next()
+            .map(Address::from)
+            .ok_or_else(|| Error::no_data(format!("`{node}` resolves to nothing")))
+    }
+
+    /// IP socket addresses (RDM) and UD names (DGRAM).
+    fn accept(&self, addr: &Address) -> Result<()> {
+        if addr.socket_addr().is_some() || super::dgram::UdName::of(addr).is_some() {
+            return Ok(());
+        }
+        Err(Error::inval(format!(
+            "verbs cannot reach `{addr}`: neither an IP socket address nor an FI_ADDR_IB_UD name"
+        )))
+    }
+}
+
+/// An address vector of IP socket addresses.
+pub(crate) fn new_av() -> Av {
+    Av::new(Arc::new(IpBook))
+}
+
+/// A vector of indices with reuse (no allocation once warm).
+#[derive(Debug)]
+struct Slab<T> {
+    items: Vec<Option<T>>,
+    free: Vec<usize>,
+}
+
+impl<T> Slab<T> {
+    fn new() -> Self {
+        Slab {
+            items: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+    fn insert(&mut self, v: T) -> usize {
+        match self.free.pop() {
+            Some(i) => {
+                self.items[i] = Some(v);
+                i
+            }
+            None => {
+                self.items.push(Some(v));
+                self.items.len() - 1
+            }
+        }
+    }
+    fn remove(&mut self, i: usize) -> Option<T> {
+        let v = self.items.get_mut(i)?.take();
+        if v.is_some() {
+            self.free.push(i);
+        }
+        v
+    }
+    fn get(&self, i: usize) -> Option<&T> {
+        self.items.get(i)?.as_ref()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ConnState {
+    Resolving,
+    Connecting,
+    Up,
+    Down,
+}
+
+struct Conn {
+    id: CmId,
+    peer: Option<SocketAddr>,
+    outgoing: bool,
+    state: ConnState,
+    /// Work posted while the connection is being made.
+    backlog: VecDeque<Deferred>,
+}
+
+/// An RMA or atomic work request (also kept while connecting).
+#[derive(Clone, Copy)]
+struct RmaWr {
+    opcode: u32,
+    remote_addr: u64,
+    rkey: u32,
+    compare_add: u64,
+    swap: u64,
+    imm: Option<u32>,
+    sge: ibv_sge,
+}
+
+/// Work waiting for its connection.
+enum Deferred {
+    /// A send of a send buffer holding `bytes`.
+    Buf { slot: usize, bytes: usize },
+    /// An RMA / atomic op `idx` of the op table.
+    Rma { idx: usize, wr: RmaWr },
+}
+
+impl Conn {
+    fn qp(&self) -> *mut ibv_qp {
+        self.id.qp()
+    }
+}
+
+/// A posted receive.
+#[derive(Debug, Clone, Copy)]
+struct Recv {
+    context: u64,
+    iov: [IoVec; IOV_MAX],
+    n: usize,
+    len: usize,
+    tagged: bool,
+    report: bool,
+}
+
+// SAFETY: the pieces are application buffers handed to the provider by
+// `recvmsg` / `trecvmsg`, whose contract keeps them valid and unused by
+// anyone else until the receive completes; the provider writes them from
+// whichever thread progresses the endpoint, under the engine's lock.
+unsafe impl Send for Recv {}
+
+impl Recv {
+    fn pieces(&self) -> &[IoVec] {
+        &self.iov[..self.n]
+    }
+}
+
+/// A message that arrived before its receive.
+#[derive(Debug)]
+enum Unex {
+    Eager { data: Vec<u8>, hdr: Hdr },
+    Rts { hdr: Hdr, conn: usize },
+}
+
+impl Unex {
+    fn hdr(&self) -> &Hdr {
+        match self {
+            Unex::Eager { hdr, .. } | Unex::Rts { hdr, .. } => hdr,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TxKind {
+    /// An eager message: complete on its send completion.
+    Eager,
+    /// An RTS: the send completes on the FIN.
+    Rts,
+    /// A FIN or other control message.
+    Control,
+    /// Staging of an RMA or atomic (the buffer is returned with the op).
+    Stage,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct TxBuf {
+    kind: TxKind,
+    context: u64,
+    flags: CompletionFlags,
+    len: usize,
+    report: bool,
+    rndv: usize,
+}
+
+/// A rendezvous send waiting for its FIN.
+struct RndvTx {
+    context: u64,
+    flags: CompletionFlags,
+    len: usize,
+    report: bool,
+    conn: usize,
+    _mr: Mr,
+    _owned: Option<Vec<u8>>,
+}
+
+/// An RDMA read of a rendezvous receive.
+struct ReadOp {
+    recv: Recv,
+    hdr: Hdr,
+    n: usize,
+    src: FiAddr,
+    conn: usize,
+    _mr: Mr,
+    /// Where the data lands when the receive is several pieces.
+    bounce: Option<Vec<u8>>,
+}
+
+/// An RMA or atomic operation.
+struct RmaOp {
+    context: u64,
+    flags: CompletionFlags,
+    len: usize,
+    report: bool,
+    _mr: Option<Mr>,
+    /// Copy-back from a staging send buffer: (buffer, destination, length).
+    copy_back: Option<(usize, usize, usize)>,
+    stage: Option<usize>,
+}
+
+struct State {
+    conns: Vec<Conn>,
+    by_qp: HashMap<u32, usize>,
+    by_id: HashMap<usize, usize>,
+    out: HashMap<SocketAddr, usize>,
+    failed: HashMap<SocketAddr, Error>,
+    msg: Matcher<Recv, Unex>,
+    tagged: Matcher<Recv, Unex>,
+    unexpected_bytes: usize,
+    tx_free: Vec<usize>,
+    tx: Vec<TxBuf>,
+    rndv: Slab<RndvTx>,
+    reads: Slab<ReadOp>,
+    rma: Slab<RmaOp>,
+    control: VecDeque<(usize, Hdr)>,
+}
+
+pub(crate) struct Engine {
+    // Declared first: connections (QPs) are destroyed before the SRQ, the
+    // CQ and the buffers they use.
+    state: Mutex<State>,
+    /// Listens on the endpoint's name (kept for its lifetime).
+    _listener: CmId,
+    srq: Srq,
+    cq: HwCq,
+    tx_pool: Pool,
+    rx_pool: Pool,
+    channel: Arc<EventChannel>,
+    info: Info,
+    domain: Arc<DomainCore>,
+    name: SocketAddr,
+    binds: OnceLock<Binds>,
+    /// Binds given before enable.
+    pending: Mutex<Binds>,
+    armed: AtomicBool,
+    cm_hint: AtomicBool,
+    ticks: std::sync::atomic::AtomicU32,
+    max_msg: usize,
+}
+
+/// An RDM endpoint of the verbs provider.
+pub struct RdmEndpoint {
+    inner: Arc<Engine>,
+}
+
+impl std::fmt::Debug for RdmEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RdmEndpoint")
+            .field("name", &self.inner.name)
+            .finish_non_exhaustive()
+    }
+}
+
+fn again(why: &'static str) -> Error {
+    Error::new(ErrorKind::Again, why)
+}
+
+impl RdmEndpoint {
+    pub(crate) fn open(
+        info: &Info,
+        domain: Arc<DomainCore>,
+    ) -> Result<Box<dyn fabric_core::objects::Endpoint>> {
+        let src = info
+            .src_addr
+            .as_ref()
+            .and_then(Address::socket_addr)
+            .ok_or_else(|| {
+                Error::inval("verbs: an RDM endpoint needs an IP source address (src_addr)")
+            })?;
+        let channel = EventChannel::new()?;
+        let listener = CmId::new(&channel)?;
+        listener
+            .bind(&src)
+            .map_err(|e| Error::new(e.kind(), format!("{} (binding {src})", e.detail())))?;
+        match listener.context() {
+            Some(c) if c.as_ptr() == domain.ctx.as_ptr() => {}
+            _ => {
+                return Err(Error::new(
+                    ErrorKind::Domain,
+                    "verbs: the endpoint's address is not on this domain's device",
+                ));
+            }
+        }
+        listener.listen(128)?;
+        let name = listener
+            .local_addr()
+            .and_then(|a| a.socket_addr())
+            .ok_or_else(|| Error::new(ErrorKind::Io, "verbs: the listener has no address"))?;
+        let cq = HwCq::new(
+            domain.ctx,
+            4096.min(i32::try_from(domain.max_cqe).unwrap_or(4096)),
+        )?;
+        let srq = Srq::new(&domain.pd, RX_BUFS as u32)?;
+        let tx_pool = Pool::new(&domain.pd, BUF, TX_BUFS)?;
+        let rx_pool = Pool::new(&domain.pd, BUF, RX_BUFS)?;
+        for i in 0..rx_pool.count() {
+            // SAFETY: the pool outlives the SRQ's use of it (engine field
+            // order); each buffer is posted once at a time.
+            unsafe { srq.post(K_RX | i as u64, rx_pool.buf(i), BUF as u32, rx_pool.lkey())? };
+        }
+        let directed = info.caps.contains(Caps::DIRECTED_RECV);
+        let max_msg = if info.ep_attr.max_msg_size == 0 {
+            MAX_MSG_SIZE
+        } else {
+            info.ep_attr.max_msg_size.min(MAX_MSG_SIZE)
+        }
+        .min(domain.limits.max_msg_size.max(EAGER_MAX));
+        let engine = Engine {
+            state: Mutex::new(State {
+                conns: Vec::new(),
+                by_qp: HashMap::new(),
+                by_id: HashMap::new(),
+                out: HashMap::new(),
+                failed: HashMap::new(),
+                msg: Matcher::new(directed),
+                tagged: Matcher::new(directed),
+                unexpected_bytes: 0,
+                tx_free: (0..TX_BUFS).rev().collect(),
+                tx: vec![
+                    TxBuf {
+                        kind: TxKind::Control,
+                        context: 0,
+                        flags: CompletionFlags::empty(),
+                        len: 0,
+                        report: false,
+                        rndv: 0,
+                    };
+                    TX_BUFS
+                ],
+                rndv: Slab::new(),
+                reads: Slab::new(),
+                rma: Slab::new(),
+                control: VecDeque::new(),
+            }),
+            _listener: listener,
+            srq,
+            cq,
+            tx_pool,
+            rx_pool,
+            channel,
+            info: info.clone(),
+            domain,
+            name,
+            binds: OnceLock::new(),
+            pending: Mutex::new(Binds::default()),
+            armed: AtomicBool::new(false),
+            cm_hint: AtomicBool::new(true),
+            ticks: std::sync::atomic::AtomicU32::new(0),
+            max_msg,
+        };
+        Ok(Box::new(RdmEndpoint {
+            inner: Arc::new(engine),
+        }))
+    }
+
+    /// The endpoint's name (the address peers reach it at).
+    pub fn name(&self) -> SocketAddr {
+        self.inner.name
+    }
+
+    fn engine(&self) -> Result<(&Engine, &Binds)> {
+        match self.inner.binds.get() {
+            Some(b) => Ok((&self.inner, b)),
+            None => Err(Error::new(
+                ErrorKind::OpBadState,
+                "verbs: the endpoint is not enabled",
+            )),
+        }
+    }
+}
+
+/// Copies `data` into the pieces of a receive; the bytes copied.
+///
+/// # Safety
+///
+/// The pieces are writable (the receive's contract).
+unsafe fn scatter(pieces: &[IoVec], data: &[u8]) -> usize {
+    let mut off = 0;
+    for p in pieces {
+        if off >= data.len() {
+            break;
+        }
+        let n = p.len.min(data.len() - off);
+        // SAFETY: the caller guarantees `p` is writable for `p.len` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr().add(off), p.addr, n) };
+        off += n;
+    }
+    off
+}
+
+impl Engine {
+    fn binds(&self) -> Option<&Binds> {
+        self.binds.get()
+    }
+
+    fn push_rx(&self, e: CqEntry, src: FiAddr) {
+        if let Some(b) = self.binds() {
+            if let Some(c) = &b.cntr_recv {
+                c.add(1);
+            }
+            if let Some(cq) = &b.rx_cq {
+                cq.push(e, src);
+            }
+        }
+    }
+
+    fn push_rx_err(&self, e: CqErrEntry) {
+        if let Some(b) = self.binds() {
+            if let Some(c) = &b.cntr_recv {
+                c.add_err(1);
+            }
+            if let Some(cq) = &b.rx_cq {
+                cq.push_err(e);
+            }
+        }
+    }
+
+    fn push_tx(&self, e: CqEntry, report: bool) {
+        if let Some(b) = self.binds() {
+            if let Some(c) = b.tx_counter(e.flags) {
+                c.add(1);
+            }
+            if report {
+                if let Some(cq) = &b.tx_cq {
+                    cq.push(e, FiAddr::NOTAVAIL);
+                }
+            }
+        }
+    }
+
+    fn push_tx_err(&self, e: CqErrEntry) {
+        if let Some(b) = self.binds() {
+            if let Some(c) = b.tx_counter(e.entry.flags) {
+                c.add_err(1);
+            }
+            if let Some(cq) = &b.tx_cq {
+                cq.push_err(e);
+            }
+        }
+    }
+
+    fn av(&self) -> Result<&Arc<AvTable>> {
+        self.binds()
+            .and_then(|b| b.av.as_ref())
+            .ok_or_else(|| Error::new(ErrorKind::NoAv, "verbs: bind an address vector first"))
+    }
+
+    fn src_of(&self, st: &State, conn: usize) -> FiAddr {
+        let Some(peer) = st.conns.get(conn).and_then(|c| c.peer) else {
+            return FiAddr::NOTAVAIL;
+        };
+        match self.binds().and_then(|b| b.av.as_ref()) {
+            Some(av) => av.reverse(&Address::from(peer)),
+            None => FiAddr::NOTAVAIL,
+        }
+    }
+
+    fn new_qp(&self, id: &mut CmId) -> Result<()> {
+        let mut attr = ibv_qp_init_attr {
+            send_cq: self.cq.as_ptr(),
+            recv_cq: self.cq.as_ptr(),
+            srq: self.srq.as_ptr(),
+            qp_type: ibv_qp_type::IBV_QPT_RC,
+            ..ibv_qp_init_attr::default()
+        };
+        attr.cap.max_send_wr = QP_DEPTH.min(self.domain.limits.max_qp_wr.max(1) as u32);
+        attr.cap.max_send_sge = 1;
+        attr.cap.max_recv_sge = 1;
+        attr.cap.max_inline_data = 0;
+        id.create_qp(&self.domain.pd, &mut attr)
+    }
+
+    fn conn_param<'a>(&self, data: &'a [u8]) -> ConnParam<'a> {
+        let l = &self.domain.limits;
+        ConnParam {
+            data,
+            responder_resources: l.max_rd_atom.clamp(1, RD_ATOMIC),
+            initiator_depth: l.max_init_rd_atom.clamp(1, RD_ATOMIC),
+        }
+    }
+
+    /// The outgoing connection to `dest`, established or being made
+    /// (work for it then waits in its backlog); starts one when there is
+    /// none. A connection that failed returns its error once.
+    fn conn_to(&self, st: &mut State, dest: FiAddr) -> Result<usize> {
+        let addr = self.av()?.lookup(dest)?;
+        let peer = addr
+            .socket_addr()
+            .ok_or_else(|| Error::inval(format!("verbs: `{addr}` is not an IP socket address")))?;
+        if st
+            .out
+            .get(&peer)
+            .is_some_and(|&i| st.conns[i].state != ConnState::Up)
+        {
+            // Move the connection along even if the application does not
+            // read its CQs between operations.
+            self.progress_locked(st, true)?;
+        }
+        if let Some(&i) = st.out.get(&peer) {
+            if st.conns[i].state != ConnState::Down {
+                return Ok(i);
+            }
+            st.out.remove(&peer);
+        }
+        if let Some(e) = st.failed.remove(&peer) {
+            return Err(e);
+        }
+        let id = CmId::new(&self.channel)?;
+        id.bind(&SocketAddr::new(self.name.ip(), 0))?;
+        id.resolve_addr(&peer)?;
+        let i = st.conns.len();
+        st.by_id.insert(id.as_ptr() as usize, i);
+        st.conns.push(Conn {
+            id,
+            peer: Some(peer),
+            outgoing: true,
+            state: ConnState::Resolving,
+            backlog: VecDeque::new(),
+        });
+        st.out.insert(peer, i);
+        Ok(i)
+    }
+
+    fn conn_failed(&self, st: &mut State, i: usize, err: Error) {
+        let Some(c) = st.conns.get_mut(i) else { return };
+        c.state = ConnState::Down;
+        let backlog = std::mem::take(&mut c.backlog);
+        for d in backlog {
+            self.fail_deferred(st, d, &err);
+        }
+        let Some(c) = st.conns.get_mut(i) else { return };
+        if let Some(p) = c.peer {
+            if c.outgoing && st.out.get(&p) == Some(&i) {
+                st.out.remove(&p);
+                st.failed.insert(p, err.clone());
+            }
+        }
+        // Rendezvous sends waiting for a FIN on this connection fail.
+        let waiting: Vec<usize> = (0..st.rndv.items.len())
+            .filter(|&k| st.rndv.get(k).is_some_and(|r| r.conn == i))
+            .collect();
+        for k in waiting {
+            if let Some(r) = st.rndv.remove(k) {
+                self.push_tx_err(CqErrEntry {
+                    entry: CqEntry {
+                        context: r.context,
+                        flags: r.flags,
+                        len: r.len,
+                        ..CqEntry::default()
+                    },
+                    olen: 0,
+                    err: err.kind(),
+                    prov_errno: 0,
+                    err_text: format!("verbs: the connection to the peer broke: {}", err.detail()),
+                    src_addr: None,
+                });
+            }
+        }
+        // Unexpected rendezvous announcements from it cannot be read.
+        st.msg
+            .drop_unexpected(|u| matches!(u.msg, Unex::Rts { conn, .. } if conn == i));
+        st.tagged
+            .drop_unexpected(|u| matches!(u.msg, Unex::Rts { conn, .. } if conn == i));
+    }
+
+    /// The connection is established (its event arrived, or, on the
+    /// accepting side, a message did: the peer is then ready to receive,
+    /// and the accepted QP was ready to send since the accept): posts
+    /// what waited for it.
+    fn mark_up(&self, st: &mut State, i: usize) {
+        let Some(c) = st.conns.get_mut(i) else { return };
+        if c.state == ConnState::Up {
+            return;
+        }
+        c.state = ConnState::Up;
+        let backlog = std::mem::take(&mut c.backlog);
+        for d in backlog {
+            if let Err(e) = self.post_deferred(st, i, &d) {
+                self.fail_deferred(st, d, &e);
+            }
+        }
+    }
+
+    fn handle_cm(&self, st: &mut State, e: CmEvent) {
+        if e.kind == ev::RDMA_CM_EVENT_CONNECT_REQUEST {
+            // SAFETY: a connect request's id is new and ours.
+            let mut id = unsafe { CmId::from_request(e.id, &self.channel) };
+            let peer = decode_name(&e.data);
+            if let Err(err) = self
+                .new_qp(&mut id)
+                .and_then(|()| id.accept(&self.conn_param(&[])))
+            {
+                tracing::debug!(error = %err, "verbs: RDM endpoint cannot accept a connection");
+                let _ = id.reject(&[]);
+                return;
+            }
+            let i = st.conns.len();
+            st.by_id.insert(id.as_ptr() as usize, i);
+            // SAFETY: the QP was just created.
+            st.by_qp.insert(unsafe { (*id.qp()).qp_num }, i);
+            st.conns.push(Conn {
+                id,
+                peer,
+                outgoing: false,
+                state: ConnState::Connecting,
+                backlog: VecDeque::new(),
+            });
+            return;
+        }
+        let Some(&i) = st.by_id.get(&(e.id.0 as usize)) else {
+            return;
+        };
+        match e.kind {
+            ev::RDMA_CM_EVENT_ADDR_RESOLVED => {
+                if let Err(err) = st.conns[i].id.resolve_route() {
+                    self.conn_failed(st, i, err);
+                }
+            }
+            ev::RDMA_CM_EVENT_ROUTE_RESOLVED => {
+                let name = encode_name(&self.name);
+                let r = {
+                    let c = &mut st.conns[i];
+                    self.new_qp(&mut c.id)
+                        .and_then(|()| c.id.connect(&self.conn_param(&name)))
+                };
+                match r {
+                    Ok(()) => {
+                        st.conns[i].state = ConnState::Connecting;
+                        // SAFETY: the QP was just created.
+                        let qpn = unsafe { (*st.conns[i].qp()).qp_num };
+                        st.by_qp.insert(qpn, i);
+                    }
+                    Err(err) => self.conn_failed(st, i, err),
+                }
+            }
+            ev::RDMA_CM_EVENT_ESTABLISHED => self.mark_up(st, i),
+            ev::RDMA_CM_EVENT_REJECTED => self.conn_failed(
+                st,
+                i,
+                Error::new(
+                    ErrorKind::ConnRefused,
+                    format!(
+                        "verbs: the peer refused the connection (reason {})",
+                        e.status
+                    ),
+                ),
+            ),
+            ev::RDMA_CM_EVENT_ADDR_ERROR
+            | ev::RDMA_CM_EVENT_ROUTE_ERROR
+            | ev::RDMA_CM_EVENT_UNREACHABLE
+            | ev::RDMA_CM_EVENT_CONNECT_ERROR => self.conn_failed(
+                st,
+                i,
+                Error::new(
+                    ErrorKind::HostUnreach,
+                    format!("verbs: {} (status {})", e.name(), e.status),
+                ),
+            ),
+            ev::RDMA_CM_EVENT_DISCONNECTED | ev::RDMA_CM_EVENT_DEVICE_REMOVAL => {
+                let _ = st.conns[i].id.disconnect();
+                st.conns[i].state = ConnState::Down;
+                let peer = st.conns[i].peer;
+                if let Some(p) = peer {
+                    if st.out.get(&p) == Some(&i) {
+                        st.out.remove(&p);
+                    }
+                }
+                self.conn_failed(
+                    st,
+                    i,
+                    Error::new(ErrorKind::ConnReset, "verbs: the peer disconnected"),
+                );
+                // A later operation may reconnect: not a standing failure.
+                if let Some(p) = peer {
+                    st.failed.remove(&p);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Posts a send of buffer `slot` (header and eager data already in
+    /// it), or keeps it until the connection is made.
+    fn post_buf(&self, st: &mut State, conn: usize, slot: usize, bytes: usize) -> Result<()> {
+        let c = st
+            .conns
+            .get_mut(conn)
+            .ok_or_else(|| Error::new(ErrorKind::NotConn, "verbs: no such connection"))?;
+        match c.state {
+            ConnState::Up => {}
+            ConnState::Resolving | ConnState::Connecting => {
+                c.backlog.push_back(Deferred::Buf { slot, bytes });
+                return Ok(());
+            }
+            ConnState::Down => {
+                return Err(Error::new(
+                    ErrorKind::NotConn,
+                    "verbs: the connection is down",
+                ));
+            }
+        }
+        self.post_buf_now(c.qp(), slot, bytes)
+    }
+
+    fn post_buf_now(&self, qp: *mut ibv_qp, slot: usize, bytes: usize) -> Result<()> {
+        let mut sge = ibv_sge {
+            addr: self.tx_pool.buf(slot) as u64,
+            length: bytes as u32,
+            lkey: self.tx_pool.lkey(),
+        };
+        let mut wr = ibv_send_wr {
+            wr_id: K_TX | slot as u64,
+            sg_list: &mut sge,
+            num_sge: 1,
+            opcode: ibv_wr_opcode::IBV_WR_SEND,
+            send_flags: ibv_send_flags::IBV_SEND_SIGNALED,
+            ..ibv_send_wr::default()
+        };
+        // SAFETY: the QP is live while its connection is in the table; the
+        // buffer is registered and owned by this slot until its completion.
+        match unsafe { verbs::post_send(qp, &mut wr) } {
+            Ok(()) => Ok(()),
+            Err(libc::ENOMEM) => Err(Error::again()),
+            Err(e) => Err(from_errno(e, "ibv_post_send")),
+        }
+    }
+
+    /// Sends a control header (FIN) now, or queues it until a send buffer
+    /// is free.
+    fn send_control(&self, st: &mut State, conn: usize, h: Hdr) {
+        let Some(slot) = st.tx_free.pop() else {
+            st.control.push_back((conn, h));
+            return;
+        };
+        // SAFETY: the slot's buffer is ours until its completion; BUF >= HDR.
+        unsafe { std::ptr::copy_nonoverlapping(h.encode().as_ptr(), self.tx_pool.buf(slot), HDR) };
+        st.tx[slot] = TxBuf {
+            kind: TxKind::Control,
+            context: 0,
+            flags: CompletionFlags::empty(),
+            len: 0,
+            report: false,
+            rndv: 0,
+        };
+        if let Err(e) = self.post_buf(st, conn, slot, HDR) {
+            tracing::debug!(error = %e, "verbs: cannot send a control message");
+            st.tx_free.push(slot);
+        }
+    }
+
+    fn flush_control(&self, st: &mut State) {
+        while !st.tx_free.is_empty() {
+            let Some((conn, h)) = st.control.pop_front() else {
+                break;
+            };
+            self.send_control(st, conn, h);
+        }
+    }
+
+    /// Delivers an eager message to a matched receive.
+    fn deliver_eager(&self, r: &Recv, h: &Hdr, data: &[u8], src: FiAddr) {
+        // SAFETY: the receive's pieces are writable until its completion.
+        let n = unsafe { scatter(r.pieces(), data) };
+        let mut entry = CqEntry {
+            context: r.context,
+            flags: recv_flags(r.tagged),
+            len: n,
+            tag: if r.tagged { h.tag } else { 0 },
+            ..CqEntry::default()
+        };
+        if h.flags & F_DATA != 0 {
+            entry.flags |= CompletionFlags::REMOTE_CQ_DATA;
+            entry.data = h.data;
+        }
+        if data.len() > r.len {
+            self.push_rx_err(CqErrEntry {
+                entry,
+                olen: data.len() - r.len,
+                err: ErrorKind::Trunc,
+                prov_errno: 0,
+                err_text: format!(
+                    "verbs: a {}-byte message was truncated to the {}-byte receive",
+                    data.len(),
+                    r.len
+                ),
+                src_addr: None,
+            });
+        } else if r.report {
+            self.push_rx(entry, src);
+        } else if let Some(c) = self.binds().and_then(|b| b.cntr_recv.as_ref()) {
+            c.add(1);
+        }
+    }
+
+    /// Starts the RDMA read of a rendezvous message into a receive.
+    fn start_read(&self, st: &mut State, r: Recv, hdr: Hdr, conn: usize, src: FiAddr) {
+        let total = usize::try_from(hdr.len).unwrap_or(usize::MAX);
+        let n = total.min(r.len);
+        let fail = |this: &Engine, st: &mut State, err: Error| {
+            this.push_rx_err(CqErrEntry {
+                entry: CqEntry {
+                    context: r.context,
+                    flags: recv_flags(r.tagged),
+                    tag: if r.tagged { hdr.tag } else { 0 },
+                    ..CqEntry::default()
+                },
+                olen: 0,
+                err: err.kind(),
+                prov_errno: 0,
+                err_text: err.detail().to_string(),
+                src_addr: None,
+            });
+            this.send_control(
+                st,
+                conn,
+                Hdr {
+                    op: OP_FIN,
+                    flags: F_ERROR,
+                    id: hdr.id,
+                    ..Hdr::default()
+                },
+            );
+        };
+        let (addr, bounce) = match r.pieces() {
+            [one] => (one.addr, None),
+            _ => {
+                let mut v = vec![0u8; n];
+                (v.as_mut_ptr(), Some(v))
+            }
+        };
+        // SAFETY: the receive buffer (or the bounce vector, kept in the
+        // read op) stays valid until the read completes.
+        let mr = match unsafe {
+            Mr::register(
+                &self.domain.pd,
+                addr,
+                n.max(1),
+                fabric_sys::ffi::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE,
+            )
+        } {
+            Ok(m) => m,
+            Err(e) => return fail(self, st, e),
+        };
+        let Some(c) = st.conns.get(conn).filter(|c| c.state == ConnState::Up) else {
+            return fail(
+                self,
+                st,
+                Error::new(
+                    ErrorKind::ConnReset,
+                    "verbs: the sender's connection is down",
+                ),
+            );
+        };
+        let qp = c.qp();
+        let mut sge = ibv_sge {
+            addr: addr as u64,
+            length: n as u32,
+            lkey: mr.lkey(),
+        };
+        let idx = st.reads.insert(ReadOp {
+            recv: r,
+            hdr,
+            n,
+            src,
+            conn,
+            _mr: mr,
+            bounce,
+        });
+        let mut wr = ibv_send_wr {
+            wr_id: K_READ | idx as u64,
+            sg_list: &mut sge,
+            num_sge: 1,
+            opcode: ibv_wr_opcode::IBV_WR_RDMA_READ,
+            send_flags: ibv_send_flags::IBV_SEND_SIGNALED,
+            ..ibv_send_wr::default()
+        };
+        wr.wr.rdma.remote_addr = hdr.addr;
+        wr.wr.rdma.rkey = hdr.rkey;
+        // SAFETY: live QP of an established connection; the local memory is
+        // registered and kept by the read op.
+        if let Err(e) = unsafe { verbs::post_send(qp, &mut wr) } {
+            let _ = st.reads.remove(idx);
+            fail(self, st, from_errno(e, "ibv_post_send (RDMA read)"));
+        }
+    }
+
+    fn read_done(&self, st: &mut State, idx: usize, wc: &ibv_wc) {
+        let Some(op) = st.reads.remove(idx) else {
+            return;
+        };
+        let r = op.recv;
+        let mut entry = CqEntry {
+            context: r.context,
+            flags: recv_flags(r.tagged),
+            len: op.n,
+            tag: if r.tagged { op.hdr.tag } else { 0 },
+            ..CqEntry::default()
+        };
+        if op.hdr.flags & F_DATA != 0 {
+            entry.flags |= CompletionFlags::REMOTE_CQ_DATA;
+            entry.data = op.hdr.data;
+        }
+        let ok = wc.status == ibv_wc_status::IBV_WC_SUCCESS;
+        self.send_control(
+            st,
+            op.conn,
+            Hdr {
+                op: OP_FIN,
+                flags: if ok { 0 } else { F_ERROR },
+                id: op.hdr.id,
+                ..Hdr::default()
+            },
+        );
+        if !ok {
+            self.push_rx_err(wc_error(wc, entry));
+            return;
+        }
+        if let Some(b) = &op.bounce {
+            // SAFETY: the receive's pieces are writable.
+            unsafe { scatter(r.pieces(), b) };
+        }
+        let total = usize::try_from(op.hdr.len).unwrap_or(usize::MAX);
+        if total > r.len {
+            self.push_rx_err(CqErrEntry {
+                entry,
+                olen: total - r.len,
+                err: ErrorKind::Trunc,
+                prov_errno: 0,
+                err_text: format!(
+                    "verbs: a {total}-byte message was truncated to the {}-byte receive",
+                    r.len
+                ),
+                src_addr: None,
+            });
+        } else if r.report {
+            self.push_rx(entry, op.src);
+        } else if let Some(c) = self.binds().and_then(|b| b.cntr_recv.as_ref()) {
+            c.add(1);
+        }
+    }
+
+    fn fin(&self, st: &mut State, h: &Hdr) {
+        let Some(r) = usize::try_from(h.id).ok().and_then(|i| st.rndv.remove(i)) else {
+            return;
+        };
+        let entry = CqEntry {
+            context: r.context,
+            flags: r.flags,
+            len: r.len,
+            ..CqEntry::default()
+        };
+        if h.flags & F_ERROR != 0 {
+            self.push_tx_err(CqErrEntry {
+                entry,
+                olen: 0,
+                err: ErrorKind::RemoteIo,
+                prov_errno: 0,
+                err_text: "verbs: the receiver could not read the message".into(),
+                src_addr: None,
+            });
+        } else {
+            self.push_tx(entry, r.report);
+        }
+    }
+
+    /// A message arrived in receive buffer `buf` on connection `conn`.
+    fn arrived(&self, st: &mut State, conn: usize, buf: usize, bytes: usize) {
+        // SAFETY: the receive buffer holds `bytes` (<= BUF) bytes the
+        // device wrote; it is not reposted until this returns.
+        let raw = unsafe { std::slice::from_raw_parts(self.rx_pool.buf(buf), bytes.min(BUF)) };
+        let Some(h) = Hdr::decode(raw) else {
+            tracing::debug!(bytes, "verbs: dropping a malformed RDM message");
+            return;
+        };
+        let payload = &raw[HDR..];
+        if h.op == OP_FIN {
+            return self.fin(st, &h);
+        }
+        let tagged = matches!(h.op, OP_TAGGED | OP_TAGGED_RTS);
+        let rts = matches!(h.op, OP_MSG_RTS | OP_TAGGED_RTS);
+        if !rts && payload.len() as u64 != h.len {
+            tracing::debug!("verbs: dropping an RDM message whose length does not match");
+            return;
+        }
+        let src = self.src_of(st, conn);
+        let tag = if tagged { h.tag } else { 0 };
+        let m = if tagged { &mut st.tagged } else { &mut st.msg };
+        match m.arrive(tag, src) {
+            Some(p) => {
+                if rts {
+                    self.start_read(st, p.recv, h, conn, src);
+                } else {
+                    self.deliver_eager(&p.recv, &h, payload, src);
+                }
+            }
+            None => {
+                let u = if rts {
+                    Unex::Rts { hdr: h, conn }
+                } else {
+                    Unex::Eager {
+                        data: payload.to_vec(),
+                        hdr: h,
+                    }
+                };
+                st.unexpected_bytes += payload.len() + 64;
+                if st.unexpected_bytes > UNEXPECTED_BUDGET {
+                    tracing::warn!(
+                        bytes = st.unexpected_bytes,
+                        "verbs: RDM unexpected messages exceed the budget"
+                    );
+                }
+                let m = if tagged { &mut st.tagged } else { &mut st.msg };
+                m.push_unexpected(tag, src, u);
+            }
+        }
+    }
+
+    fn tx_done(&self, st: &mut State, slot: usize, wc: &ibv_wc) {
+        let Some(t) = st.tx.get(slot).copied() else {
+            return;
+        };
+        st.tx_free.push(slot);
+        let ok = wc.status == ibv_wc_status::IBV_WC_SUCCESS;
+        let entry = CqEntry {
+            context: t.context,
+            flags: t.flags,
+            len: t.len,
+            ..CqEntry::default()
+        };
+        match t.kind {
+            TxKind::Eager => {
+                if ok {
+                    self.push_tx(entry, t.report);
+                } else {
+                    self.push_tx_err(wc_error(wc, entry));
+                }
+            }
+            TxKind::Rts => {
+                if !ok && st.rndv.remove(t.rndv).is_some() {
+                    self.push_tx_err(wc_error(wc, entry));
+                }
+            }
+            TxKind::Control | TxKind::Stage => {}
+        }
+    }
+
+    fn rma_done(&self, st: &mut State, idx: usize, wc: &ibv_wc) {
+        let Some(op) = st.rma.remove(idx) else { return };
+        if let Some(s) = op.stage {
+            if wc.status == ibv_wc_status::IBV_WC_SUCCESS {
+                if let Some((from, to, n)) = op.copy_back {
+                    // SAFETY: the staging buffer holds what the device
+                    // wrote; `to` is the application's buffer of `n` bytes,
+                    // valid until this completion (the operation's
+                    // contract).
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(self.tx_pool.buf(from), to as *mut u8, n)
+                    };
+                }
+            }
+            st.tx_free.push(s);
+        }
+        let entry = CqEntry {
+            context: op.context,
+            flags: op.flags,
+            len: op.len,
+            ..CqEntry::default()
+        };
+        if wc.status == ibv_wc_status::IBV_WC_SUCCESS {
+            self.push_tx(entry, op.report);
+        } else {
+            self.push_tx_err(wc_error(wc, entry));
+        }
+    }
+
+    fn handle_wc(&self, st: &mut State, wc: &ibv_wc) {
+        let idx = (wc.wr_id & INDEX_MASK) as usize;
+        match wc.wr_id & !INDEX_MASK {
+            K_RX => {
+                if wc.status == ibv_wc_status::IBV_WC_SUCCESS {
+                    let conn = st.by_qp.get(&wc.qp_num).copied();
+                    if wc.opcode == ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM {
+                        // SAFETY: with IBV_WC_WITH_IMM the union holds the
+                        // immediate.
+                        let imm = u32::from_be(unsafe { wc.__bindgen_anon_1.imm_data });
+                        let src = conn.map_or(FiAddr::NOTAVAIL, |c| self.src_of(st, c));
+                        if wc.wc_flags & ibv_wc_flags::IBV_WC_WITH_IMM != 0 {
+                            self.push_rx(
+                                CqEntry {
+                                    flags: CompletionFlags::RMA
+                                        | CompletionFlags::REMOTE_WRITE
+                                        | CompletionFlags::REMOTE_CQ_DATA,
+                                    data: u64::from(imm),
+                                    ..CqEntry::default()
+                                },
+                                src,
+                            );
+                        }
+                    } else if let Some(c) = conn {
+                        self.mark_up(st, c);
+                        self.arrived(st, c, idx, wc.byte_len as usize);
+                    }
+                }
+                if idx < self.rx_pool.count() {
+                    // SAFETY: the buffer is ours again and stays valid
+                    // while the SRQ lives.
+                    let r = unsafe {
+                        self.srq.post(
+                            K_RX | idx as u64,
+                            self.rx_pool.buf(idx),
+                            BUF as u32,
+                            self.rx_pool.lkey(),
+                        )
+                    };
+                    if let Err(e) = r {
+                        tracing::warn!(error = %e, "verbs: cannot repost a receive buffer");
+                    }
+                }
+            }
+            K_TX => self.tx_done(st, idx, wc),
+            K_READ if wc.wr_id & (1 << 61) == 0 => self.read_done(st, idx, wc),
+            _ if wc.wr_id & KIND_MASK == KIND_MASK => self.rma_done(st, idx, wc),
+            _ => {}
+        }
+    }
+
+    /// Polls the CQ (and, with `cm`, the connection events: a system
+    /// call, so not on every call).
+    fn progress_locked(&self, st: &mut State, cm: bool) -> Result<()> {
+        if cm
+            || st
+                .conns
+                .iter()
+                .any(|c| matches!(c.state, ConnState::Resolving | ConnState::Connecting))
+        {
+            while let Some(e) = self.channel.next()? {
+                self.handle_cm(st, e);
+            }
+        }
+        let mut wcs = [ibv_wc::default(); 16];
+        loop {
+            let n = self.cq.poll(&mut wcs)?;
+            for wc in &wcs[..n] {
+                self.handle_wc(st, wc);
+            }
+            if n < wcs.len() {
+                break;
+            }
+        }
+        if !st.control.is_empty() {
+            self.flush_control(st);
+        }
+        Ok(())
+    }
+
+    /// Sends a message (eager or rendezvous).
+    ///
+    /// # Safety
+    ///
+    /// As [`MsgOps::sendmsg`].
+    unsafe fn send(&self, msg: &Msg<'_>, flags: OpFlags, tagged: bool, report: bool) -> Result<()> {
+        let len = iov_len(msg.iov)?;
+        if len > self.max_msg {
+            return Err(Error::new(
+                ErrorKind::MsgSize,
+                format!("verbs: {len} bytes exceed max_msg_size {}", self.max_msg),
+            ));
+        }
+        let data = flags.contains(OpFlags::REMOTE_CQ_DATA);
+        let mut st = lock(&self.state);
+        let conn = self.conn_to(&mut st, msg.addr)?;
+        if st.tx_free.is_empty() {
+            self.progress_locked(&mut st, false)?;
+        }
+        let cflags = if tagged {
+            CompletionFlags::TAGGED | CompletionFlags::SEND
+        } else {
+            CompletionFlags::MSG | CompletionFlags::SEND
+        };
+        let Some(slot) = st.tx_free.pop() else {
+            return Err(again("verbs: every send buffer is in use"));
+        };
+        let mut h = Hdr {
+            op: if tagged { OP_TAGGED } else { OP_MSG },
+            flags: if data { F_DATA } else { 0 },
+            tag: if tagged { msg.tag } else { 0 },
+            data: if data { msg.data } else { 0 },
+            len: len as u64,
+            ..Hdr::default()
+        };
+        let buf = self.tx_pool.buf(slot);
+        if len <= EAGER_MAX {
+            // SAFETY: the slot's buffer holds HDR + EAGER_MAX bytes; the
+            // caller guarantees the pieces are readable.
+            unsafe {
+                std::ptr::copy_nonoverlapping(h.encode().as_ptr(), buf, HDR);
+                let mut off = HDR;
+                for p in msg.iov {
+                    std::ptr::copy_nonoverlapping(p.addr, buf.add(off), p.len);
+                    off += p.len;
+                }
+            }
+            st.tx[slot] = TxBuf {
+                kind: TxKind::Eager,
+                context: msg.context,
+                flags: cflags,
+                len,
+                report,
+                rndv: 0,
+            };
+            if let Err(e) = self.post_buf(&mut st, conn, slot, HDR + len) {
+                st.tx_free.push(slot);
+                return Err(e);
+            }
+            return Ok(());
+        }
+        // Rendezvous: the data is read by the receiver from here.
+        let (addr, owned) = match msg.iov {
+            [one] => (one.addr, None),
+            pieces => {
+                let mut v = Vec::with_capacity(len);
+                for p in pieces {
+                    // SAFETY: the caller guarantees the pieces are readable.
+                    v.extend_from_slice(unsafe { std::slice::from_raw_parts(p.addr, p.len) });
+                }
+                (v.as_mut_ptr(), Some(v))
+            }
+        };
+        // SAFETY: the caller keeps the buffer valid until the completion,
+        // which comes after the FIN (or the connection's failure), after
+        // which the registration is dropped.
+        let mr = match unsafe {
+            Mr::register(
+                &self.domain.pd,
+                addr,
+                len,
+                fabric_sys::ffi::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE
+                    | fabric_sys::ffi::ibv_access_flags::IBV_ACCESS_REMOTE_READ,
+            )
+        } {
+            Ok(m) => m,
+            Err(e) => {
+                st.tx_free.push(slot);
+                return Err(e);
+            }
+        };
+        h.op = if tagged { OP_TAGGED_RTS } else { OP_MSG_RTS };
+        h.addr = addr as u64;
+        h.rkey = mr.rkey();
+        let rid = st.rndv.insert(RndvTx {
+            context: msg.context,
+            flags: cflags,
+            len,
+            report,
+            conn,
+            _mr: mr,
+            _owned: owned,
+        });
+        h.id = rid as u64;
+        // SAFETY: the slot's buffer holds at least HDR bytes.
+        unsafe { std::ptr::copy_nonoverlapping(h.encode().as_ptr(), buf, HDR) };
+        st.tx[slot] = TxBuf {
+            kind: TxKind::Rts,
+            context: msg.context,
+            flags: cflags,
+            len,
+            report,
+            rndv: rid,
+        };
+        if let Err(e) = self.post_buf(&mut st, conn, slot, HDR) {
+            st.tx_free.push(slot);
+            let _ = st.rndv.remove(rid);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Posts a receive (or delivers the unexpected message it matches).
+    ///
+    /// # Safety
+    ///
+    /// As [`MsgOps::recvmsg`].
+    unsafe fn recv(&self, msg: &Msg<'_>, flags: OpFlags, tagged: bool, report: bool) -> Result<()> {
+        if msg.iov.len() > IOV_MAX {
+            return Err(Error::inval(format!(
+                "verbs: {} IO vector pieces; the limit is {IOV_MAX}",
+                msg.iov.len()
+            )));
+        }
+        if flags.contains(OpFlags::MULTI_RECV) {
+            return Err(Error::new(
+                ErrorKind::OpNotSupp,
+                "verbs: FI_MULTI_RECV is not supported",
+            ));
+        }
+        let mut iov = [IoVec {
+            addr: std::ptr::null_mut(),
+            len: 0,
+        }; IOV_MAX];
+        iov[..msg.iov.len()].copy_from_slice(msg.iov);
+        let r = Recv {
+            context: msg.context,
+            iov,
+            n: msg.iov.len(),
+            len: iov_len(msg.iov)?,
+            tagged,
+            report,
+        };
+        let mut st = lock(&self.state);
+        let (tag, ignore) = if tagged {
+            (msg.tag, msg.ignore)
+        } else {
+            (0, 0)
+        };
+        if tagged && flags.intersects(OpFlags::PEEK | OpFlags::CLAIM | OpFlags::DISCARD) {
+            return self.peek_claim(&mut st, r, msg, flags);
+        }
+        let m = if tagged { &mut st.tagged } else { &mut st.msg };
+        if let Some((p, u)) = m.post(Posted {
+            tag,
+            ignore,
+            src: msg.addr,
+            recv: r,
+        }) {
+            self.take_unexpected(&mut st, p.recv, u);
+        }
+        Ok(())
+    }
+
+    fn take_unexpected(&self, st: &mut State, r: Recv, u: Unexpected<Unex>) {
+        let src = u.src;
+        match u.msg {
+            Unex::Eager { data, hdr } => {
+                st.unexpected_bytes = st.unexpected_bytes.saturating_sub(data.len() + 64);
+                self.deliver_eager(&r, &hdr, &data, src);
+            }
+            Unex::Rts { hdr, conn } => {
+                st.unexpected_bytes = st.unexpected_bytes.saturating_sub(64);
+                self.start_read(st, r, hdr, conn, src);
+            }
+        }
+    }
+
+    fn peek_claim(&self, st: &mut State, r: Recv, msg: &Msg<'_>, flags: OpFlags) -> Result<()> {
+        let entry_of = |h: &Hdr| {
+            let mut e = CqEntry {
+                context: r.context,
+                flags: recv_flags(true),
+                len: usize::try_from(h.len).unwrap_or(usize::MAX),
+                tag: h.tag,
+                ..CqEntry::default()
+            };
+            if h.flags & F_DATA != 0 {
+                e.flags |= CompletionFlags::REMOTE_CQ_DATA;
+                e.data = h.data;
+            }
+            e
+        };
+        if flags.contains(OpFlags::PEEK) {
+            let claim = flags.contains(OpFlags::CLAIM).then_some(r.context);
+            let found = st
+                .tagged
+                .peek(msg.tag, msg.ignore, msg.addr, claim)
+                .map(|u| (entry_of(u.msg.hdr()), u.src));
+            match found {
+                Some((e, src)) => {
+                    if flags.contains(OpFlags::DISCARD) && claim.is_none() {
+                        if let Some(u) = st.tagged.take_unexpected(msg.tag, msg.ignore, msg.addr) {
+                            self.discard(st, u);
+                        }
+                    }
+                    self.push_rx(e, src);
+                }
+                None => self.push_rx_err(CqErrEntry {
+                    entry: CqEntry {
+                        context: r.context,
+                        flags: recv_flags(true),
+                        ..CqEntry::default()
+                    },
+                    olen: 0,
+                    err: ErrorKind::NoMsg,
+                    prov_errno: 0,
+                    err_text: "verbs: no message matches the peek".into(),
+                    src_addr: None,
+                }),
+            }
+            return Ok(());
+        }
+        // FI_CLAIM (with or without FI_DISCARD).
+        let Some(u) = st.tagged.claim(r.context) else {
+            return Err(Error::new(
+                ErrorKind::NoMsg,
+                "verbs: no message was claimed with this context",
+            ));
+        };
+        if flags.contains(OpFlags::DISCARD) {
+            let e = entry_of(u.msg.hdr());
+            self.discard(st, u);
+            self.push_rx(CqEntry { len: 0, ..e }, FiAddr::NOTAVAIL);
+        } else {
+            self.take_unexpected(st, r, u);
+        }
+        Ok(())
+    }
+
+    fn discard(&self, st: &mut State, u: Unexpected<Unex>) {
+        match u.msg {
+            Unex::Eager { data, .. } => {
+                st.unexpected_bytes = st.unexpected_bytes.saturating_sub(data.len() + 64);
+            }
+            Unex::Rts { hdr, conn } => {
+                st.unexpected_bytes = st.unexpected_bytes.saturating_sub(64);
+                // Release the sender.
+                self.send_control(
+                    st,
+                    conn,
+                    Hdr {
+                        op: OP_FIN,
+                        id: hdr.id,
+                        ..Hdr::default()
+                    },
+                );
+            }
+        }
+    }
+
+    /// Posts an RMA or atomic work request on the connection to `dest`
+    /// (or keeps it until the connection is made).
+    fn post_rma(&self, st: &mut State, dest: FiAddr, op: RmaOp, wr: RmaWr) -> Result<()> {
+        let conn = match self.conn_to(st, dest) {
+            Ok(c) => c,
+            Err(e) => {
+                if let Some(s) = op.stage {
+                    st.tx_free.push(s);
+                }
+                return Err(e);
+            }
+        };
+        let stage = op.stage;
+        let idx = st.rma.insert(op);
+        if st.conns[conn].state != ConnState::Up {
+            st.conns[conn].backlog.push_back(Deferred::Rma { idx, wr });
+            return Ok(());
+        }
+        if let Err(e) = Self::post_rma_now(st.conns[conn].qp(), idx, &wr) {
+            let _ = st.rma.remove(idx);
+            if let Some(s) = stage {
+                st.tx_free.push(s);
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn post_rma_now(qp: *mut ibv_qp, idx: usize, w: &RmaWr) -> Result<()> {
+        let mut sge = w.sge;
+        let mut wr = ibv_send_wr {
+            wr_id: K_RMA | idx as u64,
+            sg_list: &mut sge,
+            num_sge: 1,
+            opcode: w.opcode,
+            send_flags: ibv_send_flags::IBV_SEND_SIGNALED,
+            ..ibv_send_wr::default()
+        };
+        match w.opcode {
+            ibv_wr_opcode::IBV_WR_ATOMIC_CMP_AND_SWP
+            | ibv_wr_opcode::IBV_WR_ATOMIC_FETCH_AND_ADD => {
+                wr.wr.atomic.remote_addr = w.remote_addr;
+                wr.wr.atomic.rkey = w.rkey;
+                wr.wr.atomic.compare_add = w.compare_add;
+                wr.wr.atomic.swap = w.swap;
+            }
+            _ => {
+                wr.wr.rdma.remote_addr = w.remote_addr;
+                wr.wr.rdma.rkey = w.rkey;
+            }
+        }
+        if let Some(v) = w.imm {
+            wr.__bindgen_anon_1.imm_data = v;
+        }
+        // SAFETY: live QP; the local memory is registered (kept by the op
+        // or a staging buffer owned by it).
+        match unsafe { verbs::post_send(qp, &mut wr) } {
+            Ok(()) => Ok(()),
+            Err(libc::ENOMEM) => Err(Error::again()),
+            Err(e) => Err(from_errno(e, "ibv_post_send")),
+        }
+    }
+
+    /// Posts deferred work once its connection is up.
+    fn post_deferred(&self, st: &mut State, conn: usize, d: &Deferred) -> Result<()> {
+        let qp = st.conns[conn].qp();
+        match *d {
+            Deferred::Buf { slot, bytes } => self.post_buf_now(qp, slot, bytes),
+            Deferred::Rma { idx, wr } => Self::post_rma_now(qp, idx, &wr),
+        }
+    }
+
+    /// Fails deferred work whose connection could not be made.
+    fn fail_deferred(&self, st: &mut State, d: Deferred, err: &Error) {
+        let entry = match d {
+            Deferred::Buf { slot, .. } => {
+                st.tx_free.push(slot);
+                let t = st.tx[slot];
+                let live = match t.kind {
+                    TxKind::Eager => true,
+                    TxKind::Rts => st.rndv.remove(t.rndv).is_some(),
+                    TxKind::Control | TxKind::Stage => false,
+                };
+                if !live {
+                    return;
+                }
+                CqEntry {
+                    context: t.context,
+                    flags: t.flags,
+                    len: t.len,
+                    ..CqEntry::default()
+                }
+            }
+            Deferred::Rma { idx, .. } => {
+                let Some(op) = st.rma.remove(idx) else { return };
+                if let Some(s) = op.stage {
+                    st.tx_free.push(s);
+                }
+                CqEntry {
+                    context: op.context,
+                    flags: op.flags,
+                    len: op.len,
+                    ..CqEntry::default()
+                }
+            }
+        };
+        self.push_tx_err(CqErrEntry {
+            entry,
+            olen: 0,
+            err: err.kind(),
+            prov_errno: 0,
+            err_text: format!("verbs: the connection to the peer failed: {}", err.detail()),
+            src_addr: None,
+        });
+    }
+
+    /// The local side of an RMA: registered (descriptor), staged (small,
+    /// copied in for writes / back for reads), or registered now.
+    ///
+    /// # Safety
+    ///
+    /// The pieces are valid until the completion.
+    unsafe fn rma_local(
+        &self,
+        st: &mut State,
+        iov: &[IoVec],
+        desc: &[fabric_core::objects::MrDesc],
+        write: bool,
+    ) -> Result<RmaLocal> {
+        let len = iov_len(iov)?;
+        if let ([one], [d]) = (iov, desc) {
+            if let Some(lkey) = lkey_of(*d) {
+                return Ok((
+                    ibv_sge {
+                        addr: one.addr as u64,
+                        length: len as u32,
+                        lkey,
+                    },
+                    None,
+                    None,
+                    None,
+                ));
+            }
+        }
+        if len <= EAGER_MAX || iov.len() > 1 {
+            if len > BUF {
+                return Err(Error::inval(format!(
+                    "verbs: RMA of several pieces is limited to {BUF} bytes"
+                )));
+            }
+            let Some(slot) = st.tx_free.pop() else {
+                return Err(again("verbs: every send buffer is in use"));
+            };
+            let buf = self.tx_pool.buf(slot);
+            let copy_back = if write {
+                let mut off = 0;
+                for p in iov {
+                    // SAFETY: the pieces are readable; the buffer holds BUF
+                    // >= len bytes.
+                    unsafe { std::ptr::copy_nonoverlapping(p.addr, buf.add(off), p.len) };
+                    off += p.len;
+                }
+                None
+            } else {
+                match iov {
+                    [one] => Some((slot, one.addr as usize, one.len)),
+                    _ => {
+                        st.tx_free.push(slot);
+                        return Err(Error::inval(
+                            "verbs: an RMA read into several pieces needs one registered piece",
+                        ));
+                    }
+                }
+            };
+            st.tx[slot].kind = TxKind::Stage;
+            return Ok((
+                ibv_sge {
+                    addr: buf as u64,
+                    length: len as u32,
+                    lkey: self.tx_pool.lkey(),
+                },
+                None,
+                Some(slot),
+                copy_back,
+            ));
+        }
+        let [one] = iov else {
+            return Err(Error::inval("verbs: unreachable RMA layout"));
+        };
+        // SAFETY: the caller keeps the memory valid until the completion;
+        // the registration lives in the op until then.
+        let mr = unsafe {
+            Mr::register(
+                &self.domain.pd,
+                one.addr,
+                len,
+                fabric_sys::ffi::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE,
+            )?
+        };
+        Ok((
+            ibv_sge {
+                addr: one.addr as u64,
+                length: len as u32,
+                lkey: mr.lkey(),
+            },
+            Some(mr),
+            None,
+            None,
+        ))
+    }
+}
+
+/// The local side of an RMA: its scatter entry, a registration made for
+/// it, the staging send buffer it uses, and what to copy back from it.
+type RmaLocal = (
+    ibv_sge,
+    Option<Mr>,
+    Option<usize>,
+    Option<(usize, usize, usize)>,
+);
+
+fn recv_flags(tagged: bool) -> CompletionFlags {
+    if tagged {
+        CompletionFlags::TAGGED | CompletionFlags::RECV
+    } else {
+        CompletionFlags::MSG | CompletionFlags::RECV
+    }
+}
+
+impl Progress for Engine {
+    fn progress(&self) -> Result<()> {
+        // A waiter armed the CQ and an event fired: take it and arm again
+        // before polling, so that completions made by this progress (an
+        // RDMA read it posts, say) wake the waiter too.
+        if self.armed.load(Ordering::Acquire)
+            && self.cq.consume_events() > 0
+            && self.cq.arm().is_err()
+        {
+            self.armed.store(false, Ordering::Release);
+        }
+        let Ok(mut st) = self.state.try_lock() else {
+            // Another thread is in the engine and progresses it.
+            return Ok(());
+        };
+        let tick = self.ticks.fetch_add(1, Ordering::Relaxed);
+        let cm = self.cm_hint.swap(false, Ordering::AcqRel) || tick % 64 == 0;
+        self.progress_locked(&mut st, cm)
+    }
+
+    fn wait_fds<'a>(&'a self, f: &mut dyn FnMut(BorrowedFd<'a>)) {
+        if !self.armed.swap(true, Ordering::AcqRel) && self.cq.arm().is_err() {
+            self.armed.store(false, Ordering::Release);
+        }
+        // After a wait, the next progress looks at connection events.
+        self.cm_hint.store(true, Ordering::Release);
+        f(self.cq.fd());
+        f(self.channel.fd());
+    }
+}
+
+impl RdmEndpoint {
+    fn report(b: &Binds, flags: OpFlags) -> bool {
+        !b.tx_selective || flags.contains(OpFlags::COMPLETION)
+    }
+
+    fn inject_any(
+        &self,
+        buf: &[u8],
+        dest: FiAddr,
+        tag: Option<u64>,
+        data: Option<u64>,
+    ) -> Result<()> {
+        let (e, _) = self.engine()?;
+        if buf.len() > crate::getinfo::RDM_INJECT_SIZE {
+            return Err(Error::new(
+                ErrorKind::MsgSize,
+                format!(
+                    "verbs: {} bytes exceed the inject size {}",
+                    buf.len(),
+                    crate::getinfo::RDM_INJECT_SIZE
+                ),
+            ));
+        }
+        let iov = [IoVec {
+            addr: buf.as_ptr().cast_mut(),
+            len: buf.len(),
+        }];
+        let msg = Msg {
+            iov: &iov,
+            desc: &[],
+            addr: dest,
+            tag: tag.unwrap_or(0),
+            ignore: 0,
+            context: 0,
+            data: data.unwrap_or(0),
+        };
+        let flags = if data.is_some() {
+            OpFlags::REMOTE_CQ_DATA
+        } else {
+            OpFlags::empty()
+        };
+        // SAFETY: eager data is copied before the call returns.
+        unsafe { e.send(&msg, flags, tag.is_some(), false) }
+    }
+}
+
+impl MsgOps for RdmEndpoint {
+    fn inject(&self, buf: &[u8], dest: FiAddr, data: Option<u64>) -> Result<()> {
+        self.inject_any(buf, dest, None, data)
+    }
+
+    unsafe fn sendmsg(&self, msg: &Msg<'_>, flags: OpFlags) -> Result<()> {
+        let (e, b) = self.engine()?;
+        // SAFETY: forwarded under the caller's guarantees.
+        unsafe { e.send(msg, flags, false, Self::report(b, flags)) }
+    }
+
+    unsafe fn recvmsg(&self, msg: &Msg<'_>, flags: OpFlags) -> Result<()> {
+        let (e, b) = self.engine()?;
+        let report = !b.rx_selective || flags.contains(OpFlags::COMPLETION);
+        // SAFETY: forwarded under the caller's guarantees.
+        unsafe { e.recv(msg, flags, false, report) }
+    }
+}
+
+impl TaggedOps for RdmEndpoint {
+    fn tinject(&self, buf: &[u8], dest: FiAddr, tag: u64, data: Option<u64>) -> Result<()> {
+        self.inject_any(buf, dest, Some(tag), data)
+    }
+
+    unsafe fn tsendmsg(&self, msg: &Msg<'_>, flags: OpFlags) -> Result<()> {
+        let (e, b) = self.engine()?;
+        // SAFETY: forwarded under the caller's guarantees.
+        unsafe { e.send(msg, flags, true, Self::report(b, flags)) }
+    }
+
+    unsafe fn trecvmsg(&self, msg: &Msg<'_>, flags: OpFlags) -> Result<()> {
+        let (e, b) = self.engine()?;
+        let report = !b.rx_selective || flags.contains(OpFlags::COMPLETION);
+        // SAFETY: forwarded under the caller's guarantees.
+        unsafe { e.recv(msg, flags, true, report) }
+    }
+}
+
+fn rkey(key: u64) -> Result<u32> {
+    u32::try_from(key).map_err(|_| {
+        Error::new(
+            ErrorKind::NoKey,
+            format!("verbs: {key:#x} is not a verbs memory key (32 bits)"),
+        )
+    })
+}
+
+impl RmaOps for RdmEndpoint {
+    fn inject_write(
+        &self,
+        buf: &[u8],
+        dest: FiAddr,
+        remote: fabric_core::objects::RmaIov,
+        data: Option<u64>,
+    ) -> Result<()> {
+        if buf.len() > crate::getinfo::RDM_INJECT_SIZE {
+            return Err(Error::new(
+                ErrorKind::MsgSize,
+                "verbs: inject_write exceeds the inject size",
+            ));
+        }
+        let iov = [IoVec {
+            addr: buf.as_ptr().cast_mut(),
+            len: buf.len(),
+        }];
+        let rma = [remote];
+        let msg = RmaMsg {
+            iov: &iov,
+            desc: &[],
+            addr: dest,
+            rma_iov: &rma,
+            context: 0,
+            data: data.unwrap_or(0),
+        };
+        let flags = if data.is_some() {
+            OpFlags::REMOTE_CQ_DATA
+        } else {
+            OpFlags::empty()
+        };
+        // SAFETY: data up to the inject size is staged (copied) before the
+        // call returns.
+        unsafe { self.rma(&msg, flags, true, false) }
+    }
+
+    unsafe fn readmsg(&self, msg: &RmaMsg<'_>, flags: OpFlags) -> Result<()> {
+        let (_, b) = self.engine()?;
+        // SAFETY: forwarded under the caller's guarantees.
+        unsafe { self.rma(msg, flags, false, Self::report(b, flags)) }
+    }
+
+    unsafe fn writemsg(&self, msg: &RmaMsg<'_>, flags: OpFlags) -> Result<()> {
+        let (_, b) = self.engine()?;
+        // SAFETY: forwarded under the caller's guarantees.
+        unsafe { self.rma(msg, flags, true, Self::report(b, flags)) }
+    }
+}
+
+impl RdmEndpoint {
+    /// # Safety
+    ///
+    /// As [`RmaOps::writemsg`] / [`RmaOps::readmsg`].
+    unsafe fn rma(
+        &self,
+        msg: &RmaMsg<'_>,
+        flags: OpFlags,
+        write: bool,
+        report: bool,
+    ) -> Result<()> {
+        let (e, _) = self.engine()?;
+        let [remote] = msg.rma_iov else {
+            return Err(Error::inval(format!(
+                "verbs: {} remote ranges; rma_iov_limit is 1",
+                msg.rma_iov.len()
+            )));
+        };
+        let key = rkey(remote.key)?;
+        let len = iov_len(msg.iov)?;
+        let imm = if write && flags.contains(OpFlags::REMOTE_CQ_DATA) {
+            Some(super::imm(msg.data)?)
+        } else {
+            None
+        };
+        let mut st = lock(&e.state);
+        if st.tx_free.is_empty() {
+            e.progress_locked(&mut st, false)?;
+        }
+        // SAFETY: forwarded under the caller's guarantees.
+        let (sge, mr, stage, copy_back) =
+            unsafe { e.rma_local(&mut st, msg.iov, msg.desc, write)? };
+        let op = RmaOp {
+            context: msg.context,
+            flags: CompletionFlags::RMA
+                | if write {
+                    CompletionFlags::WRITE
+                } else {
+                    CompletionFlags::READ
+                },
+            len,
+            report,
+            _mr: mr,
+            copy_back,
+            stage,
+        };
+        let wr = RmaWr {
+            opcode: match (write, imm) {
+                (false, _) => ibv_wr_opcode::IBV_WR_RDMA_READ,
+                (true, None) => ibv_wr_opcode::IBV_WR_RDMA_WRITE,
+                (true, Some(_)) => ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM,
+            },
+            remote_addr: remote.addr,
+            rkey: key,
+            compare_add: 0,
+            swap: 0,
+            imm,
+            sge,
+        };
+        e.post_rma(&mut st, msg.addr, op, wr)
+    }
+}
+
+impl AtomicOps for RdmEndpoint {
+    fn atomic_valid(
+        &self,
+        datatype: Datatype,
+        op: AtomicOp,
+        fetch: bool,
+        compare: bool,
+    ) -> Result<usize> {
+        if self.inner.domain.limits.atomics && atomic_ok(datatype, op, fetch, compare) {
+            Ok(1)
+        } else {
+            Err(Error::new(
+                ErrorKind::OpNotSupp,
+                format!("verbs: atomic {op} on {datatype} is not supported"),
+            ))
+        }
+    }
+
+    unsafe fn atomicmsg(&self, msg: &AtomicMsg<'_>, flags: OpFlags) -> Result<()> {
+        let (e, b) = self.engine()?;
+        let fetch = !msg.result.is_empty();
+        let compare = !msg.compare.is_empty();
+        self.atomic_valid(msg.datatype, msg.op, fetch, compare)?;
+        let [remote] = msg.rma_iov else {
+            return Err(Error::inval("verbs: a verbs atomic has one remote range"));
+        };
+        if remote.len != 1 || remote.addr % 8 != 0 {
+            return Err(Error::inval(
+                "verbs: a verbs atomic updates one 8-byte aligned element",
+            ));
+        }
+        let key = rkey(remote.key)?;
+        let read8 = |what: &str, iov: &[IoVec]| -> Result<u64> {
+            match iov {
+                // SAFETY: the caller guarantees the operand is readable.
+                [p] if p.len == 8 => Ok(unsafe { std::ptr::read_unaligned(p.addr.cast::<u64>()) }),
+                _ => Err(Error::inval(format!(
+                    "verbs: the {what} of a verbs atomic is one 8-byte element"
+                ))),
+            }
+        };
+        let operand = if msg.op == AtomicOp::AtomicRead {
+            0
+        } else {
+            read8("operand", msg.iov)?
+        };
+        let cmp = if compare {
+            read8("compare value", msg.compare)?
+        } else {
+            0
+        };
+        let result = match (fetch, msg.result) {
+            (false, _) => None,
+            (true, [p]) if p.len >= 8 => Some(p.addr as usize),
+            _ => {
+                return Err(Error::inval(
+                    "verbs: the result of a verbs atomic is one 8-byte element",
+                ));
+            }
+        };
+        let mut st = lock(&e.state);
+        if st.tx_free.is_empty() {
+            e.progress_locked(&mut st, false)?;
+        }
+        let Some(slot) = st.tx_free.pop() else {
+            return Err(again("verbs: every send buffer is in use"));
+        };
+        st.tx[slot].kind = TxKind::Stage;
+        let op = RmaOp {
+            context: msg.context,
+            flags: CompletionFlags::ATOMIC
+                | if fetch {
+                    CompletionFlags::READ
+                } else {
+                    CompletionFlags::WRITE
+                },
+            len: 8,
+            report: Self::report(b, flags),
+            _mr: None,
+            copy_back: result.map(|r| (slot, r, 8)),
+            stage: Some(slot),
+        };
+        let sge = ibv_sge {
+            addr: e.tx_pool.buf(slot) as u64,
+            length: 8,
+            lkey: e.tx_pool.lkey(),
+        };
+        let swap = msg.op == AtomicOp::Cswap;
+        let wr = RmaWr {
+            opcode: if swap {
+                ibv_wr_opcode::IBV_WR_ATOMIC_CMP_AND_SWP
+            } else {
+                ibv_wr_opcode::IBV_WR_ATOMIC_FETCH_AND_ADD
+            },
+            remote_addr: remote.addr,
+            rkey: key,
+            compare_add: if swap { cmp } else { operand },
+            swap: if swap { operand } else { 0 },
+            imm: None,
+            sge,
+        };
+        e.post_rma(&mut st, msg.addr, op, wr)
+    }
+}
+
+impl CmOps for RdmEndpoint {
+    fn getname(&self) -> Result<Address> {
+        Ok(Address::from(self.inner.name))
+    }
+
+    fn getpeer(&self) -> Result<Address> {
+        Err(Error::new(
+            ErrorKind::OpNotSupp,
+            "verbs: RDM endpoints have no single peer",
+        ))
+    }
+}
+
+impl Endpoint for RdmEndpoint {
+    fn info(&self) -> &Info {
+        &self.inner.info
+    }
+
+    fn bind(&self, what: Bind<'_>) -> Result<()> {
+        if self.inner.binds.get().is_some() {
+            return Err(Error::new(ErrorKind::OpBadState, "bind after enable"));
+        }
+        lock(&self.inner.pending).bind(what, false)
+    }
+
+    fn enable(&self) -> Result<()> {
+        if self.inner.binds.get().is_some() {
+            return Ok(());
+        }
+        let b = lock(&self.inner.pending).clone();
+        if b.tx_cq.is_none() || b.rx_cq.is_none() {
+            return Err(Error::new(
+                ErrorKind::NoCq,
+                "verbs: an RDM endpoint needs transmit and receive CQs",
+            ));
+        }
+        let me: Arc<dyn Progress> = self.inner.clone();
+        for cq in [&b.tx_cq, &b.rx_cq].into_iter().flatten() {
+            cq.add_engine(Arc::downgrade(&me));
+        }
+        let _ = self.inner.binds.set(b);
+        Ok(())
+    }
+
+    fn cancel(&self, context: u64) -> Result<()> {
+        let mut st = lock(&self.inner.state);
+        let found = st
+            .msg
+            .cancel(|r| r.context == context)
+            .or_else(|| st.tagged.cancel(|r| r.context == context));
+        drop(st);
+        match found {
+            Some(p) => {
+                self.inner.push_rx_err(CqErrEntry {
+                    entry: CqEntry {
+                        context,
+                        flags: recv_flags(p.recv.tagged),
+                        ..CqEntry::default()
+                    },
+                    olen: 0,
+                    err: ErrorKind::Canceled,
+                    prov_errno: 0,
+                    err_text: "verbs: the receive was cancelled".into(),
+                    src_addr: None,
+                });
+                Ok(())
+            }
+            None => Err(Error::new(
+                ErrorKind::NoEnt,
+                "verbs: no posted receive has this context",
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_round_trip_and_bad_ones_are_refused() {
+        let h = Hdr {
+            op: OP_TAGGED,
+            flags: F_DATA,
+            tag: 7,
+            data: 9,
+            len: 100,
+            ..Hdr::default()
+        };
+        assert_eq!(Hdr::decode(&h.encode()), Some(h));
+        let rts = Hdr {
+            op: OP_MSG_RTS,
+            len: 1 << 20,
+            id: 3,
+            addr: 0x1000,
+            rkey: 42,
+            ..Hdr::default()
+        };
+        assert_eq!(Hdr::decode(&rts.encode()), Some(rts));
+        let mut b = h.encode();
+        b[0] = 99;
+        assert_eq!(Hdr::decode(&b), None);
+        let mut b = h.encode();
+        b[3] = 1;
+        assert_eq!(Hdr::decode(&b), None);
+        assert_eq!(Hdr::decode(&b[..10]), None);
+        let big = Hdr {
+            len: EAGER_MAX as u64 + 1,
+            ..h
+        };
+        assert_eq!(Hdr::decode(&big.encode()), None);
+        let small_rts = Hdr { len: 10, ..rts };
+        assert_eq!(Hdr::decode(&small_rts.encode()), None);
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for a in ["10.99.0.1:7000", "[2001:db8::1]:1"] {
+            let a: SocketAddr = a.parse().unwrap();
+            assert_eq!(decode_name(&encode_name(&a)), Some(a));
+        }
+        assert_eq!(decode_name(&[4, 1]), None);
+        assert_eq!(decode_name(&[]), None);
+    }
+
+    #[test]
+    fn slab_reuses_indices() {
+        let mut s = Slab::new();
+        let a = s.insert(1);
+        let b = s.insert(2);
+        assert_eq!(s.remove(a), Some(1));
+        assert_eq!(s.insert(3), a);
+        assert_eq!(s.get(b), Some(&2));
+        assert_eq!(s.remove(99), None);
+    }
+}

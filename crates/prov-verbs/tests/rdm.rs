@@ -1,0 +1,528 @@
+//! RDM endpoints on a real RDMA device: the tcp / shm RDM semantics over
+//! RC connections made on demand. Skips without a device (see `common`).
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::field_reassign_with_default,
+    clippy::result_large_err
+)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use fabric_core::objects::Provider;
+use fabric_core::objects::{
+    AddressVector, AtomicMsg, AtomicOp, AvAttr, Bind, CompletionFlags, CompletionQueue, CqEntry,
+    Datatype, Domain, Endpoint, Fabric, FiAddr, IoVec, Msg, RmaIov, RmaMsg,
+};
+use fabric_core::*;
+use prov_verbs::VerbsProvider;
+
+/// Hints of an application written for tcp: no FI_MR_LOCAL.
+fn rdm_hints() -> Info {
+    let mut h = Info::default();
+    h.caps =
+        Caps::MSG | Caps::TAGGED | Caps::RMA | Caps::ATOMIC | Caps::DIRECTED_RECV | Caps::SOURCE;
+    h.addr_format = AddrFormat::SockaddrIn;
+    h
+}
+
+struct Ep {
+    ep: Box<dyn Endpoint>,
+    cq: Box<dyn CompletionQueue>,
+}
+
+struct World {
+    a: Ep,
+    b: Ep,
+    /// b as seen by a, a as seen by b.
+    to_b: FiAddr,
+    to_a: FiAddr,
+    av: Box<dyn AddressVector>,
+    domain: Box<dyn Domain>,
+    _fabric: Box<dyn Fabric>,
+}
+
+fn open_ep(domain: &dyn Domain, info: &Info, av: &dyn AddressVector) -> Ep {
+    let cq = domain.cq(&cq_attr()).unwrap();
+    let ep = domain.endpoint(info).unwrap();
+    ep.bind(Bind::Cq {
+        cq: cq.as_ref(),
+        transmit: true,
+        recv: true,
+        selective: false,
+    })
+    .unwrap();
+    ep.bind(Bind::Av(av)).unwrap();
+    ep.enable().unwrap();
+    Ep { ep, cq }
+}
+
+fn world() -> Option<World> {
+    let info = entries(EpType::Rdm, rdm_hints())?
+        .into_iter()
+        .next()
+        .unwrap();
+    assert!(!info.domain_attr.mr_mode.contains(MrMode::LOCAL));
+    let fabric = VerbsProvider.fabric(&info.fabric_attr).unwrap();
+    let domain = fabric.domain(&info).unwrap();
+    let av = domain.av(&AvAttr::default()).unwrap();
+    let a = open_ep(domain.as_ref(), &info, av.as_ref());
+    let b = open_ep(domain.as_ref(), &info, av.as_ref());
+    let mut out = [FiAddr(0); 2];
+    let names = [a.ep.getname().unwrap(), b.ep.getname().unwrap()];
+    assert_ne!(names[0], names[1]);
+    assert_eq!(av.insert(&names, &mut out).unwrap(), 2);
+    Some(World {
+        a,
+        b,
+        to_a: out[0],
+        to_b: out[1],
+        av,
+        domain,
+        _fabric: fabric,
+    })
+}
+
+impl World {
+    /// Drives both endpoints' progress (reading nothing).
+    fn spin(&self) {
+        let _ = self.a.cq.read(&mut []);
+        let _ = self.b.cq.read(&mut []);
+    }
+
+    /// Retries an operation while it says Again, progressing both sides.
+    fn retry(&self, mut op: impl FnMut() -> Result<()>) {
+        let deadline = Instant::now() + T;
+        loop {
+            match op() {
+                Ok(()) => return,
+                Err(e) if e.kind() == ErrorKind::Again => self.spin(),
+                Err(e) => panic!("operation failed: {e:?}"),
+            }
+            assert!(Instant::now() < deadline, "still Again after {T:?}");
+        }
+    }
+
+    /// Waits for one completion on `cq` while progressing both.
+    fn wait(
+        &self,
+        cq: &dyn CompletionQueue,
+    ) -> std::result::Result<(CqEntry, FiAddr), fabric_core::objects::CqErrEntry> {
+        let deadline = Instant::now() + T;
+        let mut out = [CqEntry::default(); 1];
+        let mut src = [FiAddr(0); 1];
+        loop {
+            match cq.readfrom(&mut out, &mut src) {
+                Ok(1) => return Ok((out[0], src[0])),
+                Ok(_) => {}
+                Err(e) if e.kind() == ErrorKind::Avail => return Err(cq.readerr().unwrap()),
+                Err(e) if e.kind() == ErrorKind::Again => self.spin(),
+                Err(e) => panic!("CQ read failed: {e:?}"),
+            }
+            assert!(Instant::now() < deadline, "no completion within {T:?}");
+        }
+    }
+}
+
+fn iov(b: &mut [u8]) -> [IoVec; 1] {
+    [IoVec {
+        addr: b.as_mut_ptr(),
+        len: b.len(),
+    }]
+}
+
+fn m<'a>(iov: &'a [IoVec], addr: FiAddr, tag: u64, ignore: u64, context: u64) -> Msg<'a> {
+    Msg {
+        iov,
+        desc: &[],
+        addr,
+        tag,
+        ignore,
+        context,
+        data: 0,
+    }
+}
+
+#[test]
+fn messages_tags_and_sources() {
+    let Some(w) = world() else { return };
+    // Expected message: receive first.
+    let mut rbuf = vec![0u8; 64];
+    let riov = iov(&mut rbuf);
+    // SAFETY: buffers outlive their completions.
+    unsafe {
+        w.b.ep
+            .recvmsg(&m(&riov, FiAddr::UNSPEC, 0, 0, 1), OpFlags::empty())
+    }
+    .unwrap();
+    let mut sbuf = *b"hello over verbs";
+    let siov = iov(&mut sbuf);
+    // SAFETY: the test keeps the buffers alive until their completions.
+    w.retry(|| unsafe { w.a.ep.sendmsg(&m(&siov, w.to_b, 0, 0, 2), OpFlags::empty()) });
+    let (s, _) = w.wait(w.a.cq.as_ref()).unwrap();
+    assert_eq!(s.context, 2);
+    assert!(
+        s.flags
+            .contains(CompletionFlags::SEND | CompletionFlags::MSG)
+    );
+    let (r, src) = w.wait(w.b.cq.as_ref()).unwrap();
+    assert_eq!((r.context, r.len), (1, 16));
+    assert_eq!(&rbuf[..16], b"hello over verbs");
+    assert_eq!(src, w.to_a, "FI_SOURCE: the sender's AV handle");
+
+    // Tagged, unexpected (sent before the receive), with ignore bits.
+    let mut t = *b"tagged!";
+    let tiov = iov(&mut t);
+    // SAFETY: the test keeps the buffers alive until their completions.
+    w.retry(|| unsafe {
+        w.a.ep
+            .tsendmsg(&m(&tiov, w.to_b, 0x1234, 0, 3), OpFlags::empty())
+    });
+    w.wait(w.a.cq.as_ref()).unwrap();
+    // Let it arrive unexpected.
+    for _ in 0..50 {
+        w.spin();
+    }
+    let mut tr = vec![0u8; 32];
+    let triov = iov(&mut tr);
+    // A receive for another tag does not take it.
+    // SAFETY: the test keeps the buffers alive until their completions.
+    unsafe {
+        w.b.ep
+            .trecvmsg(&m(&triov, FiAddr::UNSPEC, 0x9999, 0, 4), OpFlags::empty())
+    }
+    .unwrap();
+    let mut tr2 = vec![0u8; 32];
+    let triov2 = iov(&mut tr2);
+    // SAFETY: the test keeps the buffers alive until their completions.
+    unsafe {
+        w.b.ep.trecvmsg(
+            &m(&triov2, FiAddr::UNSPEC, 0x1200, 0xff, 5),
+            OpFlags::empty(),
+        )
+    }
+    .unwrap();
+    let (r, _) = w.wait(w.b.cq.as_ref()).unwrap();
+    assert_eq!((r.context, r.tag, r.len), (5, 0x1234, 7));
+    assert!(
+        r.flags
+            .contains(CompletionFlags::TAGGED | CompletionFlags::RECV)
+    );
+    assert_eq!(&tr2[..7], b"tagged!");
+    // Cancel the other one.
+    w.b.ep.cancel(4).unwrap();
+    let e = w.wait(w.b.cq.as_ref()).unwrap_err();
+    assert_eq!((e.entry.context, e.err), (4, ErrorKind::Canceled));
+
+    // Remote CQ data and inject, b -> a (b connects to a now).
+    let mut ra = vec![0u8; 16];
+    let raiov = iov(&mut ra);
+    // SAFETY: the test keeps the buffers alive until their completions.
+    unsafe {
+        w.a.ep
+            .recvmsg(&m(&raiov, FiAddr::UNSPEC, 0, 0, 6), OpFlags::empty())
+    }
+    .unwrap();
+    w.retry(|| w.b.ep.inject(b"inj", w.to_a, Some(0xabc)));
+    let (r, src) = w.wait(w.a.cq.as_ref()).unwrap();
+    assert_eq!((r.context, r.len, r.data), (6, 3, 0xabc));
+    assert!(r.flags.contains(CompletionFlags::REMOTE_CQ_DATA));
+    assert_eq!(src, w.to_b);
+
+    // Directed receive: a receive for messages from a only.
+    let mut d = vec![0u8; 8];
+    let diov = iov(&mut d);
+    // SAFETY: the test keeps the buffers alive until their completions.
+    unsafe {
+        w.a.ep
+            .trecvmsg(&m(&diov, w.to_b, 7, 0, 8), OpFlags::empty())
+    }
+    .unwrap();
+    w.retry(|| w.b.ep.tinject(b"direct", w.to_a, 7, None));
+    let (r, _) = w.wait(w.a.cq.as_ref()).unwrap();
+    assert_eq!((r.context, r.len), (8, 6));
+
+    // Truncation: 16 bytes into 4.
+    let mut small = vec![0u8; 4];
+    let smiov = iov(&mut small);
+    // SAFETY: the test keeps the buffers alive until their completions.
+    unsafe {
+        w.b.ep
+            .recvmsg(&m(&smiov, FiAddr::UNSPEC, 0, 0, 9), OpFlags::empty())
+    }
+    .unwrap();
+    // SAFETY: the test keeps the buffers alive until their completions.
+    w.retry(|| unsafe {
+        w.a.ep
+            .sendmsg(&m(&siov, w.to_b, 0, 0, 10), OpFlags::empty())
+    });
+    w.wait(w.a.cq.as_ref()).unwrap();
+    let e = w.wait(w.b.cq.as_ref()).unwrap_err();
+    assert_eq!((e.entry.context, e.err, e.olen), (9, ErrorKind::Trunc, 12));
+    assert_eq!(&small, b"hell");
+}
+
+#[test]
+fn large_messages_use_rendezvous() {
+    let Some(w) = world() else { return };
+    let n = 1 << 20;
+    let mut big: Vec<u8> = (0..n).map(|i| (i * 31 % 251) as u8).collect();
+    let biov = iov(&mut big);
+    // Expected.
+    let mut r1 = vec![0u8; n];
+    let r1iov = iov(&mut r1);
+    // SAFETY: buffers outlive their completions.
+    unsafe {
+        w.b.ep
+            .trecvmsg(&m(&r1iov, FiAddr::UNSPEC, 1, 0, 1), OpFlags::empty())
+    }
+    .unwrap();
+    // SAFETY: the test keeps the buffers alive until their completions.
+    w.retry(|| unsafe {
+        w.a.ep
+            .tsendmsg(&m(&biov, w.to_b, 1, 0, 2), OpFlags::empty())
+    });
+    let (r, src) = w.wait(w.b.cq.as_ref()).unwrap();
+    assert_eq!((r.context, r.len, r.tag), (1, n, 1));
+    assert_eq!(src, w.to_a);
+    let (s, _) = w.wait(w.a.cq.as_ref()).unwrap();
+    assert_eq!((s.context, s.len), (2, n));
+    assert!(r1 == big, "rendezvous data differs");
+
+    // Unexpected, into two pieces.
+    // SAFETY: the test keeps the buffers alive until their completions.
+    w.retry(|| unsafe {
+        w.a.ep
+            .tsendmsg(&m(&biov, w.to_b, 2, 0, 3), OpFlags::empty())
+    });
+    for _ in 0..50 {
+        w.spin();
+    }
+    let mut h1 = vec![0u8; n / 2];
+    let mut h2 = vec![0u8; n / 2];
+    let two = [
+        IoVec {
+            addr: h1.as_mut_ptr(),
+            len: n / 2,
+        },
+        IoVec {
+            addr: h2.as_mut_ptr(),
+            len: n / 2,
+        },
+    ];
+    // SAFETY: the test keeps the buffers alive until their completions.
+    unsafe {
+        w.b.ep
+            .trecvmsg(&m(&two, FiAddr::UNSPEC, 2, 0, 4), OpFlags::empty())
+    }
+    .unwrap();
+    let (r, _) = w.wait(w.b.cq.as_ref()).unwrap();
+    assert_eq!((r.context, r.len), (4, n));
+    let (s, _) = w.wait(w.a.cq.as_ref()).unwrap();
+    assert_eq!(s.context, 3);
+    assert!(h1[..] == big[..n / 2] && h2[..] == big[n / 2..]);
+}
+
+#[test]
+fn rma_and_atomics_without_local_registration() {
+    let Some(w) = world() else { return };
+    let target = Buf::new(w.domain.as_ref(), 1 << 16);
+    let mut local: Vec<u8> = (0..1 << 16).map(|i| (i % 253) as u8).collect();
+    let liov = iov(&mut local);
+    let remote = [RmaIov {
+        addr: target.addr(),
+        len: 1 << 16,
+        key: target.mr.key(),
+    }];
+    let wmsg = RmaMsg {
+        iov: &liov,
+        desc: &[],
+        addr: w.to_b,
+        rma_iov: &remote,
+        context: 1,
+        data: 0,
+    };
+    // SAFETY: buffers outlive their completions.
+    w.retry(|| unsafe { w.a.ep.writemsg(&wmsg, OpFlags::empty()) });
+    let (c, _) = w.wait(w.a.cq.as_ref()).unwrap();
+    assert_eq!(c.context, 1);
+    assert!(target.mem == local);
+    let mut back = vec![0u8; 100];
+    let biov = iov(&mut back);
+    let remote100 = [RmaIov {
+        len: 100,
+        ..remote[0]
+    }];
+    let rmsg = RmaMsg {
+        iov: &biov,
+        rma_iov: &remote100,
+        context: 2,
+        ..wmsg
+    };
+    // SAFETY: the test keeps the buffers alive until their completions.
+    w.retry(|| unsafe { w.a.ep.readmsg(&rmsg, OpFlags::empty()) });
+    let (c, _) = w.wait(w.a.cq.as_ref()).unwrap();
+    assert_eq!(c.context, 2);
+    assert_eq!(back[..], local[..100]);
+
+    // Writedata: reported at the target without a posted receive.
+    let mut word = 7u64.to_ne_bytes();
+    let wiov = iov(&mut word);
+    let remote8 = [RmaIov {
+        len: 8,
+        ..remote[0]
+    }];
+    let dmsg = RmaMsg {
+        iov: &wiov,
+        rma_iov: &remote8,
+        context: 3,
+        data: 0x77,
+        ..wmsg
+    };
+    // SAFETY: the test keeps the buffers alive until their completions.
+    w.retry(|| unsafe { w.a.ep.writemsg(&dmsg, OpFlags::REMOTE_CQ_DATA) });
+    w.wait(w.a.cq.as_ref()).unwrap();
+    let (r, _) = w.wait(w.b.cq.as_ref()).unwrap();
+    assert_eq!(r.data, 0x77);
+    assert!(
+        r.flags
+            .contains(CompletionFlags::REMOTE_WRITE | CompletionFlags::REMOTE_CQ_DATA)
+    );
+
+    // Fetch-add on the first word (now 7).
+    let mut op = 3u64;
+    let mut res = 0u64;
+    let opiov = [IoVec {
+        addr: (&raw mut op).cast(),
+        len: 8,
+    }];
+    let resiov = [IoVec {
+        addr: (&raw mut res).cast(),
+        len: 8,
+    }];
+    let remote1 = [RmaIov {
+        len: 1,
+        ..remote[0]
+    }];
+    let am = AtomicMsg {
+        iov: &opiov,
+        desc: &[],
+        addr: w.to_b,
+        rma_iov: &remote1,
+        datatype: Datatype::Uint64,
+        op: AtomicOp::Sum,
+        result: &resiov,
+        compare: &[],
+        context: 4,
+        data: 0,
+    };
+    // SAFETY: the test keeps the buffers alive until their completions.
+    w.retry(|| unsafe { w.a.ep.atomicmsg(&am, OpFlags::empty()) });
+    w.wait(w.a.cq.as_ref()).unwrap();
+    assert_eq!(res, 7);
+    assert_eq!(u64::from_ne_bytes(target.mem[..8].try_into().unwrap()), 10);
+
+    // A bad key fails with an access error; nothing changes.
+    let bad = [RmaIov {
+        key: remote[0].key ^ 0x77,
+        ..remote[0]
+    }];
+    let before = target.mem.clone();
+    let bmsg = RmaMsg {
+        rma_iov: &bad,
+        context: 5,
+        ..wmsg
+    };
+    // SAFETY: the test keeps the buffers alive until their completions.
+    w.retry(|| unsafe { w.a.ep.writemsg(&bmsg, OpFlags::empty()) });
+    let e = w.wait(w.a.cq.as_ref()).unwrap_err();
+    assert_eq!((e.entry.context, e.err), (5, ErrorKind::Access));
+    assert!(target.mem == before);
+}
+
+#[test]
+fn a_peer_that_disappears_fails_cleanly() {
+    let Some(w) = world() else { return };
+    let mut s = *b"ping";
+    let siov = iov(&mut s);
+    let mut r = vec![0u8; 8];
+    let riov = iov(&mut r);
+    // SAFETY: buffers outlive their completions.
+    unsafe {
+        w.b.ep
+            .recvmsg(&m(&riov, FiAddr::UNSPEC, 0, 0, 1), OpFlags::empty())
+    }
+    .unwrap();
+    // SAFETY: the test keeps the buffers alive until their completions.
+    w.retry(|| unsafe { w.a.ep.sendmsg(&m(&siov, w.to_b, 0, 0, 2), OpFlags::empty()) });
+    w.wait(w.a.cq.as_ref()).unwrap();
+    w.wait(w.b.cq.as_ref()).unwrap();
+    let World { a, b, to_b, av, .. } = w;
+    drop(b);
+    // Sends to the vanished peer end in an error: a failed completion, or
+    // a refused reconnection; never a hang or a panic.
+    let deadline = Instant::now() + T;
+    let mut seen_error = false;
+    let mut out = [CqEntry::default(); 4];
+    while Instant::now() < deadline && !seen_error {
+        // SAFETY: the test keeps the buffers alive until their completions.
+        match unsafe { a.ep.sendmsg(&m(&siov, to_b, 0, 0, 3), OpFlags::empty()) } {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::Again => {}
+            Err(e) => {
+                eprintln!("send refused: {e:?}");
+                seen_error = true;
+            }
+        }
+        match a.cq.read(&mut out) {
+            Err(e) if e.kind() == ErrorKind::Avail => {
+                let e = a.cq.readerr().unwrap();
+                eprintln!("error completion: {e:?}");
+                seen_error = true;
+            }
+            _ => {}
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(seen_error, "no error within {T:?} after the peer went away");
+    drop(av);
+}
+
+/// Blocking reads (`sread`) on both sides of a rendezvous: the receiver
+/// sleeps until the announcement, its RDMA read and completion; the
+/// sender until the FIN. Regression: a wake-up lost between a CQ event and
+/// the work it leads to left one side asleep.
+#[test]
+fn blocking_reads_wake_through_a_rendezvous() {
+    let Some(w) = world() else { return };
+    let n = 256 << 10;
+    let World { a, b, to_b, .. } = &w;
+    std::thread::scope(|s| {
+        let rx = s.spawn(|| {
+            let mut r = vec![0u8; n];
+            let riov = iov(&mut r);
+            // SAFETY: the buffer outlives the receive, completed below.
+            unsafe {
+                b.ep.trecvmsg(&m(&riov, FiAddr::UNSPEC, 5, 0, 1), OpFlags::empty())
+            }
+            .unwrap();
+            let mut out = [CqEntry::default(); 1];
+            let got = b.cq.sread(&mut out, Some(T)).unwrap();
+            assert_eq!((got, out[0].context, out[0].len), (1, 1, n));
+            r
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        let mut data: Vec<u8> = (0..n).map(|i| (i % 241) as u8).collect();
+        let diov = iov(&mut data);
+        // SAFETY: the buffer outlives the send, completed below.
+        unsafe { a.ep.tsendmsg(&m(&diov, *to_b, 5, 0, 2), OpFlags::empty()) }.unwrap();
+        let mut out = [CqEntry::default(); 1];
+        assert_eq!(a.cq.sread(&mut out, Some(T)).unwrap(), 1);
+        assert_eq!(out[0].context, 2);
+        let r = rx.join().unwrap();
+        assert!(r == data);
+    });
+}
