@@ -1,13 +1,19 @@
 //! Project automation, run as `cargo xtask <task>`.
 //!
 //! - `ci`: the README's test command and what `.ci/run` calls: setup, the
-//!   feature matrix, fmt, clippy, tests, docs, cargo-deny when installed.
+//!   feature matrix, fmt, clippy, tests, docs, cargo-deny when installed,
+//!   and last the verbs tests on soft-RoCE (`rxe`).
 //!   Each step prints its name and duration; the first failure stops the
 //!   run with a non-zero exit status.
+//! - `rxe`: the soft-RoCE test rig (see `rxe.rs`).
 //! - `bench`: `fabric pingpong` against libfabric's `fi_pingpong` and the
 //!   floors, written to BENCHMARKS.md (see `bench.rs`).
+//! - `gen-bindings`: regenerates fabric-sys's committed rdma-core bindings
+//!   from the system's headers (bindgen, through the crate's `bindgen`
+//!   feature).
 
 mod bench;
+mod rxe;
 
 use std::process::{Command, ExitCode};
 use std::time::Instant;
@@ -16,16 +22,47 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("ci") => ci(),
+        Some("rxe") => rxe::main(&args[1..]),
         Some("bench") => bench::main(&args[1..]),
+        Some("gen-bindings") => gen_bindings(),
         Some("-h" | "--help" | "help") | None => {
             println!(
-                "usage: cargo xtask <task>\n\ntasks:\n  ci    the full test run (what .ci/run calls)"
+                "usage: cargo xtask <task>\n\ntasks:\n  ci      the full test run (what .ci/run calls)\n  rxe     run the verbs tests on soft-RoCE (rxe) inside QEMU\n  bench   fabric pingpong against fi_pingpong and the floors, to BENCHMARKS.md\n  gen-bindings  regenerate crates/fabric-sys/src/gen/ from the system's rdma-core headers"
             );
             ExitCode::SUCCESS
         }
         Some(other) => {
             eprintln!("xtask: unknown task `{other}` (try `cargo xtask help`)");
             ExitCode::from(2)
+        }
+    }
+}
+
+/// Regenerates `crates/fabric-sys/src/gen/rdma_core_x86_64.rs`: builds
+/// fabric-sys with its `bindgen` feature, whose build script writes the
+/// generated text to the file `FABRIC_SYS_BINDINGS_OUT` names.
+fn gen_bindings() -> ExitCode {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_default();
+    let out = root.join("crates/fabric-sys/src/gen/rdma_core_x86_64.rs");
+    let mut s = step(
+        "gen-bindings",
+        "cargo build --quiet -p fabric-sys --features bindgen",
+    );
+    s.env
+        .push(("FABRIC_SYS_BINDINGS_OUT".into(), out.display().to_string()));
+    match run(&s) {
+        Ok(()) => {
+            println!("wrote {}", out.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!(
+                "xtask gen-bindings: {e} (needs libibverbs-dev, librdmacm-dev, libclang-dev, pkg-config)"
+            );
+            ExitCode::FAILURE
         }
     }
 }
@@ -77,7 +114,9 @@ fn have(program: &str, args: &[&str]) -> bool {
 /// Debian packages the tests use: libfabric's headers (C ABI layout tests),
 /// its tools (`fi_info`, `fi_pingpong` to compare against), valgrind (leak
 /// checks of the C interface), gcc and binutils (C test programs,
-/// `objdump` for the exported symbol versions).
+/// `objdump` for the exported symbol versions); rdma-core's headers and
+/// libclang for the `verbs` feature's `bindgen` build (`--all-features`).
+/// The rxe rig's own packages are in [`rxe::PACKAGES`].
 const APT_PACKAGES: &[&str] = &[
     "libfabric-dev",
     "libfabric-bin",
@@ -85,10 +124,14 @@ const APT_PACKAGES: &[&str] = &[
     "pkg-config",
     "gcc",
     "binutils",
+    "libibverbs-dev",
+    "librdmacm-dev",
+    "libclang-dev",
 ];
 
-fn missing_packages() -> Vec<&'static str> {
-    APT_PACKAGES
+/// The packages of `wanted` that dpkg does not list as installed.
+pub(crate) fn missing_packages<'a>(wanted: &[&'a str]) -> Vec<&'a str> {
+    wanted
         .iter()
         .copied()
         .filter(|p| {
@@ -100,7 +143,7 @@ fn missing_packages() -> Vec<&'static str> {
         .collect()
 }
 
-fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()
@@ -110,7 +153,8 @@ fn is_root() -> bool {
 fn ci() -> ExitCode {
     let total = Instant::now();
     let mut steps = Vec::new();
-    let missing = missing_packages();
+    let wanted: Vec<&str> = APT_PACKAGES.iter().chain(rxe::PACKAGES).copied().collect();
+    let missing = missing_packages(&wanted);
     if !missing.is_empty() {
         if is_root() {
             steps.push(step("setup: apt-get update", "apt-get update -qq"));
@@ -124,7 +168,7 @@ fn ci() -> ExitCode {
             steps.push(s);
         } else {
             println!(
-                "--- setup: not root, so not installing {}; run `sudo apt-get install {}` (tests that need them say they skip)",
+                "--- setup: not root, so not installing {}; run `sudo apt-get install --no-install-recommends {}` (tests that need them say they skip)",
                 missing.join(" "),
                 missing.join(" ")
             );
@@ -188,7 +232,25 @@ fn ci() -> ExitCode {
             "--- deny: skipped (cargo-deny is not installed; `cargo install cargo-deny` to run it)"
         );
     }
-    println!("--- rxe: skipped (the soft-RoCE rig lands with the verbs provider, issue #6)");
+    // Last: the verbs tests inside a QEMU guest with soft-RoCE devices.
+    let rxe_missing = missing_packages(rxe::PACKAGES);
+    if rxe_missing.is_empty() || is_root() {
+        match std::env::current_exe() {
+            Ok(me) => steps.push(Step {
+                name: "rxe: verbs tests on soft-RoCE in QEMU".into(),
+                program: me.display().to_string(),
+                args: vec!["rxe".into()],
+                env: Vec::new(),
+            }),
+            Err(e) => println!("--- rxe: skipped (cannot find the xtask binary: {e})"),
+        }
+    } else {
+        println!(
+            "--- rxe: skipped (not root and missing {}; run `sudo apt-get install --no-install-recommends {}`, then `cargo xtask rxe`)",
+            rxe_missing.join(" "),
+            rxe_missing.join(" ")
+        );
+    }
     for s in &steps {
         if let Err(e) = run(s) {
             eprintln!("xtask ci: {e}");

@@ -1,0 +1,814 @@
+//! `cargo xtask rxe [--keep] [--kvm] [--timeout SECS] [--features LIST]
+//! [-- TEST ARGS]`: the soft-RoCE (rxe) test rig.
+//!
+//! CI machines have neither an RDMA NIC nor rxe in their kernel, so the rig
+//! boots Debian's own kernel under QEMU (`../shared/notes/rxe-rig.md`):
+//!
+//! 1. installs the Debian packages it needs when root ([`PACKAGES`]);
+//! 2. fetches the kernel package and caches it under `target/rxe/kernel/`;
+//! 3. builds the verbs test binaries (`cargo test -p prov-verbs --no-run`)
+//!    and the `fabric` CLI with the verbs provider;
+//! 4. packs them, their shared libraries, busybox, rdma-core's tools and
+//!    the rxe modules into `target/rxe/initramfs.cpio.gz`;
+//! 5. boots it (TCG unless `--kvm`); the guest's `/init` creates two rxe
+//!    devices (`rxe0` on 10.99.0.1/24, `rxe1` on 10.99.1.1/24), checks them
+//!    with `ibv_devinfo` and `ibv_rc_pingpong`, runs `fabric info`, then
+//!    each test binary with TEST ARGS and `FABRIC_VERBS_REQUIRE_DEVICE=1`,
+//!    and prints one result line;
+//! 6. reads that line from the console (also saved to
+//!    `target/rxe/console.log`) and exits with it. A guest that does not
+//!    finish within the timeout is killed and counts as a failure.
+
+mod cpio;
+mod guest;
+mod kernel;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+/// Debian packages the rig uses on the host: QEMU, and what it copies into
+/// the guest. The kernel is fetched separately (`apt-get download`).
+pub(crate) const PACKAGES: &[&str] = &[
+    "qemu-system-x86",
+    "busybox-static",
+    "kmod",
+    "libibverbs1",
+    "ibverbs-providers",
+    "librdmacm1",
+    "iproute2",
+    "ibverbs-utils",
+];
+
+/// Kernel modules the guest loads (with their dependencies). Without
+/// `crc32_generic`, `rdma link add` fails: rxe cannot init crc32.
+const MODULES: &[&str] = &[
+    "crc32_generic",
+    "dummy",
+    "rdma_rxe",
+    "ib_uverbs",
+    "rdma_ucm",
+];
+
+/// rdma-core's tools the guest runs, from `ibverbs-utils` and `iproute2`.
+const TOOLS: &[&str] = &["ibv_devices", "ibv_devinfo", "ibv_rc_pingpong", "rdma"];
+
+/// Libraries the verbs provider opens at run time (`dlopen`), so `ldd`
+/// does not list them.
+const DLOPENED: &[&str] = &["libibverbs.so.1", "librdmacm.so.1"];
+
+const USAGE: &str = "usage: cargo xtask rxe [--keep] [--kvm] [--timeout SECS] [--features LIST] [--extra-test PATH]... [-- TEST ARGS]
+
+Runs the verbs provider's tests inside a QEMU guest with two soft-RoCE
+devices (rxe0 on 10.99.0.1/24, rxe1 on 10.99.1.1/24).
+
+  --keep            keep target/rxe/initramfs.cpio.gz for inspection
+  --kvm             use KVM instead of TCG (software emulation; the default)
+  --timeout SECS    kill a guest that has not finished by then (default 900)
+  --features LIST   features for `cargo test -p prov-verbs`
+  --extra-test PATH also run this test binary in the guest (checks the rig)
+  -- TEST ARGS      given to every test binary, e.g. `-- --test-threads=1 cq`";
+
+#[derive(Debug, PartialEq)]
+struct Options {
+    keep: bool,
+    kvm: bool,
+    timeout: Duration,
+    features: Option<String>,
+    extra_tests: Vec<PathBuf>,
+    test_args: Vec<String>,
+}
+
+/// `Ok(None)` asks for the usage text.
+fn parse_options(args: &[String]) -> Result<Option<Options>, String> {
+    let mut o = Options {
+        keep: false,
+        kvm: false,
+        timeout: Duration::from_secs(900),
+        features: None,
+        extra_tests: Vec::new(),
+        test_args: Vec::new(),
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--keep" => o.keep = true,
+            "--kvm" => o.kvm = true,
+            "--timeout" => {
+                let secs = it
+                    .next()
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .filter(|s| *s > 0)
+                    .ok_or("--timeout needs a number of seconds above 0")?;
+                o.timeout = Duration::from_secs(secs);
+            }
+            "--features" => {
+                o.features = Some(it.next().ok_or("--features needs a list")?.clone());
+            }
+            "--extra-test" => {
+                let path = it.next().ok_or("--extra-test needs a path")?;
+                o.extra_tests.push(PathBuf::from(path));
+            }
+            "-h" | "--help" => return Ok(None),
+            "--" => {
+                o.test_args = it.cloned().collect();
+                break;
+            }
+            other => return Err(format!("unknown argument `{other}`")),
+        }
+    }
+    Ok(Some(o))
+}
+
+/// Runs the rig.
+pub(crate) fn main(args: &[String]) -> ExitCode {
+    let o = match parse_options(args) {
+        Ok(Some(o)) => o,
+        Ok(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("xtask rxe: {e}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let start = Instant::now();
+    let result = run(&o);
+    let secs = start.elapsed().as_secs_f64();
+    match result {
+        Ok(()) => {
+            println!("xtask rxe: PASS in {secs:.1} s");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("xtask rxe: FAIL after {secs:.1} s: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(o: &Options) -> Result<(), String> {
+    ensure_packages()?;
+    let workspace = Workspace::find()?;
+    let dir = workspace.target.join("rxe");
+    fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let k = timed("kernel", || kernel::prepare(&dir, MODULES))?;
+    println!("rxe: kernel {} ({})", k.version, k.package);
+    let built = timed("build", || build(&workspace, o))?;
+    let marker = marker();
+    let initrd = dir.join("initramfs.cpio.gz");
+    timed("initramfs", || pack(&dir, &initrd, &k, &built, o, &marker))?;
+    let log = dir.join("console.log");
+    let outcome = timed("guest", || boot(&k.vmlinuz, &initrd, &log, o, &marker));
+    if o.keep {
+        println!("rxe: kept {}", initrd.display());
+    } else {
+        let _ = fs::remove_file(&initrd);
+    }
+    match outcome? {
+        Outcome::Pass => Ok(()),
+        Outcome::Fail => Err(format!(
+            "the guest reported a failure (console above, saved in {})",
+            log.display()
+        )),
+        Outcome::Silent => Err(guest_gave_no_result(
+            &log,
+            "the guest stopped without a result line",
+        )),
+        Outcome::TimedOut => Err(guest_gave_no_result(
+            &log,
+            &format!(
+                "the guest did not finish within {} s and was killed",
+                o.timeout.as_secs()
+            ),
+        )),
+    }
+}
+
+/// Runs one phase and prints its duration.
+fn timed<T>(name: &str, f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    let start = Instant::now();
+    let r = f();
+    let secs = start.elapsed().as_secs_f64();
+    match &r {
+        Ok(_) => println!("rxe: {name}: done in {secs:.1} s"),
+        Err(_) => println!("rxe: {name}: failed after {secs:.1} s"),
+    }
+    r.map_err(|e| format!("{name}: {e}"))
+}
+
+/// The error of a guest without a result line, with the console's end.
+fn guest_gave_no_result(log: &Path, what: &str) -> String {
+    let text = fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = match &lines[lines.len().saturating_sub(40)..] {
+        [] => "(nothing: the console stayed empty)".to_string(),
+        last => last.join("\n"),
+    };
+    format!(
+        "{what}; the last lines of its console ({}):\n{tail}",
+        log.display()
+    )
+}
+
+// ---------------------------------------------------------------------------
+// Host packages and programs
+
+fn ensure_packages() -> Result<(), String> {
+    let missing = crate::missing_packages(PACKAGES);
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let list = missing.join(" ");
+    if !crate::is_root() {
+        return Err(format!(
+            "missing Debian packages: {list}; install them with `sudo apt-get install --no-install-recommends {list}` (or run as root)"
+        ));
+    }
+    println!("rxe: installing {list}");
+    run_quiet(Command::new("apt-get").args(["update", "-qq"]))?;
+    run_quiet(
+        Command::new("apt-get")
+            .args(["install", "-y", "-qq", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )
+}
+
+/// Runs a command with its output shown only when it fails.
+fn run_quiet(cmd: &mut Command) -> Result<(), String> {
+    let shown = format!("{cmd:?}");
+    let out = cmd
+        .output()
+        .map_err(|e| format!("cannot run {shown}: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "{shown} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    ))
+}
+
+/// A program in `PATH` or in the sbin folders a non-root `PATH` may lack.
+fn find_program(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(PathBuf::from))
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+fn require_program(name: &str, package: &str) -> Result<PathBuf, String> {
+    find_program(name).ok_or_else(|| {
+        format!("{name} not found (Debian package {package}: `apt-get install {package}`)")
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Building the binaries
+
+/// The workspace root and its target folder (honours `CARGO_TARGET_DIR`).
+struct Workspace {
+    root: PathBuf,
+    target: PathBuf,
+}
+
+impl Workspace {
+    fn find() -> Result<Self, String> {
+        let out = Command::new(cargo())
+            .args(["metadata", "--format-version", "1", "--no-deps"])
+            .stderr(Stdio::inherit())
+            .output()
+            .map_err(|e| format!("cannot run cargo metadata: {e}"))?;
+        if !out.status.success() {
+            return Err(format!("cargo metadata failed ({})", out.status));
+        }
+        let meta: Value = serde_json::from_slice(&out.stdout)
+            .map_err(|e| format!("cargo metadata: bad JSON: {e}"))?;
+        let get = |key: &str| {
+            meta[key]
+                .as_str()
+                .map(PathBuf::from)
+                .ok_or_else(|| format!("cargo metadata has no {key}"))
+        };
+        Ok(Workspace {
+            root: get("workspace_root")?,
+            target: get("target_directory")?,
+        })
+    }
+}
+
+fn cargo() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string())
+}
+
+/// The host binaries that go into the guest.
+struct Built {
+    tests: Vec<PathBuf>,
+    fabric: PathBuf,
+}
+
+fn build(w: &Workspace, o: &Options) -> Result<Built, String> {
+    let mut test_args = vec!["test", "-p", "prov-verbs", "--no-run"];
+    if let Some(f) = &o.features {
+        test_args.extend(["--features", f.as_str()]);
+    }
+    let mut tests = executables(w, &test_args, |a| a["profile"]["test"] == true)?;
+    tests.sort();
+    for extra in &o.extra_tests {
+        if !extra.is_file() {
+            return Err(format!("--extra-test {}: no such file", extra.display()));
+        }
+        tests.push(extra.clone());
+    }
+    let cli = ["build", "-p", "fabric-cli", "--features", "verbs"];
+    let fabric = executables(w, &cli, |a| {
+        a["target"]["name"] == "fabric" && a["profile"]["test"] == false
+    })?
+    .pop()
+    .ok_or("cargo build -p fabric-cli produced no `fabric` binary")?;
+    for t in &tests {
+        println!("rxe: test binary {}", t.display());
+    }
+    Ok(Built { tests, fabric })
+}
+
+/// Runs a cargo build and returns the executables of the artifacts `pick`
+/// accepts (from `--message-format=json`).
+fn executables(
+    w: &Workspace,
+    args: &[&str],
+    pick: impl Fn(&Value) -> bool,
+) -> Result<Vec<PathBuf>, String> {
+    println!("rxe: cargo {}", args.join(" "));
+    let out = Command::new(cargo())
+        .args(args)
+        .arg("--message-format=json-render-diagnostics")
+        .current_dir(&w.root)
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("cargo {} failed ({})", args.join(" "), out.status));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    Ok(text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|a| a["reason"] == "compiler-artifact" && pick(a))
+        .filter_map(|a| a["executable"].as_str().map(PathBuf::from))
+        .collect())
+}
+
+// ---------------------------------------------------------------------------
+// The initramfs
+
+/// What goes into the initramfs, by guest path (without the leading `/`).
+#[derive(Default)]
+struct Image {
+    entries: BTreeMap<String, Node>,
+}
+
+enum Node {
+    Dir,
+    File { data: Vec<u8>, mode: u32 },
+}
+
+impl Image {
+    fn add(&mut self, guest: &str, node: Node) {
+        let guest = guest.trim_start_matches('/');
+        let mut parent = Path::new(guest).parent();
+        while let Some(p) = parent.filter(|p| !p.as_os_str().is_empty()) {
+            self.entries
+                .entry(p.to_string_lossy().into_owned())
+                .or_insert(Node::Dir);
+            parent = p.parent();
+        }
+        self.entries.insert(guest.to_string(), node);
+    }
+
+    /// Copies a host file (following symlinks) to a guest path.
+    fn copy(&mut self, host: &Path, guest: &str) -> Result<(), String> {
+        let data = fs::read(host).map_err(|e| format!("cannot read {}: {e}", host.display()))?;
+        self.add(guest, Node::File { data, mode: 0o755 });
+        Ok(())
+    }
+
+    /// Copies a host file to the same path in the guest.
+    fn copy_same(&mut self, host: &Path) -> Result<(), String> {
+        self.copy(host, &host.to_string_lossy())
+    }
+
+    /// Writes the archive through `gzip -1`.
+    fn write_gz(&self, out: &Path) -> Result<u64, String> {
+        let file =
+            fs::File::create(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+        let mut gzip = Command::new("gzip")
+            .args(["-1", "-n", "-c"])
+            .stdin(Stdio::piped())
+            .stdout(file)
+            .spawn()
+            .map_err(|e| format!("cannot run gzip: {e}"))?;
+        let stdin = gzip.stdin.take().ok_or("gzip has no stdin")?;
+        let written = self.write_cpio(BufWriter::new(stdin));
+        let status = gzip.wait().map_err(|e| format!("gzip: {e}"))?;
+        written.map_err(|e| format!("writing the archive: {e}"))?;
+        if !status.success() {
+            return Err(format!("gzip failed ({status})"));
+        }
+        Ok(fs::metadata(out).map(|m| m.len()).unwrap_or(0))
+    }
+
+    fn write_cpio(&self, out: impl Write) -> std::io::Result<()> {
+        let mut w = cpio::Writer::new(out);
+        for (name, node) in &self.entries {
+            match node {
+                Node::Dir => w.dir(name, 0o755)?,
+                Node::File { data, mode } => w.file(name, *mode, data)?,
+            }
+        }
+        // Dropping the writer closes gzip's stdin.
+        w.finish().map(drop)
+    }
+}
+
+/// A result-line marker no test prints by chance.
+fn marker() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "xtask-rxe-result-{:x}",
+        nanos ^ u128::from(std::process::id())
+    )
+}
+
+fn pack(
+    dir: &Path,
+    initrd: &Path,
+    k: &kernel::Kernel,
+    built: &Built,
+    o: &Options,
+    marker: &str,
+) -> Result<(), String> {
+    let mut img = Image::default();
+    let mut elves = Vec::new();
+
+    let busybox = require_program("busybox", "busybox-static")?;
+    img.copy(&busybox, "/bin/busybox")?;
+    for tool in TOOLS {
+        let package = if *tool == "rdma" {
+            "iproute2"
+        } else {
+            "ibverbs-utils"
+        };
+        let host = require_program(tool, package)?;
+        img.copy(&host, &format!("/usr/bin/{tool}"))?;
+        elves.push(host);
+    }
+    for lib in dlopened_libraries()? {
+        img.copy_same(&lib)?;
+        elves.push(lib);
+    }
+    let (driver, provider) = rxe_provider()?;
+    img.copy_same(&driver)?;
+    img.copy_same(&provider)?;
+    elves.push(provider);
+
+    let stage = dir.join("stage");
+    let _ = fs::remove_dir_all(&stage);
+    fs::create_dir_all(&stage).map_err(|e| format!("cannot create {}: {e}", stage.display()))?;
+    let fabric = "/usr/bin/fabric";
+    img.copy(&stripped(&built.fabric, &stage)?, fabric)?;
+    elves.push(built.fabric.clone());
+    let mut tests = Vec::new();
+    for t in &built.tests {
+        let name = t.file_name().ok_or("test binary without a name")?;
+        let guest = format!("/rxe/tests/{}", name.to_string_lossy());
+        img.copy(&stripped(t, &stage)?, &guest)?;
+        elves.push(t.clone());
+        tests.push(guest);
+    }
+    for lib in shared_libraries(&elves)? {
+        img.copy_same(&lib)?;
+    }
+
+    let mut modules = Vec::new();
+    for m in &k.modules {
+        let name = m.file_name().ok_or("module without a name")?;
+        let guest = format!("/lib/modules/{}", name.to_string_lossy());
+        img.copy(m, &guest)?;
+        modules.push(guest);
+    }
+
+    let plan = guest::Plan {
+        marker,
+        modules,
+        fabric,
+        tests,
+        test_args: &o.test_args,
+    };
+    let script = guest::init_script(&plan);
+    img.add(
+        "/init",
+        Node::File {
+            data: script.into_bytes(),
+            mode: 0o755,
+        },
+    );
+    let bytes = img.write_gz(initrd)?;
+    let _ = fs::remove_dir_all(&stage);
+    println!(
+        "rxe: {} ({} entries, {:.1} MiB)",
+        initrd.display(),
+        img.entries.len(),
+        bytes as f64 / 1048576.0
+    );
+    Ok(())
+}
+
+/// A copy of a binary without debug info (`strip --strip-debug`, from
+/// binutils), or the binary itself when `strip` is not installed.
+fn stripped(bin: &Path, stage: &Path) -> Result<PathBuf, String> {
+    let Some(strip) = find_program("strip") else {
+        return Ok(bin.to_path_buf());
+    };
+    let name = bin.file_name().ok_or("binary without a name")?;
+    let out = stage.join(name);
+    run_quiet(
+        Command::new(strip)
+            .arg("--strip-debug")
+            .arg("-o")
+            .arg(&out)
+            .arg(bin),
+    )?;
+    Ok(out)
+}
+
+/// Where the dynamic linker finds each library in [`DLOPENED`].
+fn dlopened_libraries() -> Result<Vec<PathBuf>, String> {
+    let ldconfig = require_program("ldconfig", "libc-bin")?;
+    let out = Command::new(ldconfig)
+        .arg("-p")
+        .output()
+        .map_err(|e| format!("cannot run ldconfig -p: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    DLOPENED
+        .iter()
+        .map(|lib| {
+            ldconfig_path(&text, lib).ok_or_else(|| {
+                format!("{lib} not found by ldconfig (Debian packages libibverbs1, librdmacm1)")
+            })
+        })
+        .collect()
+}
+
+/// The path `ldconfig -p` gives for an x86-64 library.
+fn ldconfig_path(text: &str, lib: &str) -> Option<PathBuf> {
+    text.lines().find_map(|l| {
+        let (left, path) = l.trim().split_once(" => ")?;
+        (left.split_whitespace().next() == Some(lib) && left.contains("x86-64"))
+            .then(|| PathBuf::from(path.trim()))
+    })
+}
+
+/// libibverbs' rxe driver file and provider library.
+fn rxe_provider() -> Result<(PathBuf, PathBuf), String> {
+    let driver = PathBuf::from("/etc/libibverbs.d/rxe.driver");
+    let dir = Path::new("/usr/lib/x86_64-linux-gnu/libibverbs");
+    let provider = fs::read_dir(dir).ok().and_then(|entries| {
+        entries.filter_map(|e| e.ok().map(|e| e.path())).find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("librxe-"))
+        })
+    });
+    match provider {
+        Some(p) if driver.is_file() => Ok((driver, p)),
+        _ => Err(format!(
+            "the rxe provider of libibverbs ({} and {}/librxe-*.so) is missing (Debian package ibverbs-providers)",
+            driver.display(),
+            dir.display()
+        )),
+    }
+}
+
+/// The shared libraries `ldd` lists for the given binaries.
+fn shared_libraries(elves: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+    let mut all = std::collections::BTreeSet::new();
+    for elf in elves {
+        let out = Command::new("ldd")
+            .arg(elf)
+            .output()
+            .map_err(|e| format!("cannot run ldd: {e}"))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        all.extend(parse_ldd(&text).map_err(|e| format!("{}: {e}", elf.display()))?);
+    }
+    Ok(all.into_iter().collect())
+}
+
+/// The library paths in `ldd` output; a library it cannot find is an error.
+fn parse_ldd(text: &str) -> Result<Vec<PathBuf>, String> {
+    let mut libs = Vec::new();
+    for line in text.lines().map(str::trim) {
+        let target = match line.split_once("=>") {
+            Some((name, rest)) => {
+                let rest = rest.trim();
+                if rest.starts_with("not found") {
+                    return Err(format!("ldd: {} not found", name.trim()));
+                }
+                rest
+            }
+            None => line,
+        };
+        let path = target.split(" (").next().unwrap_or("").trim();
+        if path.starts_with('/') {
+            libs.push(PathBuf::from(path));
+        }
+    }
+    Ok(libs)
+}
+
+// ---------------------------------------------------------------------------
+// The guest
+
+enum Outcome {
+    Pass,
+    Fail,
+    /// QEMU exited without the result line.
+    Silent,
+    TimedOut,
+}
+
+fn boot(
+    vmlinuz: &Path,
+    initrd: &Path,
+    log: &Path,
+    o: &Options,
+    marker: &str,
+) -> Result<Outcome, String> {
+    let qemu = require_program("qemu-system-x86_64", "qemu-system-x86")?;
+    let mut cmd = Command::new(qemu);
+    if o.kvm {
+        fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/kvm")
+            .map_err(|e| format!("--kvm: cannot open /dev/kvm: {e}"))?;
+        cmd.args(["-accel", "kvm", "-cpu", "host"]);
+    } else {
+        cmd.args(["-accel", "tcg"]);
+    }
+    cmd.args(["-m", "2048", "-smp", "2", "-nodefaults", "-no-user-config"])
+        .args(["-display", "none", "-serial", "stdio", "-no-reboot"])
+        .arg("-kernel")
+        .arg(vmlinuz)
+        .arg("-initrd")
+        .arg(initrd)
+        .args(["-append", "console=ttyS0 quiet panic=-1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
+    println!(
+        "rxe: booting the guest ({}; timeout {} s)",
+        if o.kvm { "KVM" } else { "TCG" },
+        o.timeout.as_secs()
+    );
+    let mut child = cmd.spawn().map_err(|e| format!("cannot start QEMU: {e}"))?;
+    let stdout = child.stdout.take().ok_or("QEMU has no stdout")?;
+    let log_file =
+        fs::File::create(log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+    let (tx, rx) = mpsc::channel();
+    let marker = marker.to_string();
+    let reader = std::thread::spawn(move || relay_console(stdout, log_file, &marker, &tx));
+    let timed_out = wait_or_kill(&mut child, o.timeout)?;
+    let _ = reader.join();
+    let result = rx.try_iter().last();
+    Ok(match (timed_out, result) {
+        (true, _) => Outcome::TimedOut,
+        (false, Some(true)) => Outcome::Pass,
+        (false, Some(false)) => Outcome::Fail,
+        (false, None) => Outcome::Silent,
+    })
+}
+
+/// Copies the console to our stdout and the log; sends each result line's
+/// verdict (`true` for PASS).
+fn relay_console(
+    console: impl std::io::Read,
+    log: fs::File,
+    marker: &str,
+    verdicts: &mpsc::Sender<bool>,
+) {
+    let mut console = BufReader::new(console);
+    let mut log = BufWriter::new(log);
+    let stdout = std::io::stdout();
+    let mut line = Vec::new();
+    let pass = format!("{marker}: PASS");
+    let fail = format!("{marker}: FAIL");
+    loop {
+        line.clear();
+        match console.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        let text = String::from_utf8_lossy(&line);
+        let text = text.trim_end_matches(['\r', '\n']);
+        let _ = writeln!(log, "{text}");
+        let _ = writeln!(stdout.lock(), "{text}");
+        if text.contains(&pass) {
+            let _ = verdicts.send(true);
+        } else if text.contains(&fail) {
+            let _ = verdicts.send(false);
+        }
+    }
+    let _ = log.flush();
+}
+
+/// Waits for QEMU; kills it after `timeout`. True when it was killed.
+fn wait_or_kill(child: &mut Child, timeout: Duration) -> Result<bool, String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if child
+            .try_wait()
+            .map_err(|e| format!("waiting for QEMU: {e}"))?
+            .is_some()
+        {
+            return Ok(false);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(true);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn options_pass_everything_after_the_separator_to_the_tests() -> Result<(), String> {
+        let o = parse_options(&args(&["--keep", "--timeout", "60", "--", "--keep", "x"]))?
+            .ok_or("no options")?;
+        assert!(o.keep && !o.kvm);
+        assert_eq!(o.timeout, Duration::from_secs(60));
+        assert_eq!(o.test_args, args(&["--keep", "x"]));
+        Ok(())
+    }
+
+    #[test]
+    fn bad_options_are_errors() {
+        assert!(parse_options(&args(&["--timeout", "0"])).is_err());
+        assert!(parse_options(&args(&["--timeout"])).is_err());
+        assert!(parse_options(&args(&["--bogus"])).is_err());
+        assert_eq!(parse_options(&args(&["--help"])), Ok(None));
+    }
+
+    #[test]
+    fn ldd_output_gives_paths_and_reports_missing_libraries() -> Result<(), String> {
+        let text = "\tlinux-vdso.so.1 (0x00007ffd)\n\
+                    \tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f)\n\
+                    \t/lib64/ld-linux-x86-64.so.2 (0x00007f)\n";
+        assert_eq!(
+            parse_ldd(text)?,
+            [
+                PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6"),
+                PathBuf::from("/lib64/ld-linux-x86-64.so.2")
+            ]
+        );
+        assert!(parse_ldd("\tlibfoo.so.1 => not found\n").is_err());
+        assert_eq!(
+            parse_ldd("\tnot a dynamic executable\n")?,
+            Vec::<PathBuf>::new()
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn ldconfig_output_gives_the_x86_64_library() {
+        let text = "3 libs found in cache `/etc/ld.so.cache'\n\
+                    \tlibibverbs.so.1 (libc6,x86-64) => /lib/x86_64-linux-gnu/libibverbs.so.1\n\
+                    \tlibibverbs.so (libc6,x86-64) => /lib/x86_64-linux-gnu/libibverbs.so\n";
+        assert_eq!(
+            ldconfig_path(text, "libibverbs.so.1"),
+            Some(PathBuf::from("/lib/x86_64-linux-gnu/libibverbs.so.1"))
+        );
+        assert_eq!(ldconfig_path(text, "librdmacm.so.1"), None);
+    }
+}
