@@ -1,29 +1,11 @@
-//! Atomic operations executed at the target.
-//!
-//! Supported: the integer types `FI_INT8` to `FI_UINT64` with every
-//! operation (`FI_MIN`, `FI_MAX`, `FI_SUM`, `FI_PROD`, the logical and
-//! bitwise operations, `FI_ATOMIC_READ`, `FI_ATOMIC_WRITE`, the `FI_CSWAP*`
-//! family and `FI_MSWAP`), and `FI_FLOAT` / `FI_DOUBLE` with the
-//! arithmetic, read, write and compare-swap operations (no logical or
-//! bitwise operation, no `FI_MSWAP`). Complex and long double types are not
-//! supported.
-//!
-//! Each element is updated with the processor's atomic instructions (a
-//! compare-and-swap loop on the element's bits), so the update is atomic
-//! with respect to other peers' atomics and to the target's own atomic
-//! accesses. An element that is not naturally aligned is updated under a
-//! process-wide lock instead (atomic only with respect to other atomics of
-//! this provider in this process).
-//!
-//! Operands and old values travel as the bytes of the elements in memory;
-//! atomics are offered on little-endian hosts only, where that is the
-//! wire's byte order.
+//! Atomic operations executed at the target: the tcp wire's request kinds
+//! mapped onto the executor shared by all providers
+//! ([`fabric_core::kit::atomic`], which documents what is supported and
+//! how elements are updated).
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering};
-
+use fabric_core::kit::atomic::{self as exec, AtomicKind as Form};
 use fabric_core::kit::mr::MrTable;
-use fabric_core::objects::{AtomicOp, Datatype, MrAccess};
+use fabric_core::objects::{AtomicOp, Datatype};
 use fabric_core::{Error, ErrorKind, Result};
 
 use crate::wire::{AtomicHeader, AtomicKind, DEFAULT_MAX_ATOMIC_COUNT};
@@ -31,277 +13,20 @@ use crate::wire::{AtomicHeader, AtomicKind, DEFAULT_MAX_ATOMIC_COUNT};
 /// Most elements one atomic operation carries.
 pub(crate) const MAX_COUNT: usize = DEFAULT_MAX_ATOMIC_COUNT as usize;
 
-fn is_int(dt: Datatype) -> bool {
-    matches!(
-        dt,
-        Datatype::Int8
-            | Datatype::Uint8
-            | Datatype::Int16
-            | Datatype::Uint16
-            | Datatype::Int32
-            | Datatype::Uint32
-            | Datatype::Int64
-            | Datatype::Uint64
-    )
+fn form(kind: AtomicKind) -> Form {
+    match kind {
+        AtomicKind::Plain => Form::Plain,
+        AtomicKind::Fetch => Form::Fetch,
+        AtomicKind::Compare => Form::Compare,
+    }
 }
 
 /// `fi_atomicvalid` and its fetch / compare forms: the element count one
 /// operation may carry, or `OpNotSupp`.
 pub(crate) fn valid(dt: Datatype, op: AtomicOp, kind: AtomicKind) -> Result<usize> {
-    let unsupported = |why: &str| {
-        Err(Error::new(
-            ErrorKind::OpNotSupp,
-            format!("tcp: {} on {}: {why}", op.fi_name(), dt.fi_name()),
-        ))
-    };
-    if cfg!(target_endian = "big") {
-        return unsupported("atomics need a little-endian host");
-    }
-    if !kind.allows(op) {
-        return unsupported(match kind {
-            AtomicKind::Plain => "not an fi_atomic operation",
-            AtomicKind::Fetch => "not an fi_fetch_atomic operation",
-            AtomicKind::Compare => "not an fi_compare_atomic operation",
-        });
-    }
-    let float = matches!(dt, Datatype::Float | Datatype::Double);
-    if !is_int(dt) && !float {
-        return unsupported("datatype not supported");
-    }
-    let int_only = matches!(
-        op,
-        AtomicOp::Lor
-            | AtomicOp::Land
-            | AtomicOp::Lxor
-            | AtomicOp::Bor
-            | AtomicOp::Band
-            | AtomicOp::Bxor
-            | AtomicOp::Mswap
-    );
-    if float && int_only {
-        return unsupported("logical and bitwise operations take integers");
-    }
+    exec::valid(dt, op, form(kind))
+        .map_err(|e| Error::new(e.kind(), format!("tcp: {}", e.detail())))?;
     Ok(MAX_COUNT)
-}
-
-/// An element type the target can update.
-trait Elem: Copy + PartialOrd + Default {
-    const SIZE: usize;
-    fn from_bytes(b: &[u8]) -> Self;
-    fn put(self, out: &mut Vec<u8>);
-    /// The new value, or `None` to leave the element unchanged.
-    fn combine(op: AtomicOp, old: Self, x: Self, cmp: Self) -> Option<Self>;
-    /// Atomic load.
-    ///
-    /// # Safety
-    ///
-    /// `p` is valid, aligned for `Self`.
-    unsafe fn load(p: *mut u8) -> Self;
-    /// Atomic compare-and-swap of the bits; `true` if it swapped.
-    ///
-    /// # Safety
-    ///
-    /// As `load`.
-    unsafe fn cas(p: *mut u8, old: Self, new: Self) -> bool;
-}
-
-/// The compare-swap family: `Some(x)` when the condition holds.
-fn cswap<T: PartialOrd>(op: AtomicOp, old: T, x: T, cmp: T) -> Option<Option<T>> {
-    let hit = match op {
-        AtomicOp::Cswap => cmp == old,
-        AtomicOp::CswapNe => cmp != old,
-        AtomicOp::CswapLe => cmp <= old,
-        AtomicOp::CswapLt => cmp < old,
-        AtomicOp::CswapGe => cmp >= old,
-        AtomicOp::CswapGt => cmp > old,
-        _ => return None,
-    };
-    Some(hit.then_some(x))
-}
-
-macro_rules! int_elem {
-    ($t:ty, $a:ty) => {
-        impl Elem for $t {
-            const SIZE: usize = std::mem::size_of::<$t>();
-
-            fn from_bytes(b: &[u8]) -> Self {
-                let mut a = [0u8; std::mem::size_of::<$t>()];
-                if let Some(src) = b.get(..Self::SIZE) {
-                    a.copy_from_slice(src);
-                }
-                <$t>::from_le_bytes(a)
-            }
-
-            fn put(self, out: &mut Vec<u8>) {
-                out.extend_from_slice(&self.to_le_bytes());
-            }
-
-            fn combine(op: AtomicOp, old: Self, x: Self, cmp: Self) -> Option<Self> {
-                if let Some(r) = cswap(op, old, x, cmp) {
-                    return r;
-                }
-                let truth = |b: bool| if b { 1 as $t } else { 0 as $t };
-                Some(match op {
-                    AtomicOp::Min => old.min(x),
-                    AtomicOp::Max => old.max(x),
-                    AtomicOp::Sum => old.wrapping_add(x),
-                    AtomicOp::Prod => old.wrapping_mul(x),
-                    AtomicOp::Lor => truth(old != 0 || x != 0),
-                    AtomicOp::Land => truth(old != 0 && x != 0),
-                    AtomicOp::Lxor => truth((old != 0) != (x != 0)),
-                    AtomicOp::Bor => old | x,
-                    AtomicOp::Band => old & x,
-                    AtomicOp::Bxor => old ^ x,
-                    AtomicOp::AtomicWrite => x,
-                    AtomicOp::Mswap => (x & cmp) | (old & !cmp),
-                    _ => return None,
-                })
-            }
-
-            unsafe fn load(p: *mut u8) -> Self {
-                // SAFETY: the caller guarantees a valid, aligned element.
-                let a = unsafe { <$a>::from_ptr(p.cast()) };
-                a.load(Ordering::Acquire) as $t
-            }
-
-            unsafe fn cas(p: *mut u8, old: Self, new: Self) -> bool {
-                // SAFETY: as `load`.
-                let a = unsafe { <$a>::from_ptr(p.cast()) };
-                a.compare_exchange(old as _, new as _, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-            }
-        }
-    };
-}
-
-int_elem!(i8, AtomicU8);
-int_elem!(u8, AtomicU8);
-int_elem!(i16, AtomicU16);
-int_elem!(u16, AtomicU16);
-int_elem!(i32, AtomicU32);
-int_elem!(u32, AtomicU32);
-int_elem!(i64, AtomicU64);
-int_elem!(u64, AtomicU64);
-
-macro_rules! float_elem {
-    ($t:ty, $a:ty) => {
-        impl Elem for $t {
-            const SIZE: usize = std::mem::size_of::<$t>();
-
-            fn from_bytes(b: &[u8]) -> Self {
-                let mut a = [0u8; std::mem::size_of::<$t>()];
-                if let Some(src) = b.get(..Self::SIZE) {
-                    a.copy_from_slice(src);
-                }
-                <$t>::from_le_bytes(a)
-            }
-
-            fn put(self, out: &mut Vec<u8>) {
-                out.extend_from_slice(&self.to_le_bytes());
-            }
-
-            fn combine(op: AtomicOp, old: Self, x: Self, cmp: Self) -> Option<Self> {
-                if let Some(r) = cswap(op, old, x, cmp) {
-                    return r;
-                }
-                Some(match op {
-                    AtomicOp::Min => {
-                        if x < old {
-                            x
-                        } else {
-                            old
-                        }
-                    }
-                    AtomicOp::Max => {
-                        if x > old {
-                            x
-                        } else {
-                            old
-                        }
-                    }
-                    AtomicOp::Sum => old + x,
-                    AtomicOp::Prod => old * x,
-                    AtomicOp::AtomicWrite => x,
-                    _ => return None,
-                })
-            }
-
-            unsafe fn load(p: *mut u8) -> Self {
-                // SAFETY: the caller guarantees a valid, aligned element.
-                let a = unsafe { <$a>::from_ptr(p.cast()) };
-                <$t>::from_bits(a.load(Ordering::Acquire))
-            }
-
-            unsafe fn cas(p: *mut u8, old: Self, new: Self) -> bool {
-                // SAFETY: as `load`.
-                let a = unsafe { <$a>::from_ptr(p.cast()) };
-                a.compare_exchange(
-                    old.to_bits(),
-                    new.to_bits(),
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                )
-                .is_ok()
-            }
-        }
-    };
-}
-
-float_elem!(f32, AtomicU32);
-float_elem!(f64, AtomicU64);
-
-/// Serializes updates of misaligned elements.
-static MISALIGNED: Mutex<()> = Mutex::new(());
-
-/// Applies `op` to `n` elements at `base`; appends the old values to
-/// `results` when `fetch`.
-///
-/// # Safety
-///
-/// `base..base + n * T::SIZE` must be valid for reads and writes (checked
-/// registered memory whose registration is held).
-unsafe fn apply<T: Elem>(
-    op: AtomicOp,
-    base: usize,
-    n: usize,
-    operands: &[u8],
-    compare: &[u8],
-    results: &mut Vec<u8>,
-    fetch: bool,
-) {
-    for i in 0..n {
-        let at = i * T::SIZE;
-        let p = (base + at) as *mut u8;
-        let x = operands.get(at..).map(T::from_bytes).unwrap_or_default();
-        let c = compare.get(at..).map(T::from_bytes).unwrap_or_default();
-        let old = if (base + at) % T::SIZE == 0 {
-            loop {
-                // SAFETY: inside the checked range, and aligned.
-                let old = unsafe { T::load(p) };
-                match T::combine(op, old, x, c) {
-                    None => break old,
-                    // SAFETY: as above.
-                    Some(new) if unsafe { T::cas(p, old, new) } => break old,
-                    Some(_) => {}
-                }
-            }
-        } else {
-            let _g = MISALIGNED
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            // SAFETY: inside the checked range; unaligned access is allowed
-            // with read_unaligned / write_unaligned.
-            let old = unsafe { p.cast::<T>().read_unaligned() };
-            if let Some(new) = T::combine(op, old, x, c) {
-                // SAFETY: as above.
-                unsafe { p.cast::<T>().write_unaligned(new) };
-            }
-            old
-        };
-        if fetch {
-            old.put(results);
-        }
-    }
 }
 
 /// Executes an atomic request against registered memory: checks every
@@ -315,91 +40,13 @@ pub(crate) fn execute(
     payload: &[u8],
     results: &mut Vec<u8>,
 ) -> std::result::Result<(), ErrorKind> {
-    let dt = a.datatype();
-    let op = a.op();
-    valid(dt, op, kind).map_err(|e| e.kind())?;
-    let size = dt.size();
-    let need = match (kind, op) {
-        (_, AtomicOp::AtomicRead) => MrAccess::REMOTE_READ,
-        (AtomicKind::Plain, _) => MrAccess::REMOTE_WRITE,
-        _ => MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE,
-    };
-    let refuse = |e: Error| match e.kind() {
-        ErrorKind::NoKey => ErrorKind::KeyRejected,
-        k => k,
-    };
-    for r in a.iov() {
-        let bytes = r.len.checked_mul(size).ok_or(ErrorKind::Inval)?;
-        mr.check(r.key, r.addr, bytes, need).map_err(refuse)?;
-    }
-    let count: usize = a.iov().iter().map(|r| r.len).sum();
-    let (operands, compare) = match kind {
-        AtomicKind::Compare => payload.split_at(count.saturating_mul(size).min(payload.len())),
-        _ => (payload, &[][..]),
-    };
-    let fetch = kind != AtomicKind::Plain;
-    let mut done = 0usize;
-    for r in a.iov() {
-        let bytes = r.len * size;
-        let from = done * size;
-        let ops = operands.get(from..).unwrap_or_default();
-        let cmp = compare.get(from..).unwrap_or_default();
-        mr.with_access(r.key, r.addr, bytes, need, |base| {
-            // SAFETY: the range was checked inside the region and the
-            // registration is held while this runs; mr_reg's contract lets
-            // peers read and write registered memory.
-            unsafe {
-                match dt {
-                    Datatype::Int8 => apply::<i8>(op, base, r.len, ops, cmp, results, fetch),
-                    Datatype::Uint8 => apply::<u8>(op, base, r.len, ops, cmp, results, fetch),
-                    Datatype::Int16 => apply::<i16>(op, base, r.len, ops, cmp, results, fetch),
-                    Datatype::Uint16 => apply::<u16>(op, base, r.len, ops, cmp, results, fetch),
-                    Datatype::Int32 => apply::<i32>(op, base, r.len, ops, cmp, results, fetch),
-                    Datatype::Uint32 => apply::<u32>(op, base, r.len, ops, cmp, results, fetch),
-                    Datatype::Int64 => apply::<i64>(op, base, r.len, ops, cmp, results, fetch),
-                    Datatype::Uint64 => apply::<u64>(op, base, r.len, ops, cmp, results, fetch),
-                    Datatype::Float => apply::<f32>(op, base, r.len, ops, cmp, results, fetch),
-                    Datatype::Double => apply::<f64>(op, base, r.len, ops, cmp, results, fetch),
-                    _ => {}
-                }
-            }
-        })
-        .map_err(refuse)?;
-        done += r.len;
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn combine_rules() {
-        use AtomicOp::*;
-        assert_eq!(i32::combine(Min, 5, -3, 0), Some(-3));
-        assert_eq!(u8::combine(Sum, 250, 10, 0), Some(4));
-        assert_eq!(u16::combine(Bxor, 0b1100, 0b1010, 0), Some(0b0110));
-        assert_eq!(u64::combine(Lxor, 7, 0, 0), Some(1));
-        assert_eq!(u32::combine(Cswap, 5, 9, 5), Some(Some(9)).flatten());
-        assert_eq!(u32::combine(Cswap, 5, 9, 4), None);
-        assert_eq!(u32::combine(CswapLt, 5, 9, 4), Some(9));
-        assert_eq!(u32::combine(CswapGt, 5, 9, 4), None);
-        assert_eq!(
-            u8::combine(Mswap, 0b1111_0000, 0b0000_1111, 0b0011_1100),
-            Some(0b1100_1100)
-        );
-        assert_eq!(f64::combine(Max, 1.5, 2.5, 0.0), Some(2.5));
-        assert_eq!(f32::combine(AtomicRead, 1.0, 2.0, 0.0), None);
-    }
-
-    #[test]
-    fn validity() {
-        assert!(valid(Datatype::Uint64, AtomicOp::Sum, AtomicKind::Plain).is_ok());
-        assert!(valid(Datatype::Double, AtomicOp::Bor, AtomicKind::Plain).is_err());
-        assert!(valid(Datatype::Double, AtomicOp::Cswap, AtomicKind::Compare).is_ok());
-        assert!(valid(Datatype::Int8, AtomicOp::Cswap, AtomicKind::Plain).is_err());
-        assert!(valid(Datatype::LongDouble, AtomicOp::Sum, AtomicKind::Plain).is_err());
-        assert!(valid(Datatype::Int8, AtomicOp::AtomicRead, AtomicKind::Fetch).is_ok());
-    }
+    exec::execute(
+        mr,
+        form(kind),
+        a.datatype(),
+        a.op(),
+        a.iov(),
+        payload,
+        results,
+    )
 }
