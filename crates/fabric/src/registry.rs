@@ -32,13 +32,17 @@ impl std::fmt::Debug for Registry {
     }
 }
 
-/// The providers the enabled Cargo features compile in (shm and verbs
-/// register here once their crates implement `Provider`).
+/// The providers the enabled Cargo features compile in, in rank order
+/// for local traffic: tcp, shm, verbs.
 #[allow(unused_mut, clippy::vec_init_then_push)]
 fn compiled_in() -> Vec<Box<dyn Provider>> {
     let mut v: Vec<Box<dyn Provider>> = Vec::new();
     #[cfg(feature = "tcp")]
     v.push(Box::new(prov_tcp::TcpProvider));
+    #[cfg(feature = "shm")]
+    v.push(Box::new(prov_shm::ShmProvider));
+    #[cfg(feature = "verbs")]
+    v.push(Box::new(prov_verbs::VerbsProvider));
     v
 }
 

@@ -1,29 +1,202 @@
-//! The shm provider's transport: named shared-memory regions between
-//! processes of one node, and a lock-free command queue inside them.
+//! The shm provider: RDM endpoints between processes of one node, over
+//! named shared-memory regions, near memory speed.
 //!
-//! **Status.** This is the foundation of the provider (issue "prov-shm"):
-//! [`region`] (creation, validated attach, cleanup, reclaiming regions of
-//! dead processes) and [`ring`] (the MPSC command queue, the bounce-buffer
-//! pool, the futex wait). The endpoint layer (getinfo, AV, CQ, tagged
-//! matching, CMA for large messages) is built on top later; until then the
-//! crate registers no provider with the `fabric` facade.
+//! [`ShmProvider`] implements [`fabric_core::Provider`] (name `shm`,
+//! ranked above tcp for local communication); the `fabric` facade
+//! registers it with the `shm` feature. Each endpoint owns a region
+//! (`/dev/shm/fabric-shm-...`, mode 0600) holding its inbound command
+//! ring and bounce buffers; its address is `fi_shm://<region name>`
+//! (FI_ADDR_STR), and peers find each other through the AV by that name.
 //!
-//! ```no_run
-//! use prov_shm::region::{PeerRegion, Region, RegionConfig};
-//! use prov_shm::ring::Command;
-//! # fn main() -> fabric_core::error::Result<()> {
-//! // Receiver process:
-//! let region = Region::create(&RegionConfig::default())?;
-//! let mut rx = region.receiver()?;
-//! // ... tell the peer `region.name()` ...
-//! // Sender process:
-//! let peer = PeerRegion::attach(region.name())?;
-//! peer.sender().try_send(&Command { tag: 7, ..Command::default() }, b"hello")?;
-//! // Receiver again:
-//! let (msg, payload) = rx.recv_vec(std::time::Duration::from_secs(1))?;
-//! assert_eq!((msg.cmd.tag, &payload[..]), (7, &b"hello"[..]));
+//! Offered ([`getinfo`]): messages and tagged messages (send, sendv,
+//! sendmsg, inject, senddata, injectdata; FI_PEEK, FI_CLAIM, FI_DISCARD,
+//! directed receive, cancel, FI_MULTI_RECV), RMA read / write / writedata
+//! / inject_write checked at the target against its memory regions,
+//! atomics executed by the target ([`fabric_core::kit::atomic`]), remote
+//! CQ data, every CQ format with readfrom / readerr / sread (the CQ's wait
+//! fd and the regions' inotify fd), counters, AV map or table, FI_FENCE,
+//! FI_DELIVERY_COMPLETE, selective completion; manual progress by default,
+//! a progress thread with FI_PROGRESS_AUTO.
+//!
+//! ```
+//! use fabric_core::objects::{
+//!     AvAttr, Bind, CqAttr, CqEntry, FiAddr, IoVec, Msg, Provider, WaitObj,
+//! };
+//! use fabric_core::{EpType, Info, OpFlags, Request, Version};
+//! use prov_shm::ShmProvider;
+//! # fn main() -> fabric_core::Result<()> {
+//! let mut hints = Info::default();
+//! hints.ep_attr.ep_type = EpType::Rdm;
+//! let req = Request { hints: Some(&hints), ..Request::new(Version::CURRENT) };
+//! let info = ShmProvider.getinfo(&req)?.remove(0);
+//! let fabric = ShmProvider.fabric(&info.fabric_attr)?;
+//! let domain = fabric.domain(&info)?;
+//! let cq = domain.cq(&CqAttr { wait_obj: WaitObj::Unspec, ..CqAttr::default() })?;
+//! let av = domain.av(&AvAttr::default())?;
+//! let ep = domain.endpoint(&info)?;
+//! ep.bind(Bind::Cq { cq: cq.as_ref(), transmit: true, recv: true, selective: false })?;
+//! ep.bind(Bind::Av(av.as_ref()))?;
+//! ep.enable()?;
+//! // Tell the peer `ep.getname()?` (a string); insert the peer's name:
+//! let peer_name = ep.getname()?; // here: talk to ourselves
+//! let mut peer = [FiAddr(0)];
+//! av.insert(&[peer_name], &mut peer)?;
+//! let mut buf = [0u8; 5];
+//! let iov = [IoVec { addr: buf.as_mut_ptr(), len: buf.len() }];
+//! let msg = Msg { iov: &iov, desc: &[], addr: FiAddr::UNSPEC, tag: 0, ignore: 0, context: 1, data: 0 };
+//! // SAFETY: `buf` outlives the receive: its completion is read below.
+//! unsafe { ep.recvmsg(&msg, OpFlags::empty())? };
+//! ep.inject(b"hello", peer[0], None)?;
+//! let mut done = [CqEntry::default()];
+//! cq.sread(&mut done, None)?;
+//! assert_eq!(&buf, b"hello");
 //! # Ok(()) }
 //! ```
+//!
+//! # Protocols
+//!
+//! What travels in a peer's ring for each operation (the commands are in
+//! the [`commands`](#commands) table; "copies" counts memory-to-memory
+//! copies of the payload):
+//!
+//! | operation | size | protocol | copies |
+//! |---|---|---|---|
+//! | message, inject | ≤ 1 KiB | `MSG`, payload inline in the slot | 2 |
+//! | message | ≤ [eager limit](getinfo::EAGER_MAX) (4 KiB) | `MSG`, payload in one bounce buffer | 2 |
+//! | message | larger | `RTS` with the sender's iovecs; the receiver pulls with `process_vm_readv` into the matched buffer, then `ACK` | 1 |
+//! | message | ≥ [split limit](getinfo::SPLIT_MIN) (64 KiB) | `RTS`; the receiver sends `SPLIT` with its buffer's second half, pulls the first half while the sender writes the second with `process_vm_writev` (`PUT_DONE`), then `ACK` | 1, on two cores at once |
+//! | message, no CMA | larger | `RTS`; receiver answers `CTS` once matched; sender pushes `DATA` chunks of one bounce buffer each; `ACK` | 2 |
+//! | RMA write | ≤ eager limit | `WRITE` with the data after the descriptor; `ACK` | 2 |
+//! | RMA write | larger | `WRITE` with the initiator's iovecs; target pulls into the checked ranges; `ACK` | 1 |
+//! | RMA read | ≤ eager limit | `READ`; target answers with the data in its `ACK` (≤ 1 KiB) or `DATA` chunks then `ACK` | 2 |
+//! | RMA read | larger | `READ` with the initiator's iovecs; target writes with `process_vm_writev`; `ACK` | 1 |
+//! | RMA, no CMA | larger | write: `CTS` then pushed `DATA`; read: target pushes `DATA` | 2 |
+//! | atomic | ≤ 1024 elements | `ATOMIC` with operands (and compare values); old values come back in the `ACK` (or a `DATA` chunk) | - |
+//!
+//! Sends complete when their data left the user buffer: eager messages at
+//! once (the data is in the target's memory, FI_TRANSMIT_COMPLETE),
+//! rendezvous messages on the receiver's `ACK`. With
+//! FI_DELIVERY_COMPLETE an eager message asks for an `ACK` once it is in
+//! the receive buffer. RMA and atomics complete on the target's `ACK`
+//! (writes once applied). `inject_write` and injected atomics report no
+//! completion but count in the write counter when acknowledged. A refused
+//! remote access (unknown key `FI_EKEYREJECTED`; range out of bounds or a
+//! missing right `FI_EACCES`) changes nothing and comes back as the
+//! initiator's error completion.
+//!
+//! ## Thresholds
+//!
+//! - **Inline: 1 KiB** (the slot payload): inline is never slower than a
+//!   bounce buffer (see [Slot size](#slot-size)).
+//! - **Eager limit: 4 KiB** ([`getinfo::EAGER_MAX`], `FI_SHM_EAGER_MAX`):
+//!   up to it a message goes through one bounce buffer (two copies, no
+//!   system call), above it by rendezvous with cross-memory attach (one
+//!   copy, one `process_vm_readv`, and an `ACK` back). Measured with
+//!   `examples/provider_pingpong.rs` (two processes pinned to cores 0 and
+//!   1, buffers written before timing, 20000 round trips; 2-vCPU KVM
+//!   guest), one-way latency in us, bounce / rendezvous:
+//!
+//!   | size | 2 KiB | 4 KiB | 8 KiB | 16 KiB | 32 KiB |
+//!   |---|---|---|---|---|---|
+//!   | bounce buffer (`FI_SHM_EAGER_MAX=32768`) | 1.27 | 1.68 | 2.98 | 5.81 | 10.2 |
+//!   | rendezvous + CMA (`FI_SHM_EAGER_MAX=1024`) | 1.64 | 1.73 | 1.85 | 2.23 | 3.35 |
+//!
+//!   The two meet at 4 KiB; one-way bandwidth with 64 sends in flight
+//!   (`--bw 64`) is within noise of each other up to 4 KiB and favours
+//!   rendezvous from 8 KiB (6.7-7.8 GB/s against 4.8-5.3). The bounce
+//!   copies are slower than `memcpy` because they use volatile accesses
+//!   (see [`region`], "Soundness").
+//! - **Split limit: 64 KiB** ([`getinfo::SPLIT_MIN`], `FI_SHM_SPLIT_MIN`):
+//!   from it on (once a cross-memory attach with the peer has worked), the
+//!   copy of a rendezvous message is split at half (on a page) between
+//!   the receiver and the sender, which is idle waiting for its `ACK`
+//!   anyway; it costs one more command each way. Same setup, one-way
+//!   latency in us, receiver-only / split:
+//!
+//!   | size | 32 KiB | 48 KiB | 64 KiB | 128 KiB | 256 KiB | 1 MiB | 4 MiB |
+//!   |---|---|---|---|---|---|---|---|
+//!   | receiver pulls all | 2.98-3.38 | 3.52-3.62 | 4.13 | 6.50-6.53 | 11.1 | 62.6 | 429 |
+//!   | split | 3.43-3.87 | 3.61-3.66 | 4.04-4.06 | 5.19-5.30 | 7.65 | 33.8 | 232 |
+//! - **Inject size: 1 KiB** (`tx_attr.inject_size`): injects always travel
+//!   inline.
+//! - **Chunks** of pushed data: one bounce buffer (32 KiB).
+//!
+//! ## Commands
+//!
+//! The [`ring::Command`] fields per op (unlisted fields are 0; `src` is
+//! always the sending endpoint's number in its process, and a peer is
+//! known by (claimer pid, `src`) after its `HELLO`):
+//!
+//! | op | value | flags | tag | data | aux | payload |
+//! |---|---|---|---|---|---|---|
+//! | `HELLO` | 1 | - | - | - | - | the sender's region name |
+//! | `MSG` | 2 | TAGGED, CQ_DATA, ACK_REQ | tag | CQ data | \[op id\] with ACK_REQ | the message |
+//! | `RTS` | 3 | TAGGED, CQ_DATA, PUSH | tag | CQ data | \[length, op id\] | (address, length) × 1..4 |
+//! | `CTS` | 4 | - | op id | transfer id | \[bytes accepted\] | - |
+//! | `DATA` | 5 | TO_TX | destination id | offset | - | a chunk |
+//! | `ACK` | 6 | - | op id | 0 or errno | - | results (reads, fetches) |
+//! | `WRITE` | 7 | CQ_DATA, PUSH, INLINE | op id | CQ data | - | descriptor \[+ data\] |
+//! | `READ` | 8 | PUSH | op id | - | - | descriptor |
+//! | `ATOMIC` | 9 | CQ_DATA | op id | CQ data | - | descriptor, operands, compare values |
+//! | `SPLIT` | 10 | - | op id | transfer id | \[split offset, bytes accepted\] | the receiver's buffer from the split on, (address, length) × 1..4 |
+//! | `PUT_DONE` | 11 | - | transfer id | 0 or errno | - | - |
+//!
+//! Flags: TAGGED 1, CQ_DATA 2, ACK_REQ 4, TO_TX 8, PUSH 16, INLINE 32.
+//! The descriptor is little-endian `u64`s: a head word (bits 0-7 remote
+//! ranges 1..4, 8-15 local pieces 0..4, 16-23 atomic 0/1, 24-31 datatype,
+//! 32-39 operation, 40-47 atomic form; the rest zero), then (address,
+//! length, key) per remote range, then (address, length) per local piece
+//! (the initiator's buffer, for cross-memory attach). Op ids and transfer
+//! ids are a slot index and a generation, so a stale or forged id names
+//! nothing. Every field read from a peer is checked: a malformed command
+//! is dropped (or refused with `FI_EINVAL` when it names an operation to
+//! answer), never trusted.
+//!
+//! ## Cross-memory attach
+//!
+//! Single copies use `process_vm_readv` / `process_vm_writev`, which the
+//! kernel permits when this process may ptrace the peer. [`cma::detect`]
+//! decides at startup (`FI_SHM_DISABLE_CMA`, Yama's `ptrace_scope`, a probe
+//! call), logs the decision and getinfo reports it in
+//! `ep_attr.protocol_version` ([`getinfo::PROTOCOL_CMA`] or
+//! [`getinfo::PROTOCOL_BOUNCE`]). Without it, the same operations push
+//! their data through bounce buffers (the "no CMA" rows above); a peer
+//! for which the kernel refuses at run time is switched over for good,
+//! with a warning. In a split rendezvous, a sender that cannot write its
+//! half says so in `PUT_DONE`, and the receiver pulls that half itself. The pid used is the one in the peer's region header; a
+//! region claiming this process as owner is accepted only if this
+//! process created it.
+//!
+//! ## Failure
+//!
+//! - A peer whose endpoint closes (its region's `alive` word) or whose
+//!   process exits (pid and start time, checked about every 100 ms while
+//!   operations wait for it) is dropped: operations towards it fail with
+//!   `FI_ECONNRESET`, receives it was pushing fail, its announced messages
+//!   are dropped, and the region files of dead processes are removed (so
+//!   are they when any process opens a shm fabric).
+//! - A full ring or bounce pool gives `FI_EAGAIN` for injects; other
+//!   operations wait in the engine's queue (at most `tx_attr.size`
+//!   outstanding, then `FI_EAGAIN`).
+//! - A sender that dies between claiming and committing a slot blocks the
+//!   ring; the engine recovers it after 50 ms
+//!   ([`ring::Receiver::recover`]).
+//! - Unexpected eager messages (at most 4 KiB each) are buffered without a
+//!   limit, as are announcements of unexpected rendezvous messages (their
+//!   data stays with the sender); a peer of the same user can make an
+//!   endpoint hold memory this way, as it can by writing its region.
+//! - AV handles are resolved once per endpoint and kept: after
+//!   `fi_av_remove`, an endpoint that already used a handle can still
+//!   reach that peer through it.
+//!
+//! ## Progress and locking
+//!
+//! The application's threads take no lock for eager sends, injects,
+//! receives posted, or CQ reads of successful completions; operations for
+//! the engine and receives travel through lock-free queues. The engine of
+//! a domain ([`progress`]) runs under one mutex taken with `try_lock` by
+//! CQ / counter reads (a thread that finds it held leaves the work to the
+//! holder). See [`progress`] for how blocking reads sleep and are woken.
 //!
 //! # Region layout
 //!
@@ -51,9 +224,10 @@
 //! | 80 | 8 | alive: random generation, 0 once closed | owner |
 //! | 88 | 4 | ready: 1 once initialised (Release) | owner, last |
 //! | 92 | 4 | layout check: FNV-1a of the 11 fields at 0..64, each as a little-endian `u64` | owner, at creation |
+//! | 96 | 4 | wake word: its value means nothing; a `pwrite(2)` here raises inotify `IN_MODIFY` | senders |
 //! | 128 | 8 | ring tail (own cache line) | senders (CAS) |
 //! | 192 | 4 | wait futex word | senders (bump), receiver (waits) |
-//! | 196 | 4 | receiver sleeping flag | receiver |
+//! | 196 | 4 | receiver sleeping: bit 0 on the futex, bit 1 in `poll` on an inotify watch | receiver |
 //! | 256 | 8 | bounce free-list head, `tag << 32 \| index` (own line) | both |
 //! | 512 | 8 x count, to a line | bounce metadata: `next: u32`, `holder pid: u32` | both |
 //! | ring offset | slots x slot size | ring slots | both |
@@ -106,8 +280,9 @@
 //! payload for which the ring (slots x slot size) still sits comfortably in
 //! L2. The default, 1088 bytes = 17 lines, carries 1 KiB inline, covering
 //! the latency-critical 1 B to 1 KiB range; 256 slots are 272 KiB. Up to
-//! 32 KiB goes through one bounce buffer; beyond that the provider will
-//! segment or use cross-memory attach.
+//! 32 KiB goes through one bounce buffer; beyond that the provider uses
+//! cross-memory attach, or pushes chunks of one bounce buffer each (see
+//! [Protocols](#protocols)).
 //!
 //! # The ring
 //!
@@ -170,13 +345,19 @@
 //!
 //! The sleep, after spinning and yielding found nothing:
 //!
-//! 1. receiver: `v = futex.load()`; `sleeping.store(1, SeqCst)`; look at
-//!    the head slot's sequence again (`SeqCst` load); if a command is
-//!    there, clear `sleeping` and return;
+//! 1. receiver: `v = futex.load()`; set bit 0 of `sleeping` (`SeqCst`);
+//!    look at the head slot's sequence again (`SeqCst` load); if a command
+//!    is there, clear the bit and return;
 //! 2. receiver: `FUTEX_WAIT(futex, v, timeout)` (returns at once if
-//!    `futex != v`), then clear `sleeping` and look again;
-//! 3. sender, after its commit CAS (`SeqCst`): if
-//!    `sleeping.load(SeqCst) != 0`, `futex += 1` and `FUTEX_WAKE(futex, 1)`.
+//!    `futex != v`), then clear the bit and look again;
+//! 3. sender, after its commit CAS (`SeqCst`): if bit 0 of
+//!    `sleeping.load(SeqCst)` is set, `futex += 1` and `FUTEX_WAKE(futex, 1)`.
+//!
+//! The provider's blocking CQ reads wait in `poll(2)` on several fds, which
+//! a futex cannot join; they announce bit 1 instead and watch the region
+//! file with inotify, and a sender that sees bit 1 `pwrite(2)`s the wake
+//! word (same Dekker argument; see [`progress`] for when the provider
+//! announces and withdraws).
 //!
 //! So a sender makes a system call only when the receiver announced that
 //! it sleeps; the uncontended path has none. No wake-up is lost: the commit
@@ -200,5 +381,50 @@
 //! from the locally validated layout and masked or checked indices; every
 //! loop and sleep bounded.
 
+pub mod cma;
+mod domain;
+mod ep;
+pub mod getinfo;
+mod pieces;
+pub mod progress;
+mod proto;
 pub mod region;
 pub mod ring;
+
+use fabric_core::matching::Request;
+use fabric_core::objects::{EnvVar, Fabric, Provider};
+use fabric_core::{FabricAttr, Info, Result, Version};
+
+pub use domain::{ShmCntr, ShmDomain, ShmFabric, ShmMr};
+pub use ep::ShmEndpoint;
+
+/// The shm provider.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ShmProvider;
+
+impl Provider for ShmProvider {
+    fn name(&self) -> &'static str {
+        getinfo::NAME
+    }
+
+    fn version(&self) -> Version {
+        getinfo::VERSION
+    }
+
+    /// 20: below hardware RDMA, above sockets (tcp is 30).
+    fn rank(&self) -> u8 {
+        20
+    }
+
+    fn getinfo(&self, req: &Request<'_>) -> Result<Vec<Info>> {
+        getinfo::getinfo(req)
+    }
+
+    fn fabric(&self, attr: &FabricAttr) -> Result<Box<dyn Fabric>> {
+        Ok(Box::new(ShmFabric::new(attr)))
+    }
+
+    fn env_vars(&self) -> &'static [EnvVar] {
+        getinfo::ENV_VARS
+    }
+}

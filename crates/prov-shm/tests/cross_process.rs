@@ -271,10 +271,11 @@ fn child_fill(parent: &str) {
             Err(e) => panic!("{e:?}"),
         }
     }
-    println!("@@ring {tag}");
-    // A second `Again`: still full, nothing was lost or half-sent.
+    // A second `Again`: still full, nothing was lost or half-sent. (Before
+    // telling the parent, which starts draining once told.)
     let e = tx.try_send(&cmd(tag), &small(tag)).expect_err("still full");
     assert_eq!(e.kind(), ErrorKind::Again);
+    println!("@@ring {tag}");
     while tag < 300 {
         let p = if tag % 5 == 0 { big(tag) } else { small(tag) };
         send(&tx, &cmd(tag), &p);

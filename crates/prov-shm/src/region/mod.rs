@@ -144,11 +144,17 @@ pub mod offsets {
     /// `BOUNCE_DATA_OFFSET`, so that a size overwritten with another value
     /// that happens to give a self-consistent layout is still noticed.
     pub const LAYOUT_CHECK: usize = 92;
+    /// `u32`: the wake word. Its value means nothing: senders `pwrite(2)`
+    /// it to wake a receiver that blocks in `poll` on an inotify watch of
+    /// the file (`IN_MODIFY`), see [`crate::ring::Receiver::announce_poll_sleep`].
+    pub const WAKE_WORD: usize = 96;
     /// `u64`: the ring's tail, the next position producers claim (own line).
     pub const RING_TAIL: usize = 128;
     /// `u32`: the futex word senders bump to wake the receiver.
     pub const WAIT_FUTEX: usize = 192;
-    /// `u32`: non-zero while the receiver is (about to be) asleep.
+    /// `u32`: how the receiver is (about to be) asleep: bit 0 on the
+    /// futex ([`crate::ring::Receiver::wait`]), bit 1 in `poll` on an
+    /// inotify watch of the file (the provider's blocking reads).
     pub const WAIT_SLEEPING: usize = 196;
     /// `u64`: head of the bounce free list, `tag << 32 | index` (own line).
     pub const BOUNCE_FREE: usize = 256;
@@ -355,7 +361,7 @@ impl Layout {
 /// [`NAME_PREFIX`] then lowercase letters, digits and dashes, at most 128
 /// bytes. Anything else (a `/`, `..`, NUL) is refused before touching the
 /// file system.
-fn check_name(name: &str) -> Result<()> {
+pub(crate) fn check_name(name: &str) -> Result<()> {
     let rest = name.strip_prefix(NAME_PREFIX);
     let ok = name.len() <= 128
         && rest.is_some_and(|r| {
@@ -472,7 +478,7 @@ impl Region {
         }
         let meta = file.metadata().map_err(|e| cleanup(e.into()))?;
         let raw = map_file(&file, total).map_err(cleanup)?;
-        let map = Mapping::new(raw, layout);
+        let map = Mapping::new(raw, layout).with_file(file);
         let generation = proc::random_u64() | 1;
         init_region(&map, generation);
         Ok(Region {
@@ -816,7 +822,7 @@ impl PeerRegion {
         let layout = snap.validate(name, len)?;
         let raw = probe.into_raw();
         Ok(PeerRegion {
-            map: Arc::new(Mapping::new(raw, layout)),
+            map: Arc::new(Mapping::new(raw, layout).with_file(file)),
             name: name.to_owned(),
             owner_pid: snap.owner_pid,
             owner_start_time: snap.owner_start_time,
@@ -843,6 +849,14 @@ impl PeerRegion {
     /// used from many threads at once.
     pub fn sender(&self) -> Sender {
         Sender::new(self.map.clone())
+    }
+
+    /// Whether the owner still holds the region open, from the region's
+    /// `alive` word alone (one atomic load, no system call): `false` once
+    /// the owner closed it. An owner killed without closing still reads as
+    /// open; [`owner_status`](Self::owner_status) notices that.
+    pub fn is_open(&self) -> bool {
+        self.map.u64(offsets::ALIVE).load(Ordering::Acquire) == self.generation
     }
 
     /// Whether the owner still has the region open: `Closed` once it

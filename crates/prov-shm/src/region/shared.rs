@@ -8,6 +8,8 @@
 //! only `&Atomic*` (whose contract is concurrent mutation) and raw pointers
 //! that live inside one copy routine.
 
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64};
 
 use memmap2::MmapRaw;
@@ -22,6 +24,9 @@ use super::Layout;
 pub(crate) struct Mapping {
     raw: MmapRaw,
     layout: Layout,
+    /// The region's file, kept open to raise `IN_MODIFY` for receivers
+    /// that block in `poll` on an inotify fd (see [`Mapping::poke`]).
+    file: Option<File>,
 }
 
 impl Mapping {
@@ -31,7 +36,28 @@ impl Mapping {
             raw.len() >= layout.total_size(),
             "mapping shorter than its layout"
         );
-        Mapping { raw, layout }
+        Mapping {
+            raw,
+            layout,
+            file: None,
+        }
+    }
+
+    /// Keeps the region's file open for [`poke`](Mapping::poke).
+    pub(crate) fn with_file(mut self, file: File) -> Mapping {
+        self.file = Some(file);
+        self
+    }
+
+    /// Writes the 4-byte wake word at `off` with `pwrite(2)` (not through
+    /// the mapping): a write system call on the file is what makes inotify
+    /// report `IN_MODIFY` to a receiver watching it. The value is not
+    /// used by anyone. Errors are ignored: a lost poke delays a sleeping
+    /// receiver until its next timed look, it loses nothing.
+    pub(crate) fn poke(&self, off: usize) {
+        if let Some(f) = &self.file {
+            let _ = f.write_at(&[0u8; 4], off as u64);
+        }
     }
 
     /// Gives the mapping back (to wrap it again with a validated layout).

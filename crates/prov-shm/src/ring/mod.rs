@@ -205,16 +205,63 @@ impl Sender {
 
     /// Sends with the payload in the slot. `MsgSize` if it does not fit.
     pub fn try_send_inline(&self, cmd: &Command, payload: &[u8]) -> Result<()> {
+        self.try_send_parts_inline(cmd, &[payload])
+    }
+
+    /// [`try_send`](Self::try_send) with the payload given in pieces, which
+    /// are copied one after the other (a gather: no staging copy).
+    pub fn try_send_parts(&self, cmd: &Command, parts: &[&[u8]]) -> Result<()> {
+        let len = parts.iter().map(|p| p.len()).sum::<usize>();
+        if len <= self.inline_capacity() {
+            self.try_send_parts_inline(cmd, parts)
+        } else {
+            self.try_send_parts_bounce(cmd, parts)
+        }
+    }
+
+    fn try_send_parts_inline(&self, cmd: &Command, parts: &[&[u8]]) -> Result<()> {
         let map = &*self.map;
         let l = map.layout();
-        if payload.len() > l.inline_capacity() {
-            return Err(too_big(payload.len(), "inline", l.inline_capacity()));
+        let len = parts.iter().map(|p| p.len()).sum::<usize>();
+        if len > l.inline_capacity() {
+            return Err(too_big(len, "inline", l.inline_capacity()));
         }
         let pos = self.claim()?;
         let s = l.slot(pos);
-        self.write_header(s, cmd, payload.len(), bounce::NONE);
-        map.copy_in(s + slot::PAYLOAD, payload);
+        self.write_header(s, cmd, len, bounce::NONE);
+        let mut off = s + slot::PAYLOAD;
+        for p in parts {
+            map.copy_in(off, p);
+            off += p.len();
+        }
         self.commit(s, pos)
+    }
+
+    fn try_send_parts_bounce(&self, cmd: &Command, parts: &[&[u8]]) -> Result<()> {
+        let map = &*self.map;
+        let l = map.layout();
+        let len = parts.iter().map(|p| p.len()).sum::<usize>();
+        if len > l.bounce_size() {
+            return Err(too_big(len, "bounce-buffer", l.bounce_size()));
+        }
+        let idx = bounce::pop(map, self.pid)?;
+        let mut off = l.bounce_data(idx);
+        for p in parts {
+            map.copy_in(off, p);
+            off += p.len();
+        }
+        let pos = match self.claim() {
+            Ok(pos) => pos,
+            Err(e) => {
+                let _ = bounce::release(map, idx);
+                return Err(e);
+            }
+        };
+        let s = l.slot(pos);
+        self.write_header(s, cmd, len, idx);
+        self.commit(s, pos).inspect_err(|_| {
+            let _ = bounce::release(map, idx);
+        })
     }
 
     /// Sends with the payload in a bounce buffer (even a small one).
@@ -327,8 +374,9 @@ impl Sender {
                 "the receiver reclaimed the ring slot before the command was committed",
             ));
         }
-        if map.u32(offsets::WAIT_SLEEPING).load(Ordering::SeqCst) != 0 {
-            wait::wake(map);
+        let sleeping = map.u32(offsets::WAIT_SLEEPING).load(Ordering::SeqCst);
+        if sleeping != 0 {
+            wait::wake(map, sleeping);
         }
         Ok(())
     }
@@ -627,17 +675,54 @@ impl Receiver {
                 return self.is_ready();
             }
             let v = futex.load(Ordering::Acquire);
-            sleeping.store(1, Ordering::SeqCst);
+            sleeping.fetch_or(wait::ON_FUTEX, Ordering::SeqCst);
             if self.ready_with(Ordering::SeqCst) {
-                sleeping.store(0, Ordering::Relaxed);
+                sleeping.fetch_and(!wait::ON_FUTEX, Ordering::Relaxed);
                 return true;
             }
             wait::sleep(map, v, timeout - elapsed);
-            sleeping.store(0, Ordering::Relaxed);
+            sleeping.fetch_and(!wait::ON_FUTEX, Ordering::Relaxed);
             if self.is_ready() {
                 return true;
             }
         }
+    }
+
+    /// Announces that the receiver is about to block in `poll(2)` on an
+    /// inotify watch of the region file (`IN_MODIFY`): from now on every
+    /// sender that commits a command `pwrite(2)`s the header's wake word,
+    /// which makes that watch readable. Returns whether a command is ready
+    /// already (then do not block; the announcement may stay, it costs
+    /// senders a system call per command until
+    /// [`clear_poll_sleep`](Self::clear_poll_sleep)).
+    ///
+    /// The announcement (`SeqCst`) and the look at the ring after it pair
+    /// with the sender's commit and its look at the announcement, so a
+    /// command committed after this call returns `false` always pokes.
+    pub fn announce_poll_sleep(&self) -> bool {
+        self.map
+            .u32(offsets::WAIT_SLEEPING)
+            .fetch_or(wait::IN_POLL, Ordering::SeqCst);
+        self.ready_with(Ordering::SeqCst)
+    }
+
+    /// Withdraws [`announce_poll_sleep`](Self::announce_poll_sleep).
+    pub fn clear_poll_sleep(&self) {
+        self.map
+            .u32(offsets::WAIT_SLEEPING)
+            .fetch_and(!wait::IN_POLL, Ordering::Relaxed);
+    }
+
+    /// Whether a sender claimed the head position without committing it
+    /// yet: the ring is not empty, only blocked behind that slot. If it
+    /// stays so, the sender may have died mid-send (see
+    /// [`recover`](Self::recover)).
+    pub fn head_claimed(&self) -> bool {
+        if self.is_ready() {
+            return false;
+        }
+        let tail = self.map.u64(offsets::RING_TAIL).load(Ordering::Relaxed);
+        tail.wrapping_sub(self.head) as i64 > 0
     }
 
     /// Step 3 of [`recover`](Self::recover).

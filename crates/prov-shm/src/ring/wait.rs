@@ -13,7 +13,13 @@
 //! 5. clear `sleeping`, look again
 //!
 //! Sender, after committing a slot with a `SeqCst` compare-and-swap:
-//! `if sleeping.load(SeqCst) != 0 { futex += 1; FUTEX_WAKE(futex, 1) }`.
+//! `if sleeping.load(SeqCst) & 1 != 0 { futex += 1; FUTEX_WAKE(futex, 1) }`.
+//!
+//! A receiver that blocks in `poll(2)` instead (the provider's blocking CQ
+//! reads wait on several fds at once) announces bit 1 of `sleeping` and
+//! watches the region file with inotify (`IN_MODIFY`); a sender that sees
+//! bit 1 `pwrite(2)`s the header's wake word, which makes the inotify fd
+//! readable. The same Dekker argument applies to bit 1.
 //!
 //! The two sides form a Dekker pair over sequentially consistent
 //! operations: either the sender's load sees `sleeping == 1` (and wakes),
@@ -79,8 +85,24 @@ impl WaitPolicy {
     };
 }
 
+/// `sleeping` bit: the receiver sleeps on the futex.
+pub(crate) const ON_FUTEX: u32 = 1;
+/// `sleeping` bit: the receiver blocks in `poll` on an inotify watch of the
+/// region file.
+pub(crate) const IN_POLL: u32 = 2;
+
+/// Wakes a receiver that announced `how` (the `sleeping` word's bits).
+pub(crate) fn wake(map: &Mapping, how: u32) {
+    if how & IN_POLL != 0 {
+        map.poke(offsets::WAKE_WORD);
+    }
+    if how & ON_FUTEX != 0 {
+        wake_futex(map);
+    }
+}
+
 /// Wakes the receiver sleeping on `map`'s futex.
-pub(crate) fn wake(map: &Mapping) {
+fn wake_futex(map: &Mapping) {
     map.u32(offsets::WAIT_FUTEX).fetch_add(1, Ordering::Release);
     let addr = map.addr_of_u32(offsets::WAIT_FUTEX);
     // SAFETY: `addr` is an aligned u32 inside a live mapping (checked by

@@ -1,0 +1,249 @@
+//! Fabric, domain and memory-region objects of the shm provider.
+
+use std::sync::Arc;
+
+use fabric_core::kit::mr::{MrTable, Region as MrRegion};
+use fabric_core::kit::objects::{AddressBook, Av, Cntr, Cq, Eq};
+use fabric_core::objects::{
+    AddressVector, AvAttr, CntrAttr, CompletionQueue, Counter, CqAttr, Domain, Endpoint, EqAttr,
+    EventQueue, Fabric, MemoryRegion, MrAttr, MrDesc, PassiveEndpoint,
+};
+use fabric_core::{
+    Address, DomainAttr, EpType, Error, ErrorKind, FabricAttr, Info, MrMode, Progress, Result,
+};
+
+use crate::ep::ShmEndpoint;
+use crate::ep::shared::{SCHEME, region_of};
+use crate::progress::Engine;
+
+/// The shm fabric (this node's shared memory).
+#[derive(Debug)]
+pub struct ShmFabric {
+    attr: FabricAttr,
+}
+
+impl ShmFabric {
+    pub(crate) fn new(attr: &FabricAttr) -> Self {
+        // Regions of processes that died without closing them (SIGKILL)
+        // are removed whenever a fabric is opened.
+        if let Ok(v) = crate::region::reclaim_stale() {
+            if !v.is_empty() {
+                tracing::debug!(removed = ?v, "shm: removed regions of exited processes");
+            }
+        }
+        ShmFabric { attr: attr.clone() }
+    }
+}
+
+impl Fabric for ShmFabric {
+    fn attr(&self) -> &FabricAttr {
+        &self.attr
+    }
+
+    fn domain(&self, info: &Info) -> Result<Box<dyn Domain>> {
+        Ok(Box::new(ShmDomain::new(info)?))
+    }
+
+    fn passive_endpoint(&self, _info: &Info) -> Result<Box<dyn PassiveEndpoint>> {
+        Err(Error::new(
+            ErrorKind::OpNotSupp,
+            "shm: only RDM endpoints are offered (no passive endpoints)",
+        ))
+    }
+
+    fn eq(&self, attr: &EqAttr) -> Result<Box<dyn EventQueue>> {
+        Ok(Box::new(Eq::new(attr)?))
+    }
+}
+
+/// How shm addresses are read for an AV: `fi_shm://<region name>`.
+#[derive(Debug)]
+struct ShmBook;
+
+impl AddressBook for ShmBook {
+    fn resolve(&self, node: &str, service: &str) -> Result<Address> {
+        if !service.is_empty() {
+            return Err(Error::inval(
+                "shm: addresses have no service; give the fi_shm:// name as node",
+            ));
+        }
+        let s = if node.starts_with(SCHEME) {
+            node.to_owned()
+        } else {
+            format!("{SCHEME}{node}")
+        };
+        let a = Address::Str(s);
+        region_of(&a)?;
+        Ok(a)
+    }
+
+    fn accept(&self, addr: &Address) -> Result<()> {
+        region_of(addr).map(|_| ())
+    }
+}
+
+/// The shm domain: one engine progressing its endpoints, one memory
+/// registration table.
+#[derive(Debug)]
+pub struct ShmDomain {
+    attr: DomainAttr,
+    engine: Arc<Engine>,
+    mr: Arc<MrTable>,
+    cma: bool,
+    eager_max: usize,
+}
+
+impl ShmDomain {
+    /// A domain for `info`. Its `mr_mode` decides how remote addresses and
+    /// keys work (FI_MR_VIRT_ADDR / FI_MR_BASIC: virtual addresses, else
+    /// offsets; FI_MR_PROV_KEY / FI_MR_BASIC: the provider picks keys);
+    /// FI_PROGRESS_AUTO starts a progress thread.
+    pub(crate) fn new(info: &Info) -> Result<Self> {
+        let m = info.domain_attr.mr_mode;
+        let basic = m.contains(MrMode::BASIC);
+        let d = &info.domain_attr;
+        let auto = d.data_progress == Progress::Auto || d.control_progress == Progress::Auto;
+        Ok(ShmDomain {
+            attr: info.domain_attr.clone(),
+            engine: Engine::new(auto)?,
+            mr: Arc::new(MrTable::new(
+                basic || m.contains(MrMode::VIRT_ADDR),
+                basic || m.contains(MrMode::PROV_KEY),
+            )),
+            cma: crate::cma::detect().enabled,
+            eager_max: crate::getinfo::eager_max(),
+        })
+    }
+}
+
+impl Domain for ShmDomain {
+    fn attr(&self) -> &DomainAttr {
+        &self.attr
+    }
+
+    fn endpoint(&self, info: &Info) -> Result<Box<dyn Endpoint>> {
+        match info.ep_attr.ep_type {
+            EpType::Rdm | EpType::Unspec => Ok(Box::new(ShmEndpoint::open(
+                info,
+                self.engine.clone(),
+                self.mr.clone(),
+                self.cma,
+                self.eager_max,
+            )?)),
+            t => Err(Error::new(
+                ErrorKind::OpNotSupp,
+                format!("shm: {t} endpoints are not offered"),
+            )),
+        }
+    }
+
+    fn cq(&self, attr: &CqAttr) -> Result<Box<dyn CompletionQueue>> {
+        Ok(Box::new(Cq::new(attr, self.engine.clone())?))
+    }
+
+    fn av(&self, _attr: &AvAttr) -> Result<Box<dyn AddressVector>> {
+        Ok(Box::new(Av::new(Arc::new(ShmBook))))
+    }
+
+    fn cntr(&self, _attr: &CntrAttr) -> Result<Box<dyn Counter>> {
+        Ok(Box::new(ShmCntr {
+            inner: Cntr::new(self.engine.clone())?,
+            engine: self.engine.clone(),
+        }))
+    }
+
+    unsafe fn mr_reg(&self, attr: &MrAttr) -> Result<Box<dyn MemoryRegion>> {
+        let [piece] = attr.iov else {
+            return Err(Error::inval(
+                "shm: a memory region is one contiguous piece (mr_iov_limit 1)",
+            ));
+        };
+        let region = MrRegion {
+            base: piece.addr as usize,
+            len: piece.len,
+            access: attr.access,
+            offset: attr.offset,
+        };
+        let key = self.mr.insert(attr.requested_key, region)?;
+        Ok(Box::new(ShmMr {
+            key,
+            table: self.mr.clone(),
+        }))
+    }
+}
+
+/// A counter: the kit's, with a blocking wait that also wakes when a peer
+/// writes into one of the domain's regions (so `fi_cntr_wait` works
+/// under manual progress).
+#[derive(Debug)]
+pub struct ShmCntr {
+    inner: Cntr,
+    engine: Arc<Engine>,
+}
+
+impl ShmCntr {
+    /// The counter's core, for endpoints to count into.
+    pub(crate) fn core(&self) -> &Arc<fabric_core::kit::cntr::CntrCore> {
+        self.inner.core()
+    }
+}
+
+impl Counter for ShmCntr {
+    fn read(&self) -> u64 {
+        self.inner.read()
+    }
+    fn readerr(&self) -> u64 {
+        self.inner.readerr()
+    }
+    fn add(&self, value: u64) -> Result<()> {
+        self.inner.add(value)
+    }
+    fn set(&self, value: u64) -> Result<()> {
+        self.inner.set(value)
+    }
+    fn adderr(&self, value: u64) -> Result<()> {
+        self.inner.adderr(value)
+    }
+    fn seterr(&self, value: u64) -> Result<()> {
+        self.inner.seterr(value)
+    }
+    fn wait(&self, threshold: u64, timeout: Option<std::time::Duration>) -> Result<()> {
+        use fabric_core::kit::objects::Progress as _;
+        let core = self.inner.core();
+        let errs = core.read_err();
+        let mut fds = Vec::new();
+        self.engine.wait_fds(&mut |fd| fds.push(fd));
+        let r = core.signal().wait(&fds, timeout, || {
+            self.engine.progress()?;
+            if core.read_err() != errs {
+                return Err(Error::from_kind(ErrorKind::Avail));
+            }
+            Ok((core.read() >= threshold).then_some(()))
+        })?;
+        r.ok_or_else(|| Error::new(ErrorKind::TimedOut, "counter wait timed out"))
+    }
+}
+
+/// A registered memory region; dropping it deregisters (waiting for a
+/// transfer into or out of it that is in progress).
+#[derive(Debug)]
+pub struct ShmMr {
+    key: u64,
+    table: Arc<MrTable>,
+}
+
+impl MemoryRegion for ShmMr {
+    fn key(&self) -> u64 {
+        self.key
+    }
+
+    fn desc(&self) -> MrDesc {
+        MrDesc(self.key)
+    }
+}
+
+impl Drop for ShmMr {
+    fn drop(&mut self) {
+        let _ = self.table.remove(self.key);
+    }
+}

@@ -1,0 +1,1754 @@
+//! The part of an endpoint only its domain's engine touches (under the
+//! engine's lock): its region and ring receiver, the matching queues, the
+//! peers that sent to it, the operations in flight, and the transfers in
+//! both directions.
+//!
+//! Receiving (this file): commands are taken from the ring in order and
+//! dispatched by op; messages are matched against posted receives or kept
+//! as unexpected; rendezvous messages are pulled with cross-memory attach
+//! or, in push mode, cleared to send; RMA and atomic requests are checked
+//! against the domain's memory regions and executed. Sending in the engine
+//! (operations handed over by [`TxReq`], answers, pushes) is in `ops.rs`.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+use fabric_core::kit::atomic::{self, AtomicKind};
+use fabric_core::kit::tag::{Matcher, Posted, Unexpected};
+use fabric_core::objects::{AtomicOp, CompletionFlags, CqEntry, FiAddr, MrAccess, RmaIov};
+use fabric_core::{Address, Error, ErrorKind, Mode, OpFlags};
+
+use super::binds::{Binds, msg_flags};
+use super::ops::{Push, PushSrc, Queued, Reply, TxOp};
+use super::shared::{EpShared, RecvOp, RxReq, SCHEME, TxReq, attach};
+use super::slab::Slab;
+use crate::cma::{self, CmaError};
+use crate::pieces::IOV_LIMIT;
+use crate::proto::{self, Desc, flag, op};
+use crate::region::{OwnerStatus, PeerRegion, Region};
+use crate::ring::{Message, Payload, Receiver, Sender};
+
+/// Commands taken from the ring per endpoint and progress call.
+const RING_BUDGET: usize = 64;
+
+/// A multi-receive buffer is released once less than this is left.
+pub(crate) const MIN_MULTI_RECV: usize = 64;
+
+/// Most elements of one atomic operation.
+pub(crate) const MAX_ATOMIC_COUNT: usize = 1024;
+
+/// Spare buffers for unexpected messages kept for reuse.
+const SPARE_BUFS: usize = 64;
+
+/// A rendezvous announcement: where the sender's data is.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rts {
+    pub peer: u32,
+    pub id: u64,
+    pub len: usize,
+    pub iovs: [(u64, u64); IOV_LIMIT],
+    pub n: usize,
+    /// The sender asked for push mode.
+    pub push: bool,
+}
+
+/// A message that arrived before a matching receive.
+#[derive(Debug)]
+pub(crate) struct Unexp {
+    pub len: usize,
+    pub data: Option<u64>,
+    pub kind: UnexpKind,
+}
+
+#[derive(Debug)]
+pub(crate) enum UnexpKind {
+    /// Its bytes; `ack`: (peer, op id) to acknowledge on delivery.
+    Data {
+        bytes: Vec<u8>,
+        ack: Option<(u32, u64)>,
+    },
+    /// Announced; the data stays with the sender.
+    Rndv(Rts),
+    /// Remote CQ data of an RMA write (FI_RX_CQ_DATA mode).
+    RmaData,
+}
+
+/// How a received message completes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Meta {
+    pub tagged: bool,
+    pub tag: u64,
+    pub len: usize,
+    pub data: Option<u64>,
+    pub src: FiAddr,
+}
+
+#[derive(Debug)]
+struct MultiRecv {
+    inflight: usize,
+    released: bool,
+}
+
+/// A sender this endpoint knows (it introduced itself with HELLO).
+#[derive(Debug)]
+pub(crate) struct RxPeer {
+    pub region: Arc<PeerRegion>,
+    pub sender: Sender,
+    pub pid: u32,
+    pub addr: Address,
+    fi: FiAddr,
+    fi_misses: u32,
+    pub no_cma: bool,
+    /// A cross-memory attach with this peer has worked: split rendezvous
+    /// may be used (the sender then writes part of the message).
+    pub cma_ok: bool,
+    /// Answers that found the peer's ring full, in order.
+    pub backlog: VecDeque<Queued>,
+}
+
+/// Where pushed data for a transfer goes.
+#[derive(Debug)]
+pub(crate) enum XferDest {
+    /// A matched receive.
+    Recv { op: RecvOp, meta: Meta },
+    /// Registered memory (an RMA write in push mode).
+    Write {
+        rma: [RmaIov; proto::RMA_IOV_LIMIT],
+        n: usize,
+        data: Option<u64>,
+    },
+}
+
+/// Data being pushed to this endpoint by a peer.
+#[derive(Debug)]
+pub(crate) struct RxXfer {
+    pub peer: u32,
+    /// A split rendezvous: where the sender's buffer is (to pull the tail
+    /// ourselves if the sender cannot write it) and where the tail starts.
+    pub split: Option<Rts>,
+    /// The initiator's op id, acknowledged at the end.
+    pub op_id: u64,
+    pub dest: XferDest,
+    pub want: usize,
+    pub got: usize,
+    /// A part of a split transfer failed (reported once both are done).
+    pub failed: Option<ErrorKind>,
+}
+
+/// The engine's state of one endpoint.
+#[derive(Debug)]
+pub(crate) struct EpRx {
+    pub shared: Arc<EpShared>,
+    pub region: Region,
+    pub rx: Receiver,
+    pub st: RxState,
+}
+
+/// Everything of [`EpRx`] but the ring receiver, so that a command
+/// handler can borrow it while the receiver lends the payload.
+#[derive(Debug)]
+pub(crate) struct RxState {
+    msg: Matcher<RecvOp, Unexp>,
+    tagged: Matcher<RecvOp, Unexp>,
+    mrecv: Vec<Option<MultiRecv>>,
+    pub peers: Vec<Option<RxPeer>>,
+    peer_map: HashMap<(u32, u32), u32>,
+    last: Option<((u32, u32), u32)>,
+    pub ops: Slab<TxOp>,
+    /// Operations taken from the queue that could not start yet.
+    pub pending: VecDeque<TxReq>,
+    pub pushes: VecDeque<Push>,
+    pub xfers: Slab<RxXfer>,
+    /// Peers with a non-empty backlog.
+    pub backlogged: usize,
+    spare: Vec<Vec<u8>>,
+    pub scratch: Vec<u8>,
+    pub results: Vec<u8>,
+    pub stuck_since: Option<Instant>,
+    /// `PUT_DONE` notices that found the receiver's ring full.
+    pub put_done_backlog: VecDeque<(Arc<super::shared::TxPeer>, crate::ring::Command)>,
+}
+
+fn usize_of(v: u64) -> usize {
+    usize::try_from(v).unwrap_or(usize::MAX)
+}
+
+impl EpRx {
+    pub(crate) fn new(shared: Arc<EpShared>, region: Region, rx: Receiver) -> EpRx {
+        let tx = shared.info.tx_attr.size.max(1);
+        let directed = shared.directed;
+        EpRx {
+            shared,
+            region,
+            rx,
+            st: RxState {
+                msg: Matcher::new(directed),
+                tagged: Matcher::new(directed),
+                mrecv: Vec::new(),
+                peers: Vec::new(),
+                peer_map: HashMap::new(),
+                last: None,
+                ops: Slab::with_capacity(tx),
+                pending: VecDeque::with_capacity(4),
+                pushes: VecDeque::with_capacity(16),
+                xfers: Slab::with_capacity(64),
+                backlogged: 0,
+                spare: Vec::new(),
+                scratch: Vec::with_capacity(proto::DESC_MAX),
+                results: Vec::new(),
+                stuck_since: None,
+                put_done_backlog: VecDeque::new(),
+            },
+        }
+    }
+
+    /// One pass: posted receives, the ring, operations to start, pushes,
+    /// backlogs. Returns whether anything happened.
+    pub(crate) fn progress(&mut self) -> bool {
+        let sh = &*self.shared;
+        let Some(b) = sh.bound.get() else {
+            return false;
+        };
+        let st = &mut self.st;
+        let mut work = false;
+        while let Some(r) = sh.posted.pop() {
+            work = true;
+            st.take_post(sh, b, r);
+        }
+        for _ in 0..RING_BUDGET {
+            match self.rx.try_recv(|m, p| st.on_command(sh, b, m, &p)) {
+                Ok(()) => work = true,
+                Err(e) if e.kind() == ErrorKind::Again => break,
+                Err(e) => {
+                    work = true;
+                    tracing::debug!(error = %e, "shm: dropped a malformed command");
+                }
+            }
+        }
+        if !st.pending.is_empty() || !sh.txq.is_empty() {
+            work |= st.start_ops(sh, b);
+        }
+        if !st.pushes.is_empty() {
+            work |= st.run_pushes(sh, b);
+        }
+        if st.backlogged > 0 {
+            work |= st.flush_backlogs();
+        }
+        while let Some((p, c)) = st.put_done_backlog.front() {
+            match p.sender.try_send(c, &[]) {
+                Ok(()) => {
+                    work = true;
+                    st.put_done_backlog.pop_front();
+                }
+                Err(e) if e.kind() == ErrorKind::Again => break,
+                Err(_) => {
+                    st.put_done_backlog.pop_front();
+                }
+            }
+        }
+        work
+    }
+}
+
+impl RxState {
+    // -----------------------------------------------------------------
+    // Peers.
+
+    /// The peer that sent `m`, if it introduced itself.
+    #[inline]
+    fn peer_of(&mut self, m: &Message) -> Option<u32> {
+        let key = (m.sender_pid, m.cmd.src);
+        if let Some((k, i)) = self.last {
+            if k == key {
+                return Some(i);
+            }
+        }
+        let i = *self.peer_map.get(&key)?;
+        self.last = Some((key, i));
+        Some(i)
+    }
+
+    /// The AV handle of peer `pi` (for FI_SOURCE and directed receive),
+    /// looked up again now and then while the application has not
+    /// inserted it yet.
+    fn src_of(&mut self, b: &Binds, pi: u32, directed: bool) -> FiAddr {
+        let Some(Some(p)) = self.peers.get_mut(pi as usize) else {
+            return FiAddr::NOTAVAIL;
+        };
+        if p.fi != FiAddr::NOTAVAIL {
+            return p.fi;
+        }
+        p.fi_misses = p.fi_misses.wrapping_add(1);
+        if directed || p.fi_misses % 64 == 1 {
+            if let Some(av) = &b.av {
+                p.fi = av.reverse(&p.addr);
+            }
+        }
+        p.fi
+    }
+
+    fn on_hello(&mut self, sh: &EpShared, b: &Binds, m: &Message, p: &Payload<'_>) {
+        let mut raw = [0u8; 128];
+        if p.len() > raw.len() {
+            tracing::debug!(len = p.len(), "shm: HELLO with an oversized name");
+            return;
+        }
+        let n = p.copy_to(&mut raw);
+        let Ok(name) = std::str::from_utf8(&raw[..n]) else {
+            tracing::debug!("shm: HELLO with a name that is not UTF-8");
+            return;
+        };
+        let region = match attach(name) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::debug!(name, error = %e, "shm: cannot attach the region of a new peer");
+                return;
+            }
+        };
+        if region.owner_pid() != m.sender_pid {
+            tracing::debug!(
+                name,
+                claimed = m.sender_pid,
+                owner = region.owner_pid(),
+                "shm: HELLO from a process that does not own the region it names"
+            );
+            return;
+        }
+        let key = (m.sender_pid, m.cmd.src);
+        if let Some(&old) = self.peer_map.get(&key) {
+            let same = matches!(
+                self.peers.get(old as usize),
+                Some(Some(p)) if p.region.name() == name && p.region.is_open()
+            );
+            if same {
+                // The same endpoint again (it reached us through another
+                // AV handle): nothing changes.
+                return;
+            }
+            // The same (pid, endpoint) with another region: a new process
+            // reusing the pid. Whatever the old one left is void.
+            self.drop_peer(sh, b, old);
+        }
+        let peer = RxPeer {
+            sender: region.sender(),
+            pid: region.owner_pid(),
+            addr: Address::Str(format!("{SCHEME}{name}")),
+            region,
+            fi: FiAddr::NOTAVAIL,
+            fi_misses: 0,
+            no_cma: !sh.cma,
+            cma_ok: false,
+            backlog: VecDeque::new(),
+        };
+        let idx = match self.peers.iter().position(Option::is_none) {
+            Some(i) => {
+                self.peers[i] = Some(peer);
+                i
+            }
+            None => {
+                self.peers.push(Some(peer));
+                self.peers.len() - 1
+            }
+        } as u32;
+        self.peer_map.insert(key, idx);
+        self.last = None;
+        let _ = self.src_of(b, idx, true);
+    }
+
+    /// Forgets peer `pi` (it exited, closed, or was replaced): its
+    /// announced messages are dropped, receives being pushed by it fail,
+    /// pushes and answers to it are dropped.
+    pub(crate) fn drop_peer(&mut self, sh: &EpShared, b: &Binds, pi: u32) {
+        let Some(Some(peer)) = self.peers.get_mut(pi as usize).map(Option::take) else {
+            return;
+        };
+        self.peer_map.retain(|_, v| *v != pi);
+        self.last = None;
+        if !peer.backlog.is_empty() {
+            self.backlogged = self.backlogged.saturating_sub(1);
+        }
+        let from =
+            |u: &Unexpected<Unexp>| matches!(&u.msg.kind, UnexpKind::Rndv(r) if r.peer == pi);
+        self.msg.drop_unexpected(from);
+        self.tagged.drop_unexpected(from);
+        for id in self.xfers.ids_where(|x| x.peer == pi) {
+            if let Some(x) = self.xfers.remove(id) {
+                if let XferDest::Recv { op, meta } = x.dest {
+                    let err = Error::new(
+                        ErrorKind::ConnReset,
+                        "shm: the sender went away in the middle of the message",
+                    );
+                    self.fail_recv(b, op, meta.tagged, &err);
+                }
+            }
+        }
+        self.pushes.retain(|p| p.rx_peer != Some(pi));
+        let _ = sh;
+        tracing::debug!(peer = %peer.addr, "shm: forgot a peer");
+    }
+
+    /// Sends an answer to peer `pi`, or queues it behind earlier ones.
+    pub(crate) fn reply(&mut self, sh: &EpShared, pi: u32, r: Reply<'_>) {
+        let Some(Some(peer)) = self.peers.get_mut(pi as usize) else {
+            return;
+        };
+        let (cmd, bytes) = r.command(sh.id);
+        if peer.backlog.is_empty() {
+            match peer.sender.try_send(&cmd, bytes) {
+                Ok(()) => return,
+                Err(e) if e.kind() == ErrorKind::Again => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "shm: an answer to a peer failed");
+                    return;
+                }
+            }
+            self.backlogged += 1;
+        }
+        peer.backlog.push_back(Queued {
+            cmd,
+            bytes: bytes.to_vec(),
+        });
+    }
+
+    /// Sends queued answers.
+    fn flush_backlogs(&mut self) -> bool {
+        let mut work = false;
+        let mut left = 0;
+        for p in self.peers.iter_mut().flatten() {
+            while let Some(q) = p.backlog.front() {
+                match p.sender.try_send(&q.cmd, &q.bytes) {
+                    Ok(()) => {
+                        work = true;
+                        p.backlog.pop_front();
+                    }
+                    Err(e) if e.kind() == ErrorKind::Again => break,
+                    Err(_) => {
+                        p.backlog.pop_front();
+                    }
+                }
+            }
+            if !p.backlog.is_empty() {
+                left += 1;
+            }
+        }
+        self.backlogged = left;
+        work
+    }
+
+    // -----------------------------------------------------------------
+    // Dispatch.
+
+    fn on_command(&mut self, sh: &EpShared, b: &Binds, m: &Message, p: &Payload<'_>) {
+        let c = &m.cmd;
+        if c.flags & !flag::ALL != 0 {
+            tracing::debug!(flags = c.flags, "shm: command with unknown flags dropped");
+            return;
+        }
+        match c.op {
+            op::MSG => self.on_msg(sh, b, m, p),
+            op::ACK => self.on_ack(sh, b, m, p),
+            op::DATA => self.on_data(sh, b, m, p),
+            op::RTS => self.on_rts(sh, b, m, p),
+            op::CTS => self.on_cts(sh, m),
+            op::SPLIT => self.on_split(sh, b, m, p),
+            op::PUT_DONE => self.on_put_done(sh, b, m),
+            op::HELLO => self.on_hello(sh, b, m, p),
+            op::WRITE => self.on_write(sh, b, m, p),
+            op::READ => self.on_read(sh, b, m, p),
+            op::ATOMIC => self.on_atomic(sh, b, m, p),
+            other => tracing::debug!(op = other, "shm: command with an unknown op dropped"),
+        }
+    }
+
+    fn unknown_sender(m: &Message) {
+        tracing::debug!(
+            pid = m.sender_pid,
+            ep = m.cmd.src,
+            op = m.cmd.op,
+            "shm: command from a sender that did not introduce itself dropped"
+        );
+    }
+
+    // -----------------------------------------------------------------
+    // Messages.
+
+    fn matcher(&mut self, tagged: bool) -> &mut Matcher<RecvOp, Unexp> {
+        if tagged {
+            &mut self.tagged
+        } else {
+            &mut self.msg
+        }
+    }
+
+    fn take_buf(&mut self, len: usize) -> Vec<u8> {
+        let fits = |v: &Vec<u8>| v.capacity() >= len && v.capacity() <= len.max(1024) * 4;
+        match self.spare.iter().rposition(fits) {
+            Some(i) => self.spare.swap_remove(i),
+            None => Vec::with_capacity(len),
+        }
+    }
+
+    fn give_buf(&mut self, mut v: Vec<u8>) {
+        if self.spare.len() < SPARE_BUFS && v.capacity() > 0 && v.capacity() <= 64 * 1024 {
+            v.clear();
+            self.spare.push(v);
+        }
+    }
+
+    fn on_msg(&mut self, sh: &EpShared, b: &Binds, m: &Message, p: &Payload<'_>) {
+        let Some(pi) = self.peer_of(m) else {
+            return Self::unknown_sender(m);
+        };
+        let c = &m.cmd;
+        let tagged = c.flags & flag::TAGGED != 0;
+        let tag = if tagged { c.tag } else { 0 };
+        let data = (c.flags & flag::CQ_DATA != 0).then_some(c.data);
+        let ack = (c.flags & flag::ACK_REQ != 0).then_some(c.aux[0]);
+        let src = self.src_of(b, pi, sh.directed);
+        let meta = Meta {
+            tagged,
+            tag,
+            len: m.len,
+            data,
+            src,
+        };
+        match self.matcher(tagged).arrive(tag, src) {
+            Some(posted) => {
+                let op = self.carve(posted, m.len, tagged);
+                // SAFETY: the receive contract of recvmsg / trecvmsg: the
+                // buffer is valid and ours until its completion.
+                unsafe { op.buf.fill_from(0, p, 0, m.len) };
+                self.complete_recv(b, op, meta);
+                if let Some(id) = ack {
+                    self.reply(sh, pi, Reply::ack(id, None));
+                }
+            }
+            None => {
+                let mut v = self.take_buf(m.len);
+                v.resize(m.len, 0);
+                p.copy_to(&mut v);
+                self.matcher(tagged).push_unexpected(
+                    tag,
+                    src,
+                    Unexp {
+                        len: m.len,
+                        data,
+                        kind: UnexpKind::Data {
+                            bytes: v,
+                            ack: ack.map(|id| (pi, id)),
+                        },
+                    },
+                );
+            }
+        }
+    }
+
+    fn on_rts(&mut self, sh: &EpShared, b: &Binds, m: &Message, p: &Payload<'_>) {
+        let Some(pi) = self.peer_of(m) else {
+            return Self::unknown_sender(m);
+        };
+        let c = &m.cmd;
+        let id = c.aux[1];
+        let len = usize_of(c.aux[0]);
+        let mut raw = [0u8; IOV_LIMIT * 16];
+        let iovs = if p.len() <= raw.len() {
+            let n = p.copy_to(&mut raw);
+            proto::decode_iovs(&raw[..n])
+        } else {
+            None
+        };
+        let Some((iovs, n)) = iovs.filter(|(v, n)| {
+            v.iter()
+                .take(*n)
+                .try_fold(0u64, |a, (_, l)| a.checked_add(*l))
+                .is_some_and(|t| usize_of(t) == len)
+        }) else {
+            tracing::debug!("shm: malformed rendezvous request refused");
+            self.reply(sh, pi, Reply::ack(id, Some(ErrorKind::Inval)));
+            return;
+        };
+        if len > sh.info.ep_attr.max_msg_size {
+            tracing::debug!(len, "shm: rendezvous request over max_msg_size refused");
+            self.reply(sh, pi, Reply::ack(id, Some(ErrorKind::MsgSize)));
+            return;
+        }
+        let tagged = c.flags & flag::TAGGED != 0;
+        let tag = if tagged { c.tag } else { 0 };
+        let data = (c.flags & flag::CQ_DATA != 0).then_some(c.data);
+        let src = self.src_of(b, pi, sh.directed);
+        let rts = Rts {
+            peer: pi,
+            id,
+            len,
+            iovs,
+            n,
+            push: c.flags & flag::PUSH != 0,
+        };
+        let meta = Meta {
+            tagged,
+            tag,
+            len,
+            data,
+            src,
+        };
+        match self.matcher(tagged).arrive(tag, src) {
+            Some(posted) => {
+                let op = self.carve(posted, len, tagged);
+                self.accept_rts(sh, b, op, meta, rts);
+            }
+            None => self.matcher(tagged).push_unexpected(
+                tag,
+                src,
+                Unexp {
+                    len,
+                    data,
+                    kind: UnexpKind::Rndv(rts),
+                },
+            ),
+        }
+    }
+
+    /// Takes an announced message into `op`: pulls it with cross-memory
+    /// attach, or clears the sender to push it.
+    fn accept_rts(&mut self, sh: &EpShared, b: &Binds, op: RecvOp, meta: Meta, r: Rts) {
+        let accept = r.len.min(op.buf.len());
+        let Some(Some(peer)) = self.peers.get_mut(r.peer as usize) else {
+            let err = Error::new(ErrorKind::ConnReset, "shm: the sender went away");
+            return self.fail_recv(b, op, meta.tagged, &err);
+        };
+        if accept == 0 {
+            self.complete_recv(b, op, meta);
+            return self.reply(sh, r.peer, Reply::ack(r.id, None));
+        }
+        if !r.push && !peer.no_cma {
+            if !peer.region.is_open() {
+                let err = Error::new(ErrorKind::ConnReset, "shm: the sender closed its endpoint");
+                return self.fail_recv(b, op, meta.tagged, &err);
+            }
+            if peer.cma_ok && accept >= sh.split_min {
+                return self.split_rts(sh, b, op, meta, r, accept);
+            }
+            let local = op.buf.sub(0, accept);
+            let (remote, k) = clip(&r.iovs[..r.n], accept);
+            // SAFETY: `local` is the receive buffer (the receive contract);
+            // the remote ranges are only interpreted by the kernel, in the
+            // sender's address space.
+            let res = unsafe { cma::transfer(peer.pid, local.pieces(), &remote[..k], true) };
+            match res {
+                Ok(()) => {
+                    peer.cma_ok = true;
+                    self.complete_recv(b, op, meta);
+                    return self.reply(sh, r.peer, Reply::ack(r.id, None));
+                }
+                Err(CmaError::Refused) => {
+                    tracing::warn!(peer = %peer.addr, "shm: cross-memory attach refused by the kernel for this peer; using bounce buffers");
+                    peer.no_cma = true;
+                }
+                Err(CmaError::Gone) => {
+                    let err = Error::new(ErrorKind::ConnReset, "shm: the sender exited");
+                    return self.fail_recv(b, op, meta.tagged, &err);
+                }
+                Err(e) => {
+                    let err = Error::new(
+                        e.kind(),
+                        "shm: cross-memory attach of the sender's buffer failed",
+                    );
+                    self.fail_recv(b, op, meta.tagged, &err);
+                    return self.reply(sh, r.peer, Reply::ack(r.id, Some(e.kind())));
+                }
+            }
+        }
+        let xid = self.xfers.insert(RxXfer {
+            peer: r.peer,
+            split: None,
+            op_id: r.id,
+            dest: XferDest::Recv { op, meta },
+            want: accept,
+            got: 0,
+            failed: None,
+        });
+        self.reply(
+            sh,
+            r.peer,
+            Reply::Cts {
+                id: r.id,
+                xfer: xid,
+                accept: accept as u64,
+            },
+        );
+    }
+
+    /// Split rendezvous: asks the sender to write the tail of the message
+    /// into `op` (from [`split_point`] on) while this side pulls the head,
+    /// so both processes copy at once.
+    fn split_rts(
+        &mut self,
+        sh: &EpShared,
+        b: &Binds,
+        op: RecvOp,
+        meta: Meta,
+        r: Rts,
+        accept: usize,
+    ) {
+        let split = split_point(accept);
+        let tail = op.buf.sub(split, accept - split);
+        let mut raw = [0u8; IOV_LIMIT * 16];
+        let n = proto::encode_iovs(tail.pieces(), &mut raw);
+        let local = op.buf.sub(0, split);
+        let pid = match self.peers.get(r.peer as usize) {
+            Some(Some(p)) => p.pid,
+            _ => return,
+        };
+        let xid = self.xfers.insert(RxXfer {
+            peer: r.peer,
+            split: Some(r),
+            op_id: r.id,
+            dest: XferDest::Recv { op, meta },
+            want: accept,
+            got: 0,
+            failed: None,
+        });
+        self.reply(
+            sh,
+            r.peer,
+            Reply::Split {
+                id: r.id,
+                xfer: xid,
+                split: split as u64,
+                accept: accept as u64,
+                iovs: &raw[..n],
+            },
+        );
+        let (remote, k) = clip(&r.iovs[..r.n], split);
+        // SAFETY: `local` is the head of the receive buffer (the receive
+        // contract; the sender writes only the tail); the remote ranges are
+        // interpreted by the kernel in the sender's address space.
+        let res = unsafe { cma::transfer(pid, local.pieces(), &remote[..k], true) };
+        self.split_progress(sh, b, xid, split, res.err());
+    }
+
+    /// Part `len` of a split transfer is in place (or failed).
+    fn split_progress(
+        &mut self,
+        sh: &EpShared,
+        b: &Binds,
+        xid: u64,
+        len: usize,
+        err: Option<CmaError>,
+    ) {
+        let Some(x) = self.xfers.get_mut(xid) else {
+            return;
+        };
+        if let Some(e) = err {
+            x.failed.get_or_insert(e.kind());
+        }
+        x.got += len;
+        if x.got >= x.want {
+            if let Some(x) = self.xfers.remove(xid) {
+                let failed = x.failed;
+                self.finish_xfer(sh, b, x, failed);
+            }
+        }
+    }
+
+    /// `SPLIT` (at the sender): write the tail of our message into the
+    /// receiver's buffer, then say so.
+    fn on_split(&mut self, sh: &EpShared, b: &Binds, m: &Message, p: &Payload<'_>) {
+        let c = &m.cmd;
+        let _ = b;
+        let Some(op) = self.ops.get(c.tag) else {
+            return tracing::debug!("shm: SPLIT for an unknown operation dropped");
+        };
+        if op.peer.pid != m.sender_pid {
+            return tracing::debug!("shm: SPLIT from a process that is not the receiver dropped");
+        }
+        let split = usize_of(c.aux[0]);
+        let accept = usize_of(c.aux[1]);
+        let mut raw = [0u8; IOV_LIMIT * 16];
+        let iovs = if p.len() <= raw.len() {
+            let n = p.copy_to(&mut raw);
+            proto::decode_iovs(&raw[..n])
+        } else {
+            None
+        };
+        let status = match iovs {
+            Some((v, n))
+                if split < accept
+                    && accept <= op.buf.len()
+                    && v.iter()
+                        .take(n)
+                        .try_fold(0u64, |a, (_, l)| a.checked_add(*l))
+                        .is_some_and(|t| usize_of(t) == accept - split) =>
+            {
+                let src = op.buf.sub(split, accept - split);
+                if sh.cma {
+                    // SAFETY: our message buffer, readable until the
+                    // operation completes (the send contract); the remote
+                    // ranges are the receiver's, interpreted by the kernel.
+                    match unsafe { cma::transfer(op.peer.pid, src.pieces(), &v[..n], false) } {
+                        Ok(()) => None,
+                        Err(e) => Some(e.kind()),
+                    }
+                } else {
+                    Some(ErrorKind::Perm)
+                }
+            }
+            _ => Some(ErrorKind::Inval),
+        };
+        let cmd = crate::ring::Command {
+            op: op::PUT_DONE,
+            src: sh.id,
+            tag: c.data,
+            data: proto::status_of(status),
+            ..crate::ring::Command::default()
+        };
+        let peer = op.peer.clone();
+        if peer.sender.try_send(&cmd, &[]).is_err() {
+            // The receiver's ring is full: queue it with the operations
+            // to start (it only ever waits behind them).
+            self.put_done_backlog.push_back((peer, cmd));
+        }
+    }
+
+    /// `PUT_DONE` (at the receiver): the sender wrote the tail of a split
+    /// transfer; if it could not, pull the tail ourselves.
+    fn on_put_done(&mut self, sh: &EpShared, b: &Binds, m: &Message) {
+        let c = &m.cmd;
+        let pi = self.peer_of(m);
+        let Some(x) = self.xfers.get(c.tag) else {
+            return tracing::debug!("shm: PUT_DONE for an unknown transfer dropped");
+        };
+        let Some(r) = x.split.filter(|_| pi == Some(x.peer)) else {
+            return tracing::debug!("shm: PUT_DONE out of place dropped");
+        };
+        let (want, split) = (x.want, split_point(x.want));
+        let err = match proto::kind_of_status(c.data) {
+            None => None,
+            Some(_) => {
+                // Pull the tail ourselves.
+                let tail = match &x.dest {
+                    XferDest::Recv { op, .. } => op.buf.sub(split, want - split),
+                    XferDest::Write { .. } => return,
+                };
+                let (remote, k) = sub_list(&r.iovs[..r.n], split, want - split);
+                let pid = match self.peers.get(x.peer as usize) {
+                    Some(Some(p)) => p.pid,
+                    _ => return,
+                };
+                // SAFETY: the tail of the receive buffer (the receive
+                // contract); the remote ranges are the sender's.
+                unsafe { cma::transfer(pid, tail.pieces(), &remote[..k], true) }.err()
+            }
+        };
+        self.split_progress(sh, b, c.tag, want - split, err);
+    }
+
+    /// The part of a posted receive a message of `len` bytes takes: the
+    /// whole receive, or for a multi-receive buffer the next `len` bytes
+    /// (the rest goes back to the head of the queue while at least
+    /// [`MIN_MULTI_RECV`] bytes are left).
+    fn carve(&mut self, p: Posted<RecvOp>, len: usize, tagged: bool) -> RecvOp {
+        let Some(slot) = p.recv.mrecv else {
+            return p.recv;
+        };
+        let cap = p.recv.buf.len();
+        let take = len.min(cap);
+        let slice = RecvOp {
+            buf: p.recv.buf.sub(0, take),
+            ..p.recv
+        };
+        let rest = cap - take;
+        let released = rest < MIN_MULTI_RECV;
+        if let Some(Some(mr)) = self.mrecv.get_mut(slot as usize) {
+            mr.inflight += 1;
+            mr.released = released;
+        }
+        if !released {
+            self.matcher(tagged).repost_front(Posted {
+                tag: p.tag,
+                ignore: p.ignore,
+                src: p.src,
+                recv: RecvOp {
+                    buf: p.recv.buf.sub(take, rest),
+                    ..p.recv
+                },
+            });
+        }
+        slice
+    }
+
+    /// Whether the multi-receive buffer of `op` (if any) is done with the
+    /// completion being reported: then that completion carries
+    /// FI_MULTI_RECV.
+    fn mrecv_finish(&mut self, op: &RecvOp) -> bool {
+        let Some(slot) = op.mrecv else {
+            return false;
+        };
+        let Some(s) = self.mrecv.get_mut(slot as usize) else {
+            return false;
+        };
+        if let Some(mr) = s {
+            mr.inflight = mr.inflight.saturating_sub(1);
+            if mr.released && mr.inflight == 0 {
+                *s = None;
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Completes a receive whose data is in its buffer (or fails it with
+    /// `Trunc` when the message was longer).
+    pub(crate) fn complete_recv(&mut self, b: &Binds, op: RecvOp, m: Meta) {
+        let cap = op.buf.len();
+        let mut flags = msg_flags(m.tagged, true);
+        if m.data.is_some() {
+            flags |= CompletionFlags::REMOTE_CQ_DATA;
+        }
+        let buf = if op.mrecv.is_some() { op.buf.base() } else { 0 };
+        if self.mrecv_finish(&op) {
+            flags |= CompletionFlags::MULTI_RECV;
+        }
+        let e = CqEntry {
+            context: op.context,
+            flags,
+            len: m.len.min(cap),
+            buf,
+            data: m.data.unwrap_or(0),
+            tag: if m.tagged { m.tag } else { 0 },
+        };
+        if m.len > cap {
+            let err = Error::new(
+                ErrorKind::Trunc,
+                format!("shm: message of {} bytes truncated to {cap}", m.len),
+            );
+            b.failed(true, e, &err, m.len - cap);
+        } else {
+            let report = !b.rx_selective
+                || op.flags.contains(OpFlags::COMPLETION)
+                || flags.contains(CompletionFlags::MULTI_RECV);
+            b.rx_done(e, m.src, report);
+        }
+    }
+
+    /// Fails a receive.
+    pub(crate) fn fail_recv(&mut self, b: &Binds, op: RecvOp, tagged: bool, err: &Error) {
+        let mut flags = msg_flags(tagged, true);
+        if self.mrecv_finish(&op) {
+            flags |= CompletionFlags::MULTI_RECV;
+        }
+        let e = CqEntry {
+            context: op.context,
+            flags,
+            ..CqEntry::default()
+        };
+        b.failed(true, e, err, 0);
+    }
+
+    /// A receive request from the application.
+    fn take_post(&mut self, sh: &EpShared, b: &Binds, r: RxReq) {
+        match r {
+            RxReq::Post {
+                tagged,
+                tag,
+                ignore,
+                src,
+                mut op,
+            } => {
+                if op.flags.contains(OpFlags::MULTI_RECV) {
+                    let m = MultiRecv {
+                        inflight: 0,
+                        released: false,
+                    };
+                    let slot = match self.mrecv.iter().position(Option::is_none) {
+                        Some(i) => {
+                            self.mrecv[i] = Some(m);
+                            i
+                        }
+                        None => {
+                            self.mrecv.push(Some(m));
+                            self.mrecv.len() - 1
+                        }
+                    };
+                    op.mrecv = Some(slot as u32);
+                }
+                self.post(sh, b, tagged, tag, ignore, src, op);
+            }
+            RxReq::Peek {
+                tag,
+                ignore,
+                src,
+                op,
+            } => self.peek_claim(sh, b, tag, ignore, src, op),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn post(
+        &mut self,
+        sh: &EpShared,
+        b: &Binds,
+        tagged: bool,
+        tag: u64,
+        ignore: u64,
+        src: FiAddr,
+        op: RecvOp,
+    ) {
+        let mut posted = Posted {
+            tag,
+            ignore,
+            src,
+            recv: op,
+        };
+        while let Some((p, u)) = self.matcher(tagged).post(posted) {
+            let (ptag, pignore, psrc, slot) = (p.tag, p.ignore, p.src, p.recv.mrecv);
+            let op = self.carve(p, u.msg.len, tagged);
+            self.deliver(sh, b, op, u, tagged);
+            // A multi-receive buffer with room left takes more: carve put
+            // the rest back at the head of the posted queue; take it out
+            // to match it against the unexpected queue again.
+            let Some(slot) = slot else { break };
+            let open = matches!(self.mrecv.get(slot as usize), Some(Some(m)) if !m.released);
+            if !open {
+                break;
+            }
+            let Some(rest) = self.matcher(tagged).cancel(|r| r.mrecv == Some(slot)) else {
+                break;
+            };
+            posted = Posted {
+                tag: ptag,
+                ignore: pignore,
+                src: psrc,
+                recv: rest.recv,
+            };
+        }
+    }
+
+    /// Hands an unexpected message to a receive that matched it.
+    fn deliver(
+        &mut self,
+        sh: &EpShared,
+        b: &Binds,
+        op: RecvOp,
+        u: Unexpected<Unexp>,
+        tagged: bool,
+    ) {
+        let meta = Meta {
+            tagged,
+            tag: u.tag,
+            len: u.msg.len,
+            data: u.msg.data,
+            src: u.src,
+        };
+        match u.msg.kind {
+            UnexpKind::Data { bytes, ack } => {
+                // SAFETY: the receive contract of recvmsg / trecvmsg.
+                unsafe { op.buf.write_at(0, &bytes) };
+                self.give_buf(bytes);
+                self.complete_recv(b, op, meta);
+                if let Some((pi, id)) = ack {
+                    self.reply(sh, pi, Reply::ack(id, None));
+                }
+            }
+            UnexpKind::Rndv(r) => self.accept_rts(sh, b, op, meta, r),
+            UnexpKind::RmaData => {
+                let _ = self.mrecv_finish(&op);
+                let e = CqEntry {
+                    context: op.context,
+                    flags: CompletionFlags::RMA
+                        | CompletionFlags::REMOTE_WRITE
+                        | CompletionFlags::REMOTE_CQ_DATA,
+                    data: meta.data.unwrap_or(0),
+                    ..CqEntry::default()
+                };
+                b.rx_done(e, meta.src, true);
+            }
+        }
+    }
+
+    /// Drops an unexpected message (FI_DISCARD): its sender is told it
+    /// was taken.
+    fn discard(&mut self, sh: &EpShared, u: Unexpected<Unexp>) {
+        match u.msg.kind {
+            UnexpKind::Data { bytes, ack } => {
+                self.give_buf(bytes);
+                if let Some((pi, id)) = ack {
+                    self.reply(sh, pi, Reply::ack(id, None));
+                }
+            }
+            UnexpKind::Rndv(r) => self.reply(sh, r.peer, Reply::ack(r.id, None)),
+            UnexpKind::RmaData => {}
+        }
+    }
+
+    fn peek_claim(
+        &mut self,
+        sh: &EpShared,
+        b: &Binds,
+        tag: u64,
+        ignore: u64,
+        src: FiAddr,
+        op: RecvOp,
+    ) {
+        let report = |len: usize, tag: u64, data: Option<u64>, src: FiAddr| {
+            let mut f = msg_flags(true, true);
+            if data.is_some() {
+                f |= CompletionFlags::REMOTE_CQ_DATA;
+            }
+            let e = CqEntry {
+                context: op.context,
+                flags: f,
+                len,
+                buf: 0,
+                data: data.unwrap_or(0),
+                tag,
+            };
+            b.rx_done(e, src, true);
+        };
+        let missing = |what: &'static str| {
+            let e = CqEntry {
+                context: op.context,
+                flags: msg_flags(true, true),
+                ..CqEntry::default()
+            };
+            b.failed(true, e, &Error::new(ErrorKind::NoMsg, what), 0);
+        };
+        let flags = op.flags;
+        if flags.contains(OpFlags::PEEK) {
+            if flags.contains(OpFlags::DISCARD) {
+                match self.tagged.take_unexpected(tag, ignore, src) {
+                    Some(u) => {
+                        report(u.msg.len, u.tag, u.msg.data, u.src);
+                        self.discard(sh, u);
+                    }
+                    None => missing("FI_PEEK: no matching message"),
+                }
+            } else {
+                let claim = flags.contains(OpFlags::CLAIM).then_some(op.context);
+                match self.tagged.peek(tag, ignore, src, claim) {
+                    Some(u) => report(u.msg.len, u.tag, u.msg.data, u.src),
+                    None => missing("FI_PEEK: no matching message"),
+                }
+            }
+            return;
+        }
+        // FI_CLAIM (with or without FI_DISCARD): the message reserved by an
+        // earlier FI_PEEK|FI_CLAIM with this context.
+        let Some(u) = self.tagged.claim(op.context) else {
+            return missing("FI_CLAIM: no message was claimed with this context");
+        };
+        if flags.contains(OpFlags::DISCARD) {
+            report(0, u.tag, u.msg.data, u.src);
+            self.discard(sh, u);
+        } else {
+            self.deliver(sh, b, op, u, true);
+        }
+    }
+
+    /// Cancels a posted receive by context (`fi_cancel`).
+    pub(crate) fn cancel(&mut self, b: &Binds, context: u64) -> bool {
+        let (found, tagged) = match self.msg.cancel(|op| op.context == context) {
+            Some(p) => (Some(p), false),
+            None => (self.tagged.cancel(|op| op.context == context), true),
+        };
+        let Some(p) = found else {
+            return false;
+        };
+        let mut flags = msg_flags(tagged, true);
+        if let Some(slot) = p.recv.mrecv {
+            if let Some(s) = self.mrecv.get_mut(slot as usize) {
+                if let Some(m) = s {
+                    m.released = true;
+                    if m.inflight == 0 {
+                        flags |= CompletionFlags::MULTI_RECV;
+                        *s = None;
+                    }
+                }
+            }
+        }
+        let e = CqEntry {
+            context: p.recv.context,
+            flags,
+            ..CqEntry::default()
+        };
+        b.failed(
+            true,
+            e,
+            &Error::new(ErrorKind::Canceled, "receive cancelled"),
+            0,
+        );
+        true
+    }
+
+    /// Takes every receive request still queued (before a cancel).
+    pub(crate) fn drain_posted(&mut self, sh: &EpShared, b: &Binds) {
+        while let Some(r) = sh.posted.pop() {
+            self.take_post(sh, b, r);
+        }
+    }
+
+    /// Remote CQ data of an RMA write or atomic: a completion at the
+    /// target (consuming a posted receive in FI_RX_CQ_DATA mode).
+    fn remote_cq_data(&mut self, sh: &EpShared, b: &Binds, data: u64, src: FiAddr) {
+        let flags =
+            CompletionFlags::RMA | CompletionFlags::REMOTE_WRITE | CompletionFlags::REMOTE_CQ_DATA;
+        let mut context = 0;
+        if sh.info.mode.contains(Mode::RX_CQ_DATA) {
+            match self.msg.arrive(0, src) {
+                Some(p) => {
+                    let op = self.carve(p, 0, false);
+                    context = op.context;
+                    let _ = self.mrecv_finish(&op);
+                }
+                None => {
+                    self.msg.push_unexpected(
+                        0,
+                        src,
+                        Unexp {
+                            len: 0,
+                            data: Some(data),
+                            kind: UnexpKind::RmaData,
+                        },
+                    );
+                    return;
+                }
+            }
+        }
+        let e = CqEntry {
+            context,
+            flags,
+            data,
+            ..CqEntry::default()
+        };
+        b.rx_done(e, src, true);
+    }
+
+    // -----------------------------------------------------------------
+    // Pushed data and answers.
+
+    fn on_data(&mut self, sh: &EpShared, b: &Binds, m: &Message, p: &Payload<'_>) {
+        let c = &m.cmd;
+        let off = usize_of(c.data);
+        if c.flags & flag::TO_TX != 0 {
+            // Read data or atomic results for one of our operations.
+            let Some(op) = self.ops.get_mut(c.tag) else {
+                return tracing::debug!("shm: data for an unknown operation dropped");
+            };
+            if op.peer.pid != m.sender_pid || off.checked_add(m.len).is_none_or(|e| e > op.expect) {
+                return tracing::debug!("shm: data outside its operation dropped");
+            }
+            // SAFETY: the buffer of a read / fetching atomic: the operation's
+            // contract keeps it valid and ours until completion.
+            let n = unsafe { op.buf.fill_from(off, p, 0, m.len) };
+            op.got += n;
+            return;
+        }
+        let pi = self.peer_of(m);
+        let Some(x) = self.xfers.get_mut(c.tag) else {
+            return tracing::debug!("shm: data for an unknown transfer dropped");
+        };
+        if pi != Some(x.peer) || off != x.got || m.len > x.want - x.got {
+            return tracing::debug!("shm: data out of place in a transfer dropped");
+        }
+        let n = m.len;
+        let ok = match &x.dest {
+            XferDest::Recv { op, .. } => {
+                // SAFETY: the matched receive's buffer (receive contract).
+                unsafe { op.buf.fill_from(off, p, 0, n) };
+                Ok(())
+            }
+            XferDest::Write { rma, n: nr, .. } => write_ranges(sh, &rma[..*nr], off, p, n),
+        };
+        x.got += n;
+        let done = x.got == x.want;
+        if let Err(kind) = ok {
+            if let Some(x) = self.xfers.remove(c.tag) {
+                self.finish_xfer(sh, b, x, Some(kind));
+            }
+        } else if done {
+            if let Some(x) = self.xfers.remove(c.tag) {
+                self.finish_xfer(sh, b, x, None);
+            }
+        }
+    }
+
+    /// A pushed transfer is complete (or failed at the target).
+    pub(crate) fn finish_xfer(
+        &mut self,
+        sh: &EpShared,
+        b: &Binds,
+        x: RxXfer,
+        err: Option<ErrorKind>,
+    ) {
+        match x.dest {
+            XferDest::Recv { op, meta } => match err {
+                None => self.complete_recv(b, op, meta),
+                Some(k) => {
+                    let e = Error::new(k, "shm: receiving the pushed message failed");
+                    self.fail_recv(b, op, meta.tagged, &e);
+                }
+            },
+            XferDest::Write { data, .. } => {
+                if err.is_none() {
+                    if let Some(c) = &b.cntr_remote_write {
+                        c.add(1);
+                    }
+                    if let Some(d) = data {
+                        let src = self.src_of(b, x.peer, false);
+                        self.remote_cq_data(sh, b, d, src);
+                    }
+                }
+            }
+        }
+        self.reply(sh, x.peer, Reply::ack(x.op_id, err));
+    }
+
+    // -----------------------------------------------------------------
+    // RMA and atomics at the target.
+
+    /// Reads and checks the descriptor at the start of a request; answers
+    /// `Inval` to the sender when it is malformed.
+    fn desc_of(&mut self, sh: &EpShared, pi: u32, m: &Message, p: &Payload<'_>) -> Option<Desc> {
+        let mut raw = [0u8; proto::DESC_MAX];
+        let n = p.copy_to(&mut raw);
+        let d = Desc::decode(&raw[..n]).filter(|d| d.len <= m.len && d.rma_total().is_some());
+        if d.is_none() {
+            tracing::debug!("shm: malformed RMA / atomic descriptor refused");
+            self.reply(sh, pi, Reply::ack(m.cmd.tag, Some(ErrorKind::Inval)));
+        }
+        d
+    }
+
+    /// Checks every range of `d` for `need`; the refusal's kind.
+    fn check_ranges(sh: &EpShared, rma: &[RmaIov], need: MrAccess) -> Result<(), ErrorKind> {
+        for r in rma {
+            sh.mr
+                .check(r.key, r.addr, r.len, need)
+                .map_err(|e| refusal(e.kind()))?;
+        }
+        Ok(())
+    }
+
+    fn on_write(&mut self, sh: &EpShared, b: &Binds, m: &Message, p: &Payload<'_>) {
+        let Some(pi) = self.peer_of(m) else {
+            return Self::unknown_sender(m);
+        };
+        let c = m.cmd;
+        let Some(d) = self.desc_of(sh, pi, m, p) else {
+            return;
+        };
+        let id = c.tag;
+        let total = d.rma_total().unwrap_or(usize::MAX);
+        let data = (c.flags & flag::CQ_DATA != 0).then_some(c.data);
+        let bad = if d.atomic.is_some() {
+            Err(ErrorKind::Inval)
+        } else {
+            Self::check_ranges(sh, d.rma(), MrAccess::REMOTE_WRITE)
+        };
+        if let Err(k) = bad {
+            return self.reply(sh, pi, Reply::ack(id, Some(k)));
+        }
+        let inline = c.flags & flag::INLINE != 0;
+        let push = c.flags & flag::PUSH != 0 || d.n_local == 0;
+        let status = if inline {
+            if m.len - d.len != total {
+                Err(ErrorKind::Inval)
+            } else {
+                write_ranges(sh, d.rma(), 0, p, total).map(|()| true)
+            }
+        } else if push {
+            Ok(false)
+        } else if d.local_total() != Some(total) {
+            Err(ErrorKind::Inval)
+        } else {
+            self.pull_write(sh, pi, &d)
+        };
+        match status {
+            Ok(true) => {
+                if let Some(cn) = &b.cntr_remote_write {
+                    cn.add(1);
+                }
+                if let Some(v) = data {
+                    let src = self.src_of(b, pi, false);
+                    self.remote_cq_data(sh, b, v, src);
+                }
+                self.reply(sh, pi, Reply::ack(id, None));
+            }
+            Ok(false) => {
+                // Push mode: the initiator sends the data once cleared.
+                let mut rma = [RmaIov {
+                    addr: 0,
+                    len: 0,
+                    key: 0,
+                }; proto::RMA_IOV_LIMIT];
+                for (dst, src) in rma.iter_mut().zip(d.rma()) {
+                    *dst = *src;
+                }
+                let x = RxXfer {
+                    peer: pi,
+                    split: None,
+                    op_id: id,
+                    dest: XferDest::Write {
+                        rma,
+                        n: d.n_rma,
+                        data,
+                    },
+                    want: total,
+                    got: 0,
+                    failed: None,
+                };
+                if total == 0 {
+                    return self.finish_xfer(sh, b, x, None);
+                }
+                let xid = self.xfers.insert(x);
+                self.reply(
+                    sh,
+                    pi,
+                    Reply::Cts {
+                        id,
+                        xfer: xid,
+                        accept: total as u64,
+                    },
+                );
+            }
+            Err(k) => self.reply(sh, pi, Reply::ack(id, Some(k))),
+        }
+    }
+
+    /// An RMA write by cross-memory attach: each checked range is filled
+    /// from the initiator's buffer while its registration is held.
+    /// `Ok(true)` done, `Ok(false)` the kernel refused (push instead).
+    fn pull_write(&mut self, sh: &EpShared, pi: u32, d: &Desc) -> Result<bool, ErrorKind> {
+        let Some(Some(peer)) = self.peers.get_mut(pi as usize) else {
+            return Err(ErrorKind::ConnReset);
+        };
+        if peer.no_cma {
+            return Ok(false);
+        }
+        let mut off = 0usize;
+        for r in d.rma() {
+            let (remote, k) = sub_list(d.local(), off, r.len);
+            let res = sh
+                .mr
+                .with_access(r.key, r.addr, r.len, MrAccess::REMOTE_WRITE, |base| {
+                    // SAFETY: `base..base + r.len` is checked registered
+                    // memory whose registration is held during the call
+                    // (mr_reg's contract lets peers write it); the remote
+                    // ranges are interpreted by the kernel only.
+                    unsafe { cma::transfer(peer.pid, &[(base, r.len)], &remote[..k], true) }
+                })
+                .map_err(|e| refusal(e.kind()))?;
+            match res {
+                Ok(()) => {}
+                Err(CmaError::Refused) => {
+                    tracing::warn!(peer = %peer.addr, "shm: cross-memory attach refused by the kernel for this peer; using bounce buffers");
+                    peer.no_cma = true;
+                    if off == 0 {
+                        return Ok(false);
+                    }
+                    return Err(ErrorKind::Perm);
+                }
+                Err(e) => return Err(e.kind()),
+            }
+            off += r.len;
+        }
+        Ok(true)
+    }
+
+    fn on_read(&mut self, sh: &EpShared, b: &Binds, m: &Message, p: &Payload<'_>) {
+        let Some(pi) = self.peer_of(m) else {
+            return Self::unknown_sender(m);
+        };
+        let c = m.cmd;
+        let Some(d) = self.desc_of(sh, pi, m, p) else {
+            return;
+        };
+        let id = c.tag;
+        let total = d.rma_total().unwrap_or(usize::MAX);
+        let bad = if d.atomic.is_some() || m.len != d.len {
+            Err(ErrorKind::Inval)
+        } else {
+            Self::check_ranges(sh, d.rma(), MrAccess::REMOTE_READ)
+        };
+        if let Err(k) = bad {
+            return self.reply(sh, pi, Reply::ack(id, Some(k)));
+        }
+        let Some(Some(peer)) = self.peers.get_mut(pi as usize) else {
+            return;
+        };
+        let inline_cap = peer.sender.inline_capacity();
+        let push = c.flags & flag::PUSH != 0 || d.n_local == 0 || peer.no_cma;
+        if total <= inline_cap {
+            // Small: the data rides in the ACK.
+            let mut buf = std::mem::take(&mut self.scratch);
+            buf.clear();
+            let r = read_ranges(sh, d.rma(), &mut buf);
+            let reply = match r {
+                Ok(()) => {
+                    if let Some(cn) = &b.cntr_remote_read {
+                        cn.add(1);
+                    }
+                    Reply::AckData { id, bytes: &buf }
+                }
+                Err(k) => Reply::ack(id, Some(k)),
+            };
+            self.reply(sh, pi, reply);
+            self.scratch = buf;
+            return;
+        }
+        if !push {
+            if d.local_total() != Some(total) {
+                return self.reply(sh, pi, Reply::ack(id, Some(ErrorKind::Inval)));
+            }
+            match push_read(sh, peer, &d) {
+                Ok(true) => {
+                    if let Some(cn) = &b.cntr_remote_read {
+                        cn.add(1);
+                    }
+                    return self.reply(sh, pi, Reply::ack(id, None));
+                }
+                Ok(false) => {}
+                Err(k) => return self.reply(sh, pi, Reply::ack(id, Some(k))),
+            }
+        }
+        let Some(Some(peer)) = self.peers.get(pi as usize) else {
+            return;
+        };
+        let mut rma = [RmaIov {
+            addr: 0,
+            len: 0,
+            key: 0,
+        }; proto::RMA_IOV_LIMIT];
+        for (dst, src) in rma.iter_mut().zip(d.rma()) {
+            *dst = *src;
+        }
+        self.pushes.push_back(Push {
+            to: peer.sender.clone(),
+            dest: id,
+            to_tx: true,
+            src: PushSrc::Mem { rma, n: d.n_rma },
+            off: 0,
+            end: total,
+            op: None,
+            rx_peer: Some(pi),
+            ack: Some(id),
+            count_read: true,
+        });
+    }
+
+    fn on_atomic(&mut self, sh: &EpShared, b: &Binds, m: &Message, p: &Payload<'_>) {
+        let Some(pi) = self.peer_of(m) else {
+            return Self::unknown_sender(m);
+        };
+        let c = m.cmd;
+        let Some(d) = self.desc_of(sh, pi, m, p) else {
+            return;
+        };
+        let id = c.tag;
+        let Some((dt, aop, kind)) = d.atomic else {
+            return self.reply(sh, pi, Reply::ack(id, Some(ErrorKind::Inval)));
+        };
+        let count = d.rma_total().unwrap_or(usize::MAX);
+        let want = kind
+            .payload_len(dt, aop, count as u64)
+            .and_then(|v| usize::try_from(v).ok());
+        if count == 0 || count > MAX_ATOMIC_COUNT || want != Some(m.len - d.len) {
+            return self.reply(sh, pi, Reply::ack(id, Some(ErrorKind::Inval)));
+        }
+        let mut operands = std::mem::take(&mut self.scratch);
+        operands.clear();
+        operands.resize(m.len - d.len, 0);
+        p.copy_range_to(d.len, &mut operands);
+        let mut results = std::mem::take(&mut self.results);
+        results.clear();
+        let status = atomic::execute(&sh.mr, kind, dt, aop, d.rma(), &operands, &mut results).err();
+        if status.is_none() {
+            let cn = if aop == AtomicOp::AtomicRead {
+                &b.cntr_remote_read
+            } else {
+                &b.cntr_remote_write
+            };
+            if let Some(cn) = cn {
+                cn.add(1);
+            }
+            if c.flags & flag::CQ_DATA != 0 {
+                let src = self.src_of(b, pi, false);
+                self.remote_cq_data(sh, b, c.data, src);
+            }
+        } else {
+            tracing::debug!(error = ?status, "shm: refused an atomic operation");
+        }
+        let reply = match (kind, status) {
+            (AtomicKind::Plain, s) | (_, s @ Some(_)) => Reply::ack(id, s),
+            _ => Reply::AckData {
+                id,
+                bytes: &results,
+            },
+        };
+        self.reply(sh, pi, reply);
+        self.scratch = operands;
+        self.results = results;
+    }
+
+    // -----------------------------------------------------------------
+    // Liveness.
+
+    /// Forgets peers whose endpoint closed or whose process exited.
+    /// `deep`: ask the kernel about peers with something pending
+    /// (otherwise only the cheap `alive` word is read). Returns whether a
+    /// peer was dropped.
+    pub(crate) fn check_peers(&mut self, sh: &EpShared, b: &Binds, deep: bool) -> bool {
+        let mut gone = Vec::new();
+        for (i, p) in self.peers.iter().enumerate() {
+            let Some(p) = p else { continue };
+            let dead =
+                !p.region.is_open() || (deep && p.region.owner_status() != OwnerStatus::Alive);
+            if dead {
+                gone.push(i as u32);
+            }
+        }
+        for &pi in &gone {
+            self.drop_peer(sh, b, pi);
+        }
+        !gone.is_empty()
+    }
+}
+
+/// The error kind a refused remote access reports.
+fn refusal(k: ErrorKind) -> ErrorKind {
+    match k {
+        ErrorKind::NoKey => ErrorKind::KeyRejected,
+        k => k,
+    }
+}
+
+/// Where a split rendezvous of `len` bytes splits: half, on a page.
+fn split_point(len: usize) -> usize {
+    (len / 2) & !4095
+}
+
+/// The first `len` bytes of a list of (address, length) pieces.
+fn clip(v: &[(u64, u64)], len: usize) -> ([(u64, u64); IOV_LIMIT], usize) {
+    sub_list(v, 0, len)
+}
+
+/// Bytes `off..off + len` of a list of (address, length) pieces.
+pub(crate) fn sub_list(
+    v: &[(u64, u64)],
+    mut off: usize,
+    mut len: usize,
+) -> ([(u64, u64); IOV_LIMIT], usize) {
+    let mut out = [(0u64, 0u64); IOV_LIMIT];
+    let mut n = 0;
+    for &(a, l) in v {
+        if len == 0 {
+            break;
+        }
+        let l = usize_of(l);
+        if off >= l {
+            off -= l;
+            continue;
+        }
+        let k = (l - off).min(len);
+        if let Some(o) = out.get_mut(n) {
+            *o = (a.wrapping_add(off as u64), k as u64);
+            n += 1;
+        }
+        len -= k;
+        off = 0;
+    }
+    (out, n)
+}
+
+/// Copies the last `len` bytes of a payload into checked registered
+/// ranges, at byte `off` of the ranges' concatenation (inline writes: the
+/// data after the descriptor, at 0; pushed chunks: the whole payload, at
+/// the chunk's offset). Each piece is copied while its registration is
+/// held.
+fn write_ranges(
+    sh: &EpShared,
+    rma: &[RmaIov],
+    off: usize,
+    p: &Payload<'_>,
+    len: usize,
+) -> Result<(), ErrorKind> {
+    // Inline writes carry the descriptor first; pushed chunks carry only
+    // data. The payload offset of the data is what precedes it.
+    let data_start = p.len() - len;
+    let mut pos = 0usize;
+    let mut copied = 0usize;
+    for r in rma {
+        let (start, end) = (pos, pos + r.len);
+        pos = end;
+        let lo = off.max(start);
+        let hi = (off + len).min(end);
+        if lo >= hi {
+            continue;
+        }
+        let at = r.addr.wrapping_add((lo - start) as u64);
+        let n = hi - lo;
+        sh.mr
+            .with_access(r.key, at, n, MrAccess::REMOTE_WRITE, |base| {
+                // SAFETY: `base..base + n` is checked registered memory
+                // held registered during the copy; mr_reg's contract lets
+                // peers write it.
+                let dst = unsafe { std::slice::from_raw_parts_mut(base as *mut u8, n) };
+                p.copy_range_to(data_start + (lo - off), dst);
+            })
+            .map_err(|e| refusal(e.kind()))?;
+        copied += n;
+    }
+    if copied == len {
+        Ok(())
+    } else {
+        Err(ErrorKind::Inval)
+    }
+}
+
+/// Appends the bytes of checked registered ranges to `out`.
+fn read_ranges(sh: &EpShared, rma: &[RmaIov], out: &mut Vec<u8>) -> Result<(), ErrorKind> {
+    for r in rma {
+        sh.mr
+            .with_access(r.key, r.addr, r.len, MrAccess::REMOTE_READ, |base| {
+                // SAFETY: checked registered memory held registered while
+                // it is copied (mr_reg's contract lets peers read it).
+                let src = unsafe { std::slice::from_raw_parts(base as *const u8, r.len) };
+                out.extend_from_slice(src);
+            })
+            .map_err(|e| refusal(e.kind()))?;
+    }
+    Ok(())
+}
+
+/// An RMA read by cross-memory attach: each checked range is written into
+/// the initiator's buffer. `Ok(false)` when the kernel refused (push
+/// instead).
+fn push_read(sh: &EpShared, peer: &mut RxPeer, d: &Desc) -> Result<bool, ErrorKind> {
+    let mut off = 0usize;
+    for r in d.rma() {
+        let (remote, k) = sub_list(d.local(), off, r.len);
+        let res = sh
+            .mr
+            .with_access(r.key, r.addr, r.len, MrAccess::REMOTE_READ, |base| {
+                // SAFETY: checked registered memory, held registered during
+                // the call; the kernel writes the initiator's ranges.
+                unsafe { cma::transfer(peer.pid, &[(base, r.len)], &remote[..k], false) }
+            })
+            .map_err(|e| refusal(e.kind()))?;
+        match res {
+            Ok(()) => {}
+            Err(CmaError::Refused) => {
+                tracing::warn!(peer = %peer.addr, "shm: cross-memory attach refused by the kernel for this peer; using bounce buffers");
+                peer.no_cma = true;
+                if off == 0 {
+                    return Ok(false);
+                }
+                return Err(ErrorKind::Perm);
+            }
+            Err(e) => return Err(e.kind()),
+        }
+        off += r.len;
+    }
+    Ok(true)
+}

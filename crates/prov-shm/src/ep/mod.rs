@@ -1,0 +1,630 @@
+//! RDM endpoints: the operations the application calls.
+//!
+//! The calling thread does the common case itself, without a lock:
+//! an eager message (inline in the ring, or in one bounce buffer) goes
+//! straight into the peer's ring and completes at once (its data is in the
+//! peer's memory: FI_TRANSMIT_COMPLETE), as do injects, injected RMA
+//! writes and injected atomics. Everything that needs an answer from the
+//! target (rendezvous messages, RMA, atomics, FI_DELIVERY_COMPLETE,
+//! FI_FENCE) and eager messages that found the ring full are handed to
+//! the domain's engine through a lock-free queue; while such operations
+//! are queued, later sends queue behind them, which keeps send-after-send
+//! order. Receives reach the engine the same way.
+
+pub(crate) mod binds;
+pub(crate) mod engine;
+mod ops;
+pub(crate) mod shared;
+mod slab;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use fabric_core::kit::atomic::{self, AtomicKind};
+use fabric_core::kit::mr::MrTable;
+use fabric_core::objects::{
+    AtomicMsg, AtomicOp, AtomicOps, Bind, CmOps, CompletionFlags, Datatype, Endpoint, FiAddr, Msg,
+    MsgOps, RmaIov, RmaMsg, RmaOps, TaggedOps,
+};
+use fabric_core::{Address, Error, ErrorKind, Info, OpFlags, Result};
+
+use self::binds::{TxDone, msg_flags};
+use self::engine::{EpRx, MAX_ATOMIC_COUNT};
+use self::shared::{EpShared, RecvOp, RmaList, RxReq, TxKind, TxReq, lock, register_own};
+use crate::getinfo::INJECT_SIZE;
+use crate::pieces::Pieces;
+use crate::progress::Engine;
+use crate::proto::{DESC_MAX, Desc, INJECT_ID, RMA_IOV_LIMIT, flag, op};
+use crate::region::{Region, RegionConfig};
+use crate::ring::Command;
+
+/// An RDM endpoint of the shm provider. Its address (`getname`) is
+/// `fi_shm://<region name>`; dropping it closes the region (peers see it
+/// closed, the file is removed).
+#[derive(Debug)]
+pub struct ShmEndpoint {
+    shared: Arc<EpShared>,
+    engine: Arc<Engine>,
+}
+
+impl ShmEndpoint {
+    pub(crate) fn open(
+        info: &Info,
+        engine: Arc<Engine>,
+        mr: Arc<MrTable>,
+        cma: bool,
+        eager_max: usize,
+    ) -> Result<ShmEndpoint> {
+        let region = Region::create(&RegionConfig::default())?;
+        register_own(region.name());
+        let rx = region.receiver()?;
+        let shared = Arc::new(EpShared::new(
+            info,
+            region.name().to_owned(),
+            cma,
+            eager_max,
+            mr,
+        ));
+        engine.add(EpRx::new(shared.clone(), region, rx))?;
+        Ok(ShmEndpoint { shared, engine })
+    }
+
+    /// The endpoint's region name (its address without the scheme).
+    pub fn region_name(&self) -> &str {
+        &self.shared.region_name
+    }
+
+    /// Whether this endpoint moves large messages and RMA with
+    /// cross-memory attach (else through bounce buffers).
+    pub fn uses_cma(&self) -> bool {
+        self.shared.cma
+    }
+
+    /// Hands an operation to the engine; `Again` once `tx_attr.size`
+    /// operations are outstanding.
+    fn enqueue(&self, req: TxReq) -> Result<()> {
+        let sh = &*self.shared;
+        let size = sh.info.tx_attr.size.max(1);
+        if sh.outstanding.fetch_add(1, Ordering::AcqRel) >= size {
+            sh.outstanding.fetch_sub(1, Ordering::AcqRel);
+            return Err(Error::again());
+        }
+        sh.queued.fetch_add(1, Ordering::AcqRel);
+        if sh.txq.push(req).is_err() {
+            sh.queued.fetch_sub(1, Ordering::AcqRel);
+            sh.outstanding.fetch_sub(1, Ordering::AcqRel);
+            return Err(Error::again());
+        }
+        self.engine.nudge();
+        Ok(())
+    }
+
+    /// Every message send ends here.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn send(
+        &self,
+        buf: Pieces,
+        dest: FiAddr,
+        tagged: bool,
+        tag: u64,
+        flags: OpFlags,
+        data: u64,
+        context: u64,
+    ) -> Result<()> {
+        let sh = &*self.shared;
+        let b = sh.bound()?;
+        let len = buf.len();
+        if len > sh.info.ep_attr.max_msg_size {
+            return Err(Error::new(
+                ErrorKind::MsgSize,
+                "shm: message larger than max_msg_size",
+            ));
+        }
+        let inject = flags.contains(OpFlags::INJECT);
+        if inject && len > INJECT_SIZE {
+            return Err(Error::new(
+                ErrorKind::MsgSize,
+                "shm: inject larger than inject_size",
+            ));
+        }
+        let peer = sh.peer(b, dest)?;
+        let done = TxDone {
+            context,
+            flags: msg_flags(tagged, false),
+            len,
+            report: !inject && (!b.tx_selective || flags.contains(OpFlags::COMPLETION)),
+        };
+        let cap = peer
+            .sender
+            .bounce_capacity()
+            .max(peer.sender.inline_capacity());
+        let eager = len <= sh.eager_max && len <= cap;
+        if eager
+            && !flags.intersects(OpFlags::FENCE | OpFlags::DELIVERY_COMPLETE)
+            && sh.queued.load(Ordering::Acquire) == 0
+        {
+            let mut cmd = Command {
+                op: op::MSG,
+                src: sh.id,
+                ..Command::default()
+            };
+            if tagged {
+                cmd.flags |= flag::TAGGED;
+                cmd.tag = tag;
+            }
+            if flags.contains(OpFlags::REMOTE_CQ_DATA) {
+                cmd.flags |= flag::CQ_DATA;
+                cmd.data = data;
+            }
+            // SAFETY: the send contract: the buffer is readable during the
+            // call (and, without FI_INJECT, until completion).
+            let (parts, n) = unsafe { buf.slices() };
+            match peer.sender.try_send_parts(&cmd, &parts[..n]) {
+                Ok(()) => {
+                    b.tx_done(&done);
+                    return Ok(());
+                }
+                Err(e) if e.kind() == ErrorKind::Again && !inject => {}
+                Err(e) if e.kind() == ErrorKind::Again => {
+                    // A ring that stays full may belong to a peer that is
+                    // gone (killed without closing): say so instead.
+                    return Err(if peer.check_alive() {
+                        e
+                    } else {
+                        shared::peer_gone()
+                    });
+                }
+                Err(e) => return Err(e),
+            }
+        } else if inject {
+            // The data must be copied now; queued operations go first.
+            return Err(Error::again());
+        }
+        self.enqueue(TxReq {
+            peer: peer.arc(),
+            kind: TxKind::Send { tagged, tag },
+            buf,
+            flags,
+            data,
+            done,
+        })
+    }
+
+    fn inject_msg(
+        &self,
+        buf: &[u8],
+        dest: FiAddr,
+        tagged: bool,
+        tag: u64,
+        data: Option<u64>,
+    ) -> Result<()> {
+        let iov = [fabric_core::objects::IoVec {
+            addr: buf.as_ptr().cast_mut(),
+            len: buf.len(),
+        }];
+        let mut flags = OpFlags::INJECT;
+        if data.is_some() {
+            flags |= OpFlags::REMOTE_CQ_DATA;
+        }
+        self.send(
+            Pieces::new(&iov)?,
+            dest,
+            tagged,
+            tag,
+            flags,
+            data.unwrap_or(0),
+            0,
+        )
+    }
+
+    fn post_recv(&self, msg: &Msg<'_>, flags: OpFlags, tagged: bool) -> Result<()> {
+        let sh = &*self.shared;
+        sh.bound()?;
+        if flags.contains(OpFlags::MULTI_RECV) && tagged {
+            return Err(Error::bad_flags(
+                "FI_MULTI_RECV applies to untagged receives only",
+            ));
+        }
+        let op = RecvOp {
+            buf: Pieces::new(msg.iov)?,
+            context: msg.context,
+            flags,
+            mrecv: None,
+        };
+        let req = if tagged && flags.intersects(OpFlags::PEEK | OpFlags::CLAIM | OpFlags::DISCARD) {
+            RxReq::Peek {
+                tag: msg.tag,
+                ignore: msg.ignore,
+                src: msg.addr,
+                op,
+            }
+        } else {
+            RxReq::Post {
+                tagged,
+                tag: if tagged { msg.tag } else { 0 },
+                ignore: if tagged { msg.ignore } else { 0 },
+                src: msg.addr,
+                op,
+            }
+        };
+        sh.posted.push(req).map_err(|_| Error::again())?;
+        self.engine.nudge();
+        Ok(())
+    }
+
+    /// An injected write or atomic: one command with the data, no
+    /// completion; the target's ACK counts in the write counter.
+    fn inject_request(
+        &self,
+        dest: FiAddr,
+        cmd: &mut Command,
+        d: &Desc,
+        data: &[&[u8]],
+    ) -> Result<()> {
+        let sh = &*self.shared;
+        let b = sh.bound()?;
+        let peer = sh.peer(b, dest)?;
+        if sh.queued.load(Ordering::Acquire) != 0 {
+            return Err(Error::again());
+        }
+        let mut raw = [0u8; DESC_MAX];
+        let n = d.encode(&mut raw);
+        cmd.src = sh.id;
+        cmd.tag = INJECT_ID;
+        let mut parts: [&[u8]; 3] = [&raw[..n], &[], &[]];
+        for (dst, src) in parts[1..].iter_mut().zip(data) {
+            *dst = src;
+        }
+        match peer
+            .sender
+            .try_send_parts(cmd, &parts[..=data.len().min(2)])
+        {
+            Err(e) if e.kind() == ErrorKind::Again && !peer.check_alive() => {
+                Err(shared::peer_gone())
+            }
+            r => r,
+        }
+    }
+}
+
+fn rma_list(v: &[RmaIov]) -> Result<RmaList> {
+    if v.is_empty() || v.len() > RMA_IOV_LIMIT {
+        return Err(Error::inval(format!(
+            "shm: 1 to {RMA_IOV_LIMIT} remote ranges per operation, not {}",
+            v.len()
+        )));
+    }
+    let mut out = [RmaIov {
+        addr: 0,
+        len: 0,
+        key: 0,
+    }; RMA_IOV_LIMIT];
+    for (d, s) in out.iter_mut().zip(v) {
+        *d = *s;
+    }
+    Ok((out, v.len()))
+}
+
+fn total(v: &[RmaIov]) -> Result<usize> {
+    v.iter()
+        .try_fold(0usize, |a, r| a.checked_add(r.len))
+        .ok_or_else(|| Error::inval("shm: remote range lengths overflow"))
+}
+
+impl MsgOps for ShmEndpoint {
+    fn inject(&self, buf: &[u8], dest: FiAddr, data: Option<u64>) -> Result<()> {
+        self.inject_msg(buf, dest, false, 0, data)
+    }
+
+    unsafe fn sendmsg(&self, msg: &Msg<'_>, flags: OpFlags) -> Result<()> {
+        let buf = Pieces::new(msg.iov)?;
+        self.send(buf, msg.addr, false, 0, flags, msg.data, msg.context)
+    }
+
+    unsafe fn recvmsg(&self, msg: &Msg<'_>, flags: OpFlags) -> Result<()> {
+        self.post_recv(msg, flags, false)
+    }
+}
+
+impl TaggedOps for ShmEndpoint {
+    fn tinject(&self, buf: &[u8], dest: FiAddr, tag: u64, data: Option<u64>) -> Result<()> {
+        self.inject_msg(buf, dest, true, tag, data)
+    }
+
+    unsafe fn tsendmsg(&self, msg: &Msg<'_>, flags: OpFlags) -> Result<()> {
+        let buf = Pieces::new(msg.iov)?;
+        self.send(buf, msg.addr, true, msg.tag, flags, msg.data, msg.context)
+    }
+
+    unsafe fn trecvmsg(&self, msg: &Msg<'_>, flags: OpFlags) -> Result<()> {
+        self.post_recv(msg, flags, true)
+    }
+}
+
+impl RmaOps for ShmEndpoint {
+    fn inject_write(
+        &self,
+        buf: &[u8],
+        dest: FiAddr,
+        remote: RmaIov,
+        data: Option<u64>,
+    ) -> Result<()> {
+        if buf.len() > INJECT_SIZE {
+            return Err(Error::new(
+                ErrorKind::MsgSize,
+                "shm: inject larger than inject_size",
+            ));
+        }
+        if remote.len != buf.len() {
+            return Err(Error::inval(format!(
+                "shm: {} local bytes for {} remote bytes",
+                buf.len(),
+                remote.len
+            )));
+        }
+        let d = Desc::new(&[remote], &[]).ok_or_else(|| Error::inval("shm: bad RMA range"))?;
+        let mut cmd = Command {
+            op: op::WRITE,
+            flags: flag::INLINE,
+            ..Command::default()
+        };
+        if let Some(v) = data {
+            cmd.flags |= flag::CQ_DATA;
+            cmd.data = v;
+        }
+        self.inject_request(dest, &mut cmd, &d, &[buf])
+    }
+
+    unsafe fn readmsg(&self, msg: &RmaMsg<'_>, flags: OpFlags) -> Result<()> {
+        let sh = &*self.shared;
+        let b = sh.bound()?;
+        let buf = Pieces::new(msg.iov)?;
+        let rma = rma_list(msg.rma_iov)?;
+        let len = total(msg.rma_iov)?;
+        if len != buf.len() {
+            return Err(Error::inval(format!(
+                "shm: {} local bytes for {len} remote bytes",
+                buf.len()
+            )));
+        }
+        let peer = sh.peer_arc(b, msg.addr)?;
+        self.enqueue(TxReq {
+            peer,
+            kind: TxKind::Read { rma },
+            buf,
+            flags,
+            data: 0,
+            done: TxDone {
+                context: msg.context,
+                flags: CompletionFlags::RMA | CompletionFlags::READ,
+                len,
+                report: !b.tx_selective || flags.contains(OpFlags::COMPLETION),
+            },
+        })
+    }
+
+    unsafe fn writemsg(&self, msg: &RmaMsg<'_>, flags: OpFlags) -> Result<()> {
+        let sh = &*self.shared;
+        let b = sh.bound()?;
+        let buf = Pieces::new(msg.iov)?;
+        let len = total(msg.rma_iov)?;
+        if len != buf.len() {
+            return Err(Error::inval(format!(
+                "shm: {} local bytes for {len} remote bytes",
+                buf.len()
+            )));
+        }
+        if flags.contains(OpFlags::INJECT) {
+            let [remote] = msg.rma_iov else {
+                return Err(Error::inval("shm: an injected write has one remote range"));
+            };
+            let mut copy = [0u8; INJECT_SIZE];
+            let n = len.min(INJECT_SIZE);
+            // SAFETY: the write contract: the source is readable now.
+            unsafe { buf.read_at(0, &mut copy[..n]) };
+            let data = flags.contains(OpFlags::REMOTE_CQ_DATA).then_some(msg.data);
+            return self.inject_write(&copy[..n], msg.addr, *remote, data);
+        }
+        let rma = rma_list(msg.rma_iov)?;
+        let peer = sh.peer_arc(b, msg.addr)?;
+        self.enqueue(TxReq {
+            peer,
+            kind: TxKind::Write { rma },
+            buf,
+            flags,
+            data: msg.data,
+            done: TxDone {
+                context: msg.context,
+                flags: CompletionFlags::RMA | CompletionFlags::WRITE,
+                len,
+                report: !b.tx_selective || flags.contains(OpFlags::COMPLETION),
+            },
+        })
+    }
+}
+
+impl AtomicOps for ShmEndpoint {
+    fn atomic_valid(
+        &self,
+        datatype: Datatype,
+        op: AtomicOp,
+        fetch: bool,
+        compare: bool,
+    ) -> Result<usize> {
+        atomic::valid(datatype, op, AtomicKind::of(compare, fetch))
+            .map_err(|e| Error::new(e.kind(), format!("shm: {}", e.detail())))?;
+        Ok(MAX_ATOMIC_COUNT)
+    }
+
+    unsafe fn atomicmsg(&self, msg: &AtomicMsg<'_>, flags: OpFlags) -> Result<()> {
+        let sh = &*self.shared;
+        let b = sh.bound()?;
+        let kind = AtomicKind::of(!msg.compare.is_empty(), !msg.result.is_empty());
+        self.atomic_valid(
+            msg.datatype,
+            msg.op,
+            kind != AtomicKind::Plain,
+            kind == AtomicKind::Compare,
+        )?;
+        let count = total(msg.rma_iov)?;
+        if count == 0 || count > MAX_ATOMIC_COUNT {
+            return Err(Error::inval(format!(
+                "shm: {count} atomic elements (1 to {MAX_ATOMIC_COUNT} allowed)"
+            )));
+        }
+        let size = msg.datatype.size();
+        let bytes = count * size;
+        let mut operands = Pieces::EMPTY;
+        if msg.op != AtomicOp::AtomicRead {
+            operands.extend(msg.iov)?;
+            if operands.len() != bytes {
+                return Err(Error::inval(format!(
+                    "shm: {} operand bytes for {count} elements of {size} bytes",
+                    operands.len()
+                )));
+            }
+        }
+        let mut compare = Pieces::EMPTY;
+        if kind == AtomicKind::Compare {
+            compare = Pieces::new(msg.compare)?;
+            if compare.len() != bytes {
+                return Err(Error::inval(format!(
+                    "shm: {} compare bytes for {count} elements of {size} bytes",
+                    compare.len()
+                )));
+            }
+        }
+        let result = Pieces::new(msg.result)?;
+        if kind != AtomicKind::Plain && result.len() < bytes {
+            return Err(Error::new(
+                ErrorKind::TooSmall,
+                format!(
+                    "shm: {} result bytes for {count} elements of {size} bytes",
+                    result.len()
+                ),
+            ));
+        }
+        let rma = rma_list(msg.rma_iov)?;
+        if flags.contains(OpFlags::INJECT) {
+            if kind != AtomicKind::Plain {
+                return Err(Error::inval("shm: only plain atomics can be injected"));
+            }
+            if bytes > INJECT_SIZE {
+                return Err(Error::new(
+                    ErrorKind::MsgSize,
+                    "shm: inject larger than inject_size",
+                ));
+            }
+            let mut d =
+                Desc::new(msg.rma_iov, &[]).ok_or_else(|| Error::inval("shm: bad RMA ranges"))?;
+            d.atomic = Some((msg.datatype, msg.op, kind));
+            let mut copy = [0u8; INJECT_SIZE];
+            // SAFETY: the atomic contract: the operands are readable now.
+            let n = unsafe { operands.read_at(0, &mut copy[..bytes]) };
+            let mut cmd = Command {
+                op: op::ATOMIC,
+                ..Command::default()
+            };
+            if flags.contains(OpFlags::REMOTE_CQ_DATA) {
+                cmd.flags |= flag::CQ_DATA;
+                cmd.data = msg.data;
+            }
+            return self.inject_request(msg.addr, &mut cmd, &d, &[&copy[..n]]);
+        }
+        let peer = sh.peer_arc(b, msg.addr)?;
+        self.enqueue(TxReq {
+            peer,
+            kind: TxKind::Atomic {
+                rma,
+                dt: msg.datatype,
+                op: msg.op,
+                kind,
+                compare,
+                result,
+            },
+            buf: operands,
+            flags,
+            data: msg.data,
+            done: TxDone {
+                context: msg.context,
+                flags: CompletionFlags::ATOMIC
+                    | if kind == AtomicKind::Plain {
+                        CompletionFlags::WRITE
+                    } else {
+                        CompletionFlags::READ
+                    },
+                len: bytes,
+                report: !b.tx_selective || flags.contains(OpFlags::COMPLETION),
+            },
+        })
+    }
+}
+
+impl CmOps for ShmEndpoint {
+    fn getname(&self) -> Result<Address> {
+        Ok(self.shared.name.clone())
+    }
+}
+
+impl Endpoint for ShmEndpoint {
+    fn info(&self) -> &Info {
+        &self.shared.info
+    }
+
+    fn bind(&self, what: Bind<'_>) -> Result<()> {
+        if self.shared.enabled.load(Ordering::Acquire) {
+            return Err(Error::new(ErrorKind::OpBadState, "bind after enable"));
+        }
+        lock(&self.shared.binds).bind(what)
+    }
+
+    fn enable(&self) -> Result<()> {
+        let b = lock(&self.shared.binds).clone();
+        if b.av.is_none() {
+            return Err(Error::new(
+                ErrorKind::NoAv,
+                "an RDM endpoint needs an address vector before enable",
+            ));
+        }
+        if b.tx_cq.is_none() && b.rx_cq.is_none() {
+            return Err(Error::new(
+                ErrorKind::NoCq,
+                "an endpoint needs a completion queue before enable",
+            ));
+        }
+        self.shared
+            .bound
+            .set(b)
+            .map_err(|_| Error::new(ErrorKind::OpBadState, "the endpoint is already enabled"))?;
+        self.shared.enabled.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    fn cancel(&self, context: u64) -> Result<()> {
+        let sh = &*self.shared;
+        let b = sh.bound()?;
+        let found = self
+            .engine
+            .with_ep(sh.id, |ep| {
+                ep.st.drain_posted(sh, b);
+                ep.st.cancel(b, context)
+            })
+            .unwrap_or(false);
+        if found {
+            Ok(())
+        } else {
+            Err(Error::new(
+                ErrorKind::NoEnt,
+                "no posted receive has this context",
+            ))
+        }
+    }
+}
+
+impl Drop for ShmEndpoint {
+    fn drop(&mut self) {
+        self.engine.remove(self.shared.id);
+        shared::unregister_own(&self.shared.region_name);
+    }
+}

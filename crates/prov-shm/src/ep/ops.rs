@@ -1,0 +1,610 @@
+//! The sending side of the engine: operations handed over by the
+//! application's threads ([`TxReq`]) are started here (rendezvous
+//! announcements, RMA and atomic requests, eager messages that found a
+//! full ring), finished by the target's `ACK`, fed by `CTS` in push mode;
+//! pushes stream data in bounce-buffer chunks; answers are built here.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use fabric_core::kit::atomic::AtomicKind;
+use fabric_core::objects::{MrAccess, RmaIov};
+use fabric_core::{Error, ErrorKind, OpFlags, Result};
+
+use super::binds::{Binds, TxDone};
+use super::engine::RxState;
+use super::shared::{EpShared, TxKind, TxPeer, TxReq, peer_gone};
+use crate::pieces::{IOV_LIMIT, Pieces};
+use crate::proto::{self, DESC_MAX, Desc, INJECT_ID, flag, op};
+use crate::ring::{Command, Message, Payload, Sender};
+
+/// An answer to a peer (built on the stack; queued owned when the peer's
+/// ring is full).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Reply<'a> {
+    /// An operation is finished.
+    Ack { id: u64, status: u64 },
+    /// An operation is finished and its results are these bytes.
+    AckData { id: u64, bytes: &'a [u8] },
+    /// Clear to send (push mode).
+    Cts { id: u64, xfer: u64, accept: u64 },
+    /// Split rendezvous: write the tail into these ranges.
+    Split {
+        id: u64,
+        xfer: u64,
+        split: u64,
+        accept: u64,
+        iovs: &'a [u8],
+    },
+}
+
+impl Reply<'_> {
+    /// An ACK with an optional error.
+    pub(crate) fn ack(id: u64, err: Option<ErrorKind>) -> Reply<'static> {
+        Reply::Ack {
+            id,
+            status: proto::status_of(err),
+        }
+    }
+
+    /// The command and payload.
+    pub(crate) fn command(&self, src: u32) -> (Command, &[u8]) {
+        match *self {
+            Reply::Ack { id, status } => (
+                Command {
+                    op: op::ACK,
+                    src,
+                    tag: id,
+                    data: status,
+                    ..Command::default()
+                },
+                &[],
+            ),
+            Reply::AckData { id, bytes } => (
+                Command {
+                    op: op::ACK,
+                    src,
+                    tag: id,
+                    ..Command::default()
+                },
+                bytes,
+            ),
+            Reply::Split {
+                id,
+                xfer,
+                split,
+                accept,
+                iovs,
+            } => (
+                Command {
+                    op: op::SPLIT,
+                    src,
+                    tag: id,
+                    data: xfer,
+                    aux: [split, accept],
+                    ..Command::default()
+                },
+                iovs,
+            ),
+            Reply::Cts { id, xfer, accept } => (
+                Command {
+                    op: op::CTS,
+                    src,
+                    tag: id,
+                    data: xfer,
+                    aux: [accept, 0],
+                    ..Command::default()
+                },
+                &[],
+            ),
+        }
+    }
+}
+
+/// An answer waiting for room in a peer's ring.
+#[derive(Debug)]
+pub(crate) struct Queued {
+    pub cmd: Command,
+    pub bytes: Vec<u8>,
+}
+
+/// An operation started and waiting for its target.
+#[derive(Debug)]
+pub(crate) struct TxOp {
+    pub peer: Arc<TxPeer>,
+    /// Where results land (reads, fetching atomics); the source of
+    /// pushed data (sends, writes in push mode).
+    pub buf: Pieces,
+    pub done: TxDone,
+    /// Bytes of results expected.
+    pub expect: usize,
+    /// Bytes of results received.
+    pub got: usize,
+    /// The target moves the data itself (cross-memory attach): its `ACK`
+    /// means all of it is in place.
+    pub cma: bool,
+}
+
+/// Where pushed data comes from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum PushSrc {
+    /// An operation's user buffer.
+    User(Pieces),
+    /// Checked registered memory (an RMA read in push mode), checked again
+    /// chunk by chunk while it is copied.
+    Mem {
+        rma: [RmaIov; proto::RMA_IOV_LIMIT],
+        n: usize,
+    },
+}
+
+/// A stream of `DATA` chunks to a peer.
+#[derive(Debug)]
+pub(crate) struct Push {
+    pub to: Sender,
+    /// The destination id at the peer.
+    pub dest: u64,
+    /// The destination is the peer's own operation (read data).
+    pub to_tx: bool,
+    pub src: PushSrc,
+    pub off: usize,
+    pub end: usize,
+    /// Our operation this push belongs to (dropped when it fails).
+    pub op: Option<u64>,
+    /// The peer this push answers (dropped when it goes away).
+    pub rx_peer: Option<u32>,
+    /// After the last chunk, acknowledge this op id to the peer.
+    pub ack: Option<u64>,
+    /// Count a remote read when done.
+    pub count_read: bool,
+}
+
+fn u64_of(n: usize) -> u64 {
+    n as u64
+}
+
+impl RxState {
+    /// Starts the operations handed over, in order. An operation that
+    /// finds its target's ring full waits at the head (so order is kept).
+    pub(crate) fn start_ops(&mut self, sh: &EpShared, b: &Binds) -> bool {
+        let mut work = false;
+        loop {
+            let Some(req) = self.pending.pop_front().or_else(|| sh.txq.pop()) else {
+                break;
+            };
+            if req.flags.contains(OpFlags::FENCE) && self.ops.len() > 0 {
+                self.pending.push_front(req);
+                break;
+            }
+            if req.peer.dead.load(Ordering::Relaxed) {
+                work = true;
+                sh.queued.fetch_sub(1, Ordering::AcqRel);
+                sh.outstanding.fetch_sub(1, Ordering::AcqRel);
+                b.tx_failed(&req.done, &peer_gone());
+                continue;
+            }
+            match self.start(sh, b, &req) {
+                Ok(()) => {
+                    work = true;
+                    sh.queued.fetch_sub(1, Ordering::AcqRel);
+                }
+                Err(e) if e.kind() == ErrorKind::Again => {
+                    self.pending.push_front(req);
+                    break;
+                }
+                Err(e) => {
+                    work = true;
+                    sh.queued.fetch_sub(1, Ordering::AcqRel);
+                    sh.outstanding.fetch_sub(1, Ordering::AcqRel);
+                    b.tx_failed(&req.done, &e);
+                }
+            }
+        }
+        work
+    }
+
+    /// Sends the first command of an operation. `Again` leaves nothing
+    /// behind.
+    fn start(&mut self, sh: &EpShared, b: &Binds, req: &TxReq) -> Result<()> {
+        let peer = &req.peer;
+        let use_cma = sh.cma && !peer.no_cma.load(Ordering::Relaxed);
+        let mut cmd = Command {
+            src: sh.id,
+            ..Command::default()
+        };
+        if req.flags.contains(OpFlags::REMOTE_CQ_DATA) {
+            cmd.flags |= flag::CQ_DATA;
+            cmd.data = req.data;
+        }
+        match req.kind {
+            TxKind::Send { tagged, tag } => {
+                let len = req.buf.len();
+                if tagged {
+                    cmd.flags |= flag::TAGGED;
+                    cmd.tag = tag;
+                }
+                let cap = peer
+                    .sender
+                    .bounce_capacity()
+                    .max(peer.sender.inline_capacity());
+                if len <= sh.eager_max && len <= cap {
+                    cmd.op = op::MSG;
+                    let wants_ack = req.flags.contains(OpFlags::DELIVERY_COMPLETE);
+                    let id = wants_ack.then(|| self.insert(req, Pieces::EMPTY, 0));
+                    if let Some(id) = id {
+                        cmd.flags |= flag::ACK_REQ;
+                        cmd.aux[0] = id;
+                    }
+                    // SAFETY: the send contract: the buffer is readable until
+                    // the operation completes.
+                    let (parts, n) = unsafe { req.buf.slices() };
+                    if let Err(e) = peer.sender.try_send_parts(&cmd, &parts[..n]) {
+                        if let Some(id) = id {
+                            self.ops.remove(id);
+                        }
+                        return Err(e);
+                    }
+                    if id.is_none() {
+                        sh.outstanding.fetch_sub(1, Ordering::AcqRel);
+                        b.tx_done(&req.done);
+                    }
+                    return Ok(());
+                }
+                cmd.op = op::RTS;
+                if !use_cma {
+                    cmd.flags |= flag::PUSH;
+                }
+                let id = self.insert(req, req.buf, 0);
+                cmd.aux = [u64_of(len), id];
+                let mut raw = [0u8; IOV_LIMIT * 16];
+                let n = proto::encode_iovs(req.buf.pieces(), &mut raw);
+                self.send_or_forget(peer, &cmd, &[&raw[..n]], id)
+            }
+            TxKind::Write { rma } => {
+                let rma = &rma.0[..rma.1];
+                let total = req.buf.len();
+                let inline = total <= sh.eager_max;
+                let local: &[(usize, usize)] = if inline || !use_cma {
+                    &[]
+                } else {
+                    req.buf.pieces()
+                };
+                let d = Desc::new(rma, local).ok_or_else(|| Error::inval("shm: bad RMA ranges"))?;
+                let mut raw = [0u8; DESC_MAX];
+                let n = d.encode(&mut raw);
+                cmd.op = op::WRITE;
+                let id = self.insert(req, req.buf, 0);
+                cmd.tag = id;
+                if inline {
+                    cmd.flags |= flag::INLINE;
+                    // SAFETY: the write's source buffer is readable until
+                    // completion (the RMA contract).
+                    let (parts, k) = unsafe { req.buf.slices() };
+                    let mut all: [&[u8]; IOV_LIMIT + 1] = [&[]; IOV_LIMIT + 1];
+                    all[0] = &raw[..n];
+                    for (d, s) in all[1..].iter_mut().zip(&parts[..k]) {
+                        *d = s;
+                    }
+                    return self.send_or_forget(peer, &cmd, &all[..=k], id);
+                }
+                if !use_cma {
+                    cmd.flags |= flag::PUSH;
+                }
+                self.send_or_forget(peer, &cmd, &[&raw[..n]], id)
+            }
+            TxKind::Read { rma } => {
+                let rma = &rma.0[..rma.1];
+                let total = req.buf.len();
+                let push = total <= sh.eager_max || !use_cma;
+                let local: &[(usize, usize)] = if push { &[] } else { req.buf.pieces() };
+                let d = Desc::new(rma, local).ok_or_else(|| Error::inval("shm: bad RMA ranges"))?;
+                let mut raw = [0u8; DESC_MAX];
+                let n = d.encode(&mut raw);
+                cmd.op = op::READ;
+                if push {
+                    cmd.flags |= flag::PUSH;
+                }
+                let id = self.insert(req, req.buf, total);
+                if let Some(op) = self.ops.get_mut(id) {
+                    op.cma = !push;
+                }
+                cmd.tag = id;
+                self.send_or_forget(peer, &cmd, &[&raw[..n]], id)
+            }
+            TxKind::Atomic {
+                rma,
+                dt,
+                op: aop,
+                kind,
+                compare,
+                result,
+            } => {
+                let rma = &rma.0[..rma.1];
+                let mut d =
+                    Desc::new(rma, &[]).ok_or_else(|| Error::inval("shm: bad RMA ranges"))?;
+                d.atomic = Some((dt, aop, kind));
+                let mut raw = [0u8; DESC_MAX];
+                let n = d.encode(&mut raw);
+                let count: usize = rma.iter().map(|r| r.len).sum();
+                let expect = if kind == AtomicKind::Plain {
+                    0
+                } else {
+                    count * dt.size()
+                };
+                cmd.op = op::ATOMIC;
+                let id = self.insert(req, result, expect);
+                cmd.tag = id;
+                // SAFETY: the operands and compare values are readable
+                // until completion (the atomic contract).
+                let ((parts, k), (cparts, ck)) = unsafe { (req.buf.slices(), compare.slices()) };
+                let mut all: [&[u8]; 2 * IOV_LIMIT + 1] = [&[]; 2 * IOV_LIMIT + 1];
+                all[0] = &raw[..n];
+                for (d, s) in all[1..]
+                    .iter_mut()
+                    .zip(parts[..k].iter().chain(&cparts[..ck]))
+                {
+                    *d = s;
+                }
+                self.send_or_forget(peer, &cmd, &all[..=k + ck], id)
+            }
+        }
+    }
+
+    fn insert(&mut self, req: &TxReq, buf: Pieces, expect: usize) -> u64 {
+        self.ops.insert(TxOp {
+            peer: req.peer.clone(),
+            buf,
+            done: req.done,
+            expect,
+            got: 0,
+            cma: false,
+        })
+    }
+
+    /// Sends `cmd`; on failure the op `id` is forgotten again.
+    fn send_or_forget(
+        &mut self,
+        peer: &TxPeer,
+        cmd: &Command,
+        parts: &[&[u8]],
+        id: u64,
+    ) -> Result<()> {
+        peer.sender.try_send_parts(cmd, parts).inspect_err(|_| {
+            self.ops.remove(id);
+        })
+    }
+
+    /// Ends operation `id`: its completion (or error), the outstanding
+    /// count, its pushes.
+    fn finish_op(&mut self, sh: &EpShared, b: &Binds, id: u64, err: Option<Error>) {
+        let Some(op) = self.ops.remove(id) else {
+            return;
+        };
+        sh.outstanding.fetch_sub(1, Ordering::AcqRel);
+        self.pushes.retain(|p| p.op != Some(id));
+        match err {
+            None => b.tx_done(&op.done),
+            Some(e) => b.tx_failed(&op.done, &e),
+        }
+    }
+
+    /// `ACK`: the target finished an operation of ours.
+    pub(crate) fn on_ack(&mut self, sh: &EpShared, b: &Binds, m: &Message, p: &Payload<'_>) {
+        let c = &m.cmd;
+        let status = proto::kind_of_status(c.data);
+        if c.tag == INJECT_ID {
+            // An injected write or atomic: it only counts.
+            if let Some(cn) = &b.cntr_write {
+                match status {
+                    None => cn.add(1),
+                    Some(_) => cn.add_err(1),
+                }
+            }
+            return;
+        }
+        let Some(op) = self.ops.get_mut(c.tag) else {
+            return tracing::debug!("shm: ACK for an unknown operation dropped");
+        };
+        if op.peer.pid != m.sender_pid {
+            return tracing::debug!("shm: ACK from a process that is not the target dropped");
+        }
+        if !p.is_empty() && status.is_none() {
+            if p.len() > op.expect {
+                return self.finish_op(
+                    sh,
+                    b,
+                    c.tag,
+                    Some(Error::new(
+                        ErrorKind::Io,
+                        "shm: the target answered with too many bytes",
+                    )),
+                );
+            }
+            // SAFETY: the result buffer of a read / fetching atomic (the
+            // operation's contract).
+            let n = unsafe { op.buf.fill_from(0, p, 0, p.len()) };
+            op.got = op.got.max(n);
+        }
+        let err = match status {
+            Some(k) => Some(Error::new(k, remote_text(k))),
+            None if op.got < op.expect && !op.cma => Some(Error::new(
+                ErrorKind::Io,
+                "shm: the target finished without sending all the data",
+            )),
+            None => None,
+        };
+        self.finish_op(sh, b, c.tag, err);
+    }
+
+    /// `CTS`: the target takes `accept` bytes of a push-mode operation.
+    pub(crate) fn on_cts(&mut self, sh: &EpShared, m: &Message) {
+        let c = &m.cmd;
+        let _ = sh;
+        let Some(op) = self.ops.get(c.tag) else {
+            return tracing::debug!("shm: CTS for an unknown operation dropped");
+        };
+        if op.peer.pid != m.sender_pid {
+            return tracing::debug!("shm: CTS from a process that is not the target dropped");
+        }
+        let accept = usize::try_from(c.aux[0])
+            .unwrap_or(usize::MAX)
+            .min(op.buf.len());
+        if accept == 0 {
+            return;
+        }
+        self.pushes.push_back(Push {
+            to: op.peer.sender.clone(),
+            dest: c.data,
+            to_tx: false,
+            src: PushSrc::User(op.buf),
+            off: 0,
+            end: accept,
+            op: Some(c.tag),
+            rx_peer: None,
+            ack: None,
+            count_read: false,
+        });
+    }
+
+    /// Streams data chunks while the peers' rings and bounce pools have
+    /// room.
+    pub(crate) fn run_pushes(&mut self, sh: &EpShared, b: &Binds) -> bool {
+        let mut work = false;
+        let mut i = 0;
+        while i < self.pushes.len() {
+            let Some(p) = self.pushes.get_mut(i) else {
+                break;
+            };
+            let mut failed = None;
+            while p.off < p.end {
+                match push_chunk(sh, p) {
+                    Ok(()) => work = true,
+                    Err(e) if e.kind() == ErrorKind::Again => break,
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            }
+            let done = p.off >= p.end;
+            if let Some(e) = failed {
+                let p = self.pushes.remove(i);
+                work = true;
+                if let Some(p) = p {
+                    if let Some(id) = p.op {
+                        self.finish_op(sh, b, id, Some(e));
+                    }
+                    if let (Some(pi), Some(id)) = (p.rx_peer, p.ack) {
+                        self.reply(sh, pi, Reply::ack(id, Some(ErrorKind::Io)));
+                    }
+                }
+                continue;
+            }
+            if done {
+                work = true;
+                if let Some(p) = self.pushes.remove(i) {
+                    if p.count_read {
+                        if let Some(cn) = &b.cntr_remote_read {
+                            cn.add(1);
+                        }
+                    }
+                    if let (Some(pi), Some(id)) = (p.rx_peer, p.ack) {
+                        self.reply(sh, pi, Reply::ack(id, None));
+                    }
+                }
+                continue;
+            }
+            i += 1;
+        }
+        work
+    }
+
+    /// Fails every operation towards a dead peer (and their pushes).
+    pub(crate) fn fail_ops_of(&mut self, sh: &EpShared, b: &Binds, dead: &TxPeer) {
+        let ids = self
+            .ops
+            .ids_where(|op| std::ptr::eq(Arc::as_ptr(&op.peer), dead));
+        for id in ids {
+            self.finish_op(sh, b, id, Some(peer_gone()));
+        }
+    }
+
+    /// The peers of operations in flight (for the liveness pass).
+    pub(crate) fn op_peers(&self) -> Vec<Arc<TxPeer>> {
+        let mut v: Vec<Arc<TxPeer>> = Vec::new();
+        for id in self.ops.ids_where(|_| true) {
+            if let Some(op) = self.ops.get(id) {
+                if !v.iter().any(|p| Arc::ptr_eq(p, &op.peer)) {
+                    v.push(op.peer.clone());
+                }
+            }
+        }
+        for r in &self.pending {
+            if !v.iter().any(|p| Arc::ptr_eq(p, &r.peer)) {
+                v.push(r.peer.clone());
+            }
+        }
+        v
+    }
+}
+
+fn remote_text(k: ErrorKind) -> String {
+    format!("shm: the target refused the operation: {}", k.description())
+}
+
+/// Sends the next chunk of a push (at most one bounce buffer, within one
+/// piece of the source).
+fn push_chunk(sh: &EpShared, p: &mut Push) -> Result<()> {
+    let room = p.to.bounce_capacity().max(p.to.inline_capacity());
+    let cmd = Command {
+        op: op::DATA,
+        flags: if p.to_tx { flag::TO_TX } else { 0 },
+        src: sh.id,
+        tag: p.dest,
+        data: u64_of(p.off),
+        ..Command::default()
+    };
+    match p.src {
+        PushSrc::User(buf) => {
+            let piece = buf.sub(p.off, (p.end - p.off).min(room));
+            let Some(&(a, l)) = piece.pieces().first() else {
+                return Err(Error::new(ErrorKind::Io, "shm: push beyond the buffer"));
+            };
+            // SAFETY: the operation's buffer, readable until it completes
+            // (the send / write contract); the push is dropped when the
+            // operation ends.
+            let bytes = unsafe { std::slice::from_raw_parts(a as *const u8, l) };
+            p.to.try_send(&cmd, bytes)?;
+            p.off += l;
+            Ok(())
+        }
+        PushSrc::Mem { rma, n } => {
+            let mut pos = 0usize;
+            for r in rma.iter().take(n) {
+                if p.off < pos + r.len {
+                    let within = p.off - pos;
+                    let k = (r.len - within).min(room).min(p.end - p.off);
+                    let at = r.addr.wrapping_add(within as u64);
+                    let to = &p.to;
+                    let sent = sh
+                        .mr
+                        .with_access(r.key, at, k, MrAccess::REMOTE_READ, |base| {
+                            // SAFETY: checked registered memory held
+                            // registered while it is copied (mr_reg's
+                            // contract lets peers read it).
+                            let bytes = unsafe { std::slice::from_raw_parts(base as *const u8, k) };
+                            to.try_send(&cmd, bytes)
+                        })
+                        .map_err(|e| {
+                            Error::new(e.kind(), "shm: the read's memory region went away")
+                        })?;
+                    sent?;
+                    p.off += k;
+                    return Ok(());
+                }
+                pos += r.len;
+            }
+            Err(Error::new(ErrorKind::Io, "shm: push beyond the ranges"))
+        }
+    }
+}

@@ -1,0 +1,449 @@
+//! The part of an endpoint every thread may touch without a lock: its
+//! configuration, its peers (lock-free table indexed by AV handle), the
+//! queues that hand receives and started operations to the engine, and
+//! the bindings once enabled.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use crossbeam_queue::ArrayQueue;
+use fabric_core::kit::atomic::AtomicKind;
+use fabric_core::kit::mr::MrTable;
+use fabric_core::objects::{AtomicOp, Datatype, FiAddr, RmaIov};
+use fabric_core::{Address, Error, ErrorKind, Info, OpFlags, Result};
+
+use super::binds::{Binds, TxDone};
+use crate::pieces::Pieces;
+use crate::proto::RMA_IOV_LIMIT;
+use crate::region::{OwnerStatus, PeerRegion};
+use crate::ring::{Command, Sender};
+
+/// The scheme of shm addresses.
+pub(crate) const SCHEME: &str = "fi_shm://";
+
+/// The region name inside an `fi_shm://<name>` address, checked.
+pub(crate) fn region_of(addr: &Address) -> Result<&str> {
+    let Address::Str(s) = addr else {
+        return Err(Error::inval(format!(
+            "shm cannot reach `{addr}`: not an fi_shm:// address"
+        )));
+    };
+    let name = s.strip_prefix(SCHEME).ok_or_else(|| {
+        Error::inval(format!(
+            "shm cannot reach `{addr}`: not an fi_shm:// address"
+        ))
+    })?;
+    crate::region::check_name(name)?;
+    Ok(name)
+}
+
+/// Regions this process created (open or closed), so that a peer region
+/// claiming this process as its owner can be told from a forgery.
+fn own_regions() -> &'static Mutex<HashSet<String>> {
+    static OWN: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
+    OWN.get_or_init(|| Mutex::new(HashSet::new()))
+}
+
+/// Records a region of this process.
+pub(crate) fn register_own(name: &str) {
+    lock(own_regions()).insert(name.to_owned());
+}
+
+/// Forgets a closed region of this process.
+pub(crate) fn unregister_own(name: &str) {
+    lock(own_regions()).remove(name);
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Maps the region `name`, sharing one mapping per region in this process
+/// (an endpoint's sends to a peer and its answers to the same peer use
+/// one). A region whose header names this process as owner must be one
+/// this process created: cross-memory attach trusts the owner pid.
+pub(crate) fn attach(name: &str) -> Result<Arc<PeerRegion>> {
+    static CACHE: OnceLock<Mutex<HashMap<String, Weak<PeerRegion>>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
+    if let Some(r) = lock(cache).get(name).and_then(Weak::upgrade) {
+        if r.is_open() {
+            return Ok(r);
+        }
+    }
+    let r = Arc::new(PeerRegion::attach(name)?);
+    if r.owner_pid() == std::process::id() && !lock(own_regions()).contains(name) {
+        return Err(Error::new(
+            ErrorKind::Access,
+            format!("region {name} claims this process as its owner but was not created by it"),
+        ));
+    }
+    let mut c = lock(cache);
+    c.retain(|_, w| w.strong_count() > 0);
+    c.insert(name.to_owned(), Arc::downgrade(&r));
+    Ok(r)
+}
+
+/// States of a peer's introduction.
+const HELLO_NONE: u8 = 0;
+const HELLO_SENDING: u8 = 1;
+const HELLO_DONE: u8 = 2;
+
+/// A destination of an endpoint: the peer's region and how this endpoint
+/// stands with it.
+#[derive(Debug)]
+pub(crate) struct TxPeer {
+    pub region: Arc<PeerRegion>,
+    pub sender: Sender,
+    /// The peer's pid (cross-memory attach).
+    pub pid: u32,
+    hello: AtomicU8,
+    /// Cross-memory attach with this peer was refused: push instead.
+    pub no_cma: AtomicBool,
+    /// The peer closed its endpoint or exited: operations fail.
+    pub dead: AtomicBool,
+}
+
+impl TxPeer {
+    /// Whether operations may be sent (introduced, alive).
+    #[inline]
+    pub(crate) fn ready(&self) -> bool {
+        self.hello.load(Ordering::Acquire) == HELLO_DONE && !self.dead.load(Ordering::Relaxed)
+    }
+
+    /// Sends this endpoint's introduction if not done yet: `Ok` once it
+    /// is in the peer's ring, `Again` when the ring is full (or another
+    /// thread is sending it right now).
+    pub(crate) fn introduce(&self, me: &EpShared) -> Result<()> {
+        if self.dead.load(Ordering::Relaxed) {
+            return Err(peer_gone());
+        }
+        match self.hello.compare_exchange(
+            HELLO_NONE,
+            HELLO_SENDING,
+            Ordering::Acquire,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => {}
+            Err(HELLO_DONE) => return Ok(()),
+            Err(_) => return Err(Error::again()),
+        }
+        let cmd = Command {
+            op: crate::proto::op::HELLO,
+            src: me.id,
+            ..Command::default()
+        };
+        match self.sender.try_send(&cmd, me.region_name.as_bytes()) {
+            Ok(()) => {
+                self.hello.store(HELLO_DONE, Ordering::Release);
+                Ok(())
+            }
+            Err(e) => {
+                self.hello.store(HELLO_NONE, Ordering::Release);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// The error of an operation towards a peer that went away.
+pub(crate) fn peer_gone() -> Error {
+    Error::new(
+        ErrorKind::ConnReset,
+        "shm: the peer endpoint was closed or its process exited",
+    )
+}
+
+/// Entries per chunk of the peer table.
+const CHUNK: usize = 256;
+/// Chunks of the peer table: AV handles below `CHUNK * CHUNKS` are looked
+/// up without a lock; larger ones go through a locked map.
+const CHUNKS: usize = 1024;
+
+type Chunk = Box<[OnceLock<Arc<TxPeer>>]>;
+
+/// An endpoint's peers by AV handle. Lookups are two acquire loads; an
+/// entry is filled once (the first operation towards the handle) and kept
+/// for the endpoint's life (AV handles are never reused).
+#[derive(Debug)]
+pub(crate) struct PeerTable {
+    chunks: Box<[OnceLock<Chunk>]>,
+    big: Mutex<HashMap<u64, Arc<TxPeer>>>,
+}
+
+impl PeerTable {
+    pub(crate) fn new() -> PeerTable {
+        PeerTable {
+            chunks: (0..CHUNKS).map(|_| OnceLock::new()).collect(),
+            big: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn slot(&self, fi: FiAddr) -> Option<&OnceLock<Arc<TxPeer>>> {
+        let i = usize::try_from(fi.0).ok()?;
+        let chunk = self.chunks.get(i / CHUNK)?;
+        let c = chunk.get_or_init(|| (0..CHUNK).map(|_| OnceLock::new()).collect());
+        c.get(i % CHUNK)
+    }
+
+    /// The peer of `fi`, if known.
+    #[inline]
+    pub(crate) fn get(&self, fi: FiAddr) -> Option<Arc<TxPeer>> {
+        match self.slot(fi) {
+            Some(s) => s.get().cloned(),
+            None => lock(&self.big).get(&fi.0).cloned(),
+        }
+    }
+
+    /// The peer of `fi` as a reference (no reference count traffic), for
+    /// handles in the lock-free range.
+    #[inline]
+    pub(crate) fn get_ref(&self, fi: FiAddr) -> Option<&Arc<TxPeer>> {
+        let i = usize::try_from(fi.0).ok()?;
+        self.chunks.get(i / CHUNK)?.get()?.get(i % CHUNK)?.get()
+    }
+
+    /// Records the peer of `fi` (the first one recorded wins).
+    pub(crate) fn insert(&self, fi: FiAddr, p: Arc<TxPeer>) -> Arc<TxPeer> {
+        match self.slot(fi) {
+            Some(s) => s.get_or_init(|| p).clone(),
+            None => lock(&self.big).entry(fi.0).or_insert(p).clone(),
+        }
+    }
+}
+
+/// A posted receive as the engine keeps it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RecvOp {
+    pub buf: Pieces,
+    pub context: u64,
+    pub flags: OpFlags,
+    /// The multi-receive buffer this is (a slice of).
+    pub mrecv: Option<u32>,
+}
+
+/// A receive-side request handed to the engine.
+#[derive(Debug)]
+pub(crate) enum RxReq {
+    /// Post a receive.
+    Post {
+        tagged: bool,
+        tag: u64,
+        ignore: u64,
+        src: FiAddr,
+        op: RecvOp,
+    },
+    /// FI_PEEK / FI_CLAIM / FI_DISCARD on the tagged unexpected queue.
+    Peek {
+        tag: u64,
+        ignore: u64,
+        src: FiAddr,
+        op: RecvOp,
+    },
+}
+
+/// Remote ranges of an RMA or atomic operation.
+pub(crate) type RmaList = ([RmaIov; RMA_IOV_LIMIT], usize);
+
+/// What an operation handed to the engine does.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum TxKind {
+    /// A message.
+    Send { tagged: bool, tag: u64 },
+    /// An RMA write of `buf`.
+    Write { rma: RmaList },
+    /// An RMA read into `buf`.
+    Read { rma: RmaList },
+    /// An atomic: `buf` holds the operands, `compare` the compare
+    /// values, `result` receives the old values.
+    Atomic {
+        rma: RmaList,
+        dt: Datatype,
+        op: AtomicOp,
+        kind: AtomicKind,
+        compare: Pieces,
+        result: Pieces,
+    },
+}
+
+/// An operation handed to the engine (everything but eager messages,
+/// which the calling thread sends itself).
+#[derive(Debug)]
+pub(crate) struct TxReq {
+    pub peer: Arc<TxPeer>,
+    pub kind: TxKind,
+    pub buf: Pieces,
+    pub flags: OpFlags,
+    /// Remote CQ data (with FI_REMOTE_CQ_DATA in `flags`).
+    pub data: u64,
+    pub done: TxDone,
+}
+
+/// Numbers endpoints within this process; a peer knows an endpoint by
+/// (pid, this number).
+static NEXT_EP: AtomicU32 = AtomicU32::new(1);
+
+/// The lock-free part of an endpoint.
+#[derive(Debug)]
+pub(crate) struct EpShared {
+    pub info: Info,
+    /// The endpoint's number in this process (`src` of its commands).
+    pub id: u32,
+    /// Its region's name.
+    pub region_name: String,
+    /// `fi_shm://<region name>`.
+    pub name: Address,
+    pub peers: PeerTable,
+    /// Receives and peeks on their way to the engine.
+    pub posted: ArrayQueue<RxReq>,
+    /// Operations on their way to the engine.
+    pub txq: ArrayQueue<TxReq>,
+    /// Operations handed to the engine and not yet started there; while
+    /// non-zero, eager sends queue behind them (send-after-send order).
+    pub queued: AtomicUsize,
+    /// Operations handed to the engine and not yet completed.
+    pub outstanding: AtomicUsize,
+    pub binds: Mutex<Binds>,
+    pub bound: OnceLock<Binds>,
+    pub enabled: AtomicBool,
+    /// Cross-memory attach is used by this endpoint.
+    pub cma: bool,
+    /// Largest message sent eagerly; larger ones go by rendezvous.
+    pub eager_max: usize,
+    /// Smallest rendezvous split between receiver and sender.
+    pub split_min: usize,
+    pub mr: Arc<MrTable>,
+    pub directed: bool,
+}
+
+impl EpShared {
+    pub(crate) fn new(
+        info: &Info,
+        region_name: String,
+        cma: bool,
+        eager_max: usize,
+        mr: Arc<MrTable>,
+    ) -> EpShared {
+        let tx = info.tx_attr.size.max(1);
+        let rx = info.rx_attr.size.max(1);
+        EpShared {
+            info: info.clone(),
+            id: NEXT_EP.fetch_add(1, Ordering::Relaxed),
+            name: Address::Str(format!("{SCHEME}{region_name}")),
+            region_name,
+            peers: PeerTable::new(),
+            posted: ArrayQueue::new(rx),
+            txq: ArrayQueue::new(tx),
+            queued: AtomicUsize::new(0),
+            outstanding: AtomicUsize::new(0),
+            binds: Mutex::new(Binds::default()),
+            bound: OnceLock::new(),
+            enabled: AtomicBool::new(false),
+            cma,
+            eager_max,
+            split_min: crate::getinfo::split_min(),
+            mr,
+            directed: info.caps.contains(fabric_core::Caps::DIRECTED_RECV),
+        }
+    }
+
+    /// The bindings, once enabled.
+    #[inline]
+    pub(crate) fn bound(&self) -> Result<&Binds> {
+        self.bound
+            .get()
+            .ok_or(Error::from_kind(ErrorKind::OpBadState))
+    }
+
+    /// The peer of `dest`, introduced and alive: from the table (the fast
+    /// path: two loads, no reference count), or looked up in the AV,
+    /// attached and introduced (the first operation towards it).
+    #[inline]
+    pub(crate) fn peer(&self, b: &Binds, dest: FiAddr) -> Result<PeerRef<'_>> {
+        if let Some(p) = self.peers.get_ref(dest) {
+            if p.ready() {
+                return Ok(PeerRef::Ref(p));
+            }
+        }
+        self.peer_arc(b, dest).map(PeerRef::Owned)
+    }
+
+    /// As [`peer`](Self::peer), as a shared handle (for operations the
+    /// engine finishes).
+    pub(crate) fn peer_arc(&self, b: &Binds, dest: FiAddr) -> Result<Arc<TxPeer>> {
+        if dest == FiAddr::UNSPEC {
+            return Err(Error::inval(
+                "shm: RDM operations need a destination address",
+            ));
+        }
+        let p = match self.peers.get(dest) {
+            Some(p) => p,
+            None => {
+                let av = b.av.as_ref().ok_or(Error::from_kind(ErrorKind::NoAv))?;
+                let addr = av.lookup(dest)?;
+                let name = region_of(&addr)?;
+                let region = attach(name)?;
+                let p = Arc::new(TxPeer {
+                    sender: region.sender(),
+                    pid: region.owner_pid(),
+                    region,
+                    hello: AtomicU8::new(HELLO_NONE),
+                    no_cma: AtomicBool::new(false),
+                    dead: AtomicBool::new(false),
+                });
+                self.peers.insert(dest, p)
+            }
+        };
+        if p.dead.load(Ordering::Relaxed) {
+            return Err(peer_gone());
+        }
+        if !p.region.is_open() {
+            p.dead.store(true, Ordering::Relaxed);
+            return Err(peer_gone());
+        }
+        p.introduce(self)?;
+        Ok(p)
+    }
+}
+
+/// A peer borrowed from the table or held by reference count.
+#[derive(Debug)]
+pub(crate) enum PeerRef<'a> {
+    Ref(&'a Arc<TxPeer>),
+    Owned(Arc<TxPeer>),
+}
+
+impl PeerRef<'_> {
+    /// A shared handle.
+    pub(crate) fn arc(&self) -> Arc<TxPeer> {
+        match self {
+            PeerRef::Ref(p) => Arc::clone(p),
+            PeerRef::Owned(p) => p.clone(),
+        }
+    }
+}
+
+impl std::ops::Deref for PeerRef<'_> {
+    type Target = TxPeer;
+    fn deref(&self) -> &TxPeer {
+        match self {
+            PeerRef::Ref(p) => p,
+            PeerRef::Owned(p) => p,
+        }
+    }
+}
+
+impl TxPeer {
+    /// Whether the peer still holds its endpoint open (system calls: for
+    /// the engine's occasional liveness pass). Marks it dead otherwise.
+    pub(crate) fn check_alive(&self) -> bool {
+        if self.dead.load(Ordering::Relaxed) {
+            return false;
+        }
+        if self.region.owner_status() != OwnerStatus::Alive {
+            self.dead.store(true, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+}

@@ -1,0 +1,222 @@
+//! What the shm provider offers: RDM endpoints between processes of this
+//! node (FI_LOCAL_COMM only), addressed by `fi_shm://<region name>`
+//! strings (FI_ADDR_STR); every hint rule is fabric-core's
+//! ([`fabric_core::matching::select`]).
+//!
+//! `ep_attr.protocol` is `FI_PROTO_SHM`; `ep_attr.protocol_version` says
+//! how large messages and RMA move in this process: [`PROTOCOL_CMA`]
+//! (single copy by cross-memory attach) or [`PROTOCOL_BOUNCE`] (two copies
+//! through the peer's bounce buffers, because cross-memory attach is not
+//! permitted here; [`crate::cma::detect`] says why, in a log line too).
+//! The commands on the ring are the same either way, and peers of either
+//! kind talk to each other.
+
+use fabric_core::matching::{Request, select};
+use fabric_core::objects::EnvVar;
+use fabric_core::{
+    AddrFormat, Address, Caps, EpType, Error, GetinfoFlags, Info, MrMode, MsgOrder, Progress,
+    Protocol, ResourceMgmt, Result, Threading, Version,
+};
+
+use crate::ep::shared::region_of;
+use crate::pieces::IOV_LIMIT;
+use crate::proto::RMA_IOV_LIMIT;
+
+/// The provider's name.
+pub const NAME: &str = "shm";
+/// The provider's version.
+pub const VERSION: Version = Version::new(0, 1);
+/// `protocol_version` when large transfers go through bounce buffers.
+pub const PROTOCOL_BOUNCE: u32 = 1;
+/// `protocol_version` when large transfers use cross-memory attach.
+pub const PROTOCOL_CMA: u32 = 2;
+
+/// The variable that turns cross-memory attach off.
+pub const DISABLE_CMA_VAR: &str = crate::cma::DISABLE_VAR;
+/// The variable that sets the eager limit (bytes).
+pub const EAGER_MAX_VAR: &str = "FI_SHM_EAGER_MAX";
+
+/// The variables the provider reads.
+pub const ENV_VARS: &[EnvVar] = &[
+    EnvVar {
+        name: DISABLE_CMA_VAR,
+        kind: "Boolean",
+        help: "Do not use cross-memory attach (process_vm_readv/writev); large messages and RMA then go through bounce buffers.",
+    },
+    EnvVar {
+        name: SPLIT_MIN_VAR,
+        kind: "Integer",
+        help: "Smallest rendezvous message whose copy is split between receiver and sender (default 65536).",
+    },
+    EnvVar {
+        name: EAGER_MAX_VAR,
+        kind: "Integer",
+        help: "Largest message (and inline RMA) sent eagerly through the ring and its bounce buffers; larger ones use rendezvous (default 4096, at most one bounce buffer).",
+    },
+];
+
+/// Capabilities of RDM endpoints.
+pub const RDM_CAPS: Caps = Caps::MSG
+    .union(Caps::TAGGED)
+    .union(Caps::SEND)
+    .union(Caps::RECV)
+    .union(Caps::RMA)
+    .union(Caps::READ)
+    .union(Caps::WRITE)
+    .union(Caps::REMOTE_READ)
+    .union(Caps::REMOTE_WRITE)
+    .union(Caps::ATOMIC)
+    .union(Caps::MULTI_RECV)
+    .union(Caps::FENCE)
+    .union(Caps::INJECT)
+    .union(Caps::REMOTE_CQ_DATA)
+    .union(Caps::LOCAL_COMM)
+    .union(Caps::DIRECTED_RECV)
+    .union(Caps::SOURCE);
+
+/// Largest inject (the data is copied before the call returns).
+pub const INJECT_SIZE: usize = 1024;
+/// Largest message.
+pub const MAX_MSG_SIZE: usize = 1 << 30;
+/// Transmit operations outstanding at most.
+pub const TX_SIZE: usize = 256;
+/// Receives posted at most.
+pub const RX_SIZE: usize = 1024;
+
+/// The default eager limit: messages up to this size travel in the ring
+/// (inline up to 1 KiB) or in one bounce buffer; larger ones by
+/// rendezvous. Chosen by measurement: see the [crate docs](crate#thresholds).
+pub const EAGER_MAX: usize = 4 * 1024;
+
+/// The eager limit in effect: [`EAGER_MAX_VAR`] when set to a number, else
+/// [`EAGER_MAX`]; at most one bounce buffer.
+pub fn eager_max() -> usize {
+    let cap = crate::region::RegionConfig::default().bounce_size as usize;
+    std::env::var(EAGER_MAX_VAR)
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(EAGER_MAX)
+        .min(cap)
+}
+
+/// The variable that sets the smallest split rendezvous (bytes).
+pub const SPLIT_MIN_VAR: &str = "FI_SHM_SPLIT_MIN";
+
+/// The default smallest split rendezvous: from this size on, a message
+/// pulled with cross-memory attach is copied half by the receiver and
+/// half by the sender, at once. See the [crate docs](crate#thresholds).
+pub const SPLIT_MIN: usize = 64 * 1024;
+
+/// The split threshold in effect: [`SPLIT_MIN_VAR`] when set to a number,
+/// else [`SPLIT_MIN`]; never below 8 KiB (two pages per side).
+pub fn split_min() -> usize {
+    std::env::var(SPLIT_MIN_VAR)
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(SPLIT_MIN)
+        .max(8192)
+}
+
+/// The memory registration modes offered: no mode bit is needed (local
+/// buffers need no registration); the legacy FI_MR_BASIC (virtual
+/// addresses, provider keys) and FI_MR_SCALABLE (offsets, application
+/// keys) are served too.
+pub const MR_MODE: MrMode = MrMode::BASIC.union(MrMode::SCALABLE);
+
+/// The base offer, before the hints: progress manual unless `auto`.
+pub fn offer(auto: bool) -> Info {
+    let progress = if auto {
+        Progress::Auto
+    } else {
+        Progress::Manual
+    };
+    let mut i = Info {
+        caps: RDM_CAPS,
+        addr_format: AddrFormat::Str,
+        ..Info::default()
+    };
+    i.tx_attr.caps = RDM_CAPS - Caps::RX_ONLY;
+    i.tx_attr.msg_order = MsgOrder::SAS;
+    i.tx_attr.inject_size = INJECT_SIZE;
+    i.tx_attr.size = TX_SIZE;
+    i.tx_attr.iov_limit = IOV_LIMIT;
+    i.tx_attr.rma_iov_limit = RMA_IOV_LIMIT;
+    i.rx_attr.caps = RDM_CAPS - Caps::TX_ONLY;
+    i.rx_attr.msg_order = MsgOrder::SAS;
+    i.rx_attr.size = RX_SIZE;
+    i.rx_attr.iov_limit = IOV_LIMIT;
+    i.ep_attr.ep_type = EpType::Rdm;
+    i.ep_attr.protocol = Protocol::Shm;
+    i.ep_attr.protocol_version = if crate::cma::detect().enabled {
+        PROTOCOL_CMA
+    } else {
+        PROTOCOL_BOUNCE
+    };
+    i.ep_attr.max_msg_size = MAX_MSG_SIZE;
+    i.ep_attr.mem_tag_format = 0xaaaa_aaaa_aaaa_aaaa;
+    i.ep_attr.tx_ctx_cnt = 1;
+    i.ep_attr.rx_ctx_cnt = 1;
+    i.fabric_attr.name = Some(NAME.to_string());
+    let d = &mut i.domain_attr;
+    d.name = Some(NAME.to_string());
+    d.threading = Threading::Safe;
+    d.control_progress = progress;
+    d.data_progress = progress;
+    d.resource_mgmt = ResourceMgmt::Enabled;
+    d.mr_mode = MR_MODE;
+    d.mr_key_size = 8;
+    d.cq_data_size = 8;
+    d.cq_cnt = 1024;
+    d.ep_cnt = 1024;
+    d.tx_ctx_cnt = 1024;
+    d.rx_ctx_cnt = 1024;
+    d.max_ep_tx_ctx = 1;
+    d.max_ep_rx_ctx = 1;
+    d.cntr_cnt = 1024;
+    d.mr_iov_limit = 1;
+    d.caps = Caps::LOCAL_COMM;
+    d.max_err_data = 256;
+    d.mr_cnt = 65536;
+    i
+}
+
+/// The provider's getinfo: the matching rules on the offer. A node must
+/// be an `fi_shm://` address (it becomes `dest_addr`); shm endpoints name
+/// themselves, so FI_SOURCE with a node or service, and a service, are
+/// declined (`NoData`), as are host names and IP addresses.
+pub fn getinfo(req: &Request<'_>) -> Result<Vec<Info>> {
+    if req.flags.contains(GetinfoFlags::SOURCE) {
+        return Err(Error::no_data(
+            "shm endpoints choose their own addresses (no FI_SOURCE node or service)",
+        ));
+    }
+    if req.service.is_some() {
+        return Err(Error::no_data("shm addresses have no service"));
+    }
+    let dest = match req.node {
+        None => None,
+        Some(n) if req.node_is_addr_str() => {
+            let a: Address = n.parse()?;
+            match region_of(&a) {
+                Ok(_) => Some(a),
+                Err(e) => return Err(Error::no_data(e.detail().to_string())),
+            }
+        }
+        Some(n) => {
+            return Err(Error::no_data(format!(
+                "shm reaches fi_shm:// addresses, not `{n}`"
+            )));
+        }
+    };
+    let auto = req.hints.is_some_and(|h| {
+        h.domain_attr.data_progress == Progress::Auto
+            || h.domain_attr.control_progress == Progress::Auto
+    });
+    let mut out = select(&[offer(auto)], req)?;
+    if let Some(d) = dest {
+        for i in &mut out {
+            i.dest_addr = Some(d.clone());
+        }
+    }
+    Ok(out)
+}

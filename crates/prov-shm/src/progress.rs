@@ -1,0 +1,409 @@
+//! Progress: a domain's engine drives every endpoint it opened (their
+//! rings, queued operations, pushes), notices peers that went away, and
+//! lets blocking reads sleep until a peer writes.
+//!
+//! # Sleeping and waking
+//!
+//! A blocking CQ read (`sread`) spins a little, then blocks in `poll` on
+//! the CQ's eventfd and on the engine's two wait fds:
+//!
+//! - one inotify instance watching every endpoint region of the domain for
+//!   `IN_MODIFY`. Once progress has found nothing for [`ANNOUNCE_AFTER`],
+//!   it announces in each region that the receiver may be blocking
+//!   ([`Receiver::announce_poll_sleep`](crate::ring::Receiver::announce_poll_sleep));
+//!   from then on a sender that commits a command `pwrite`s the region's
+//!   wake word, which raises `IN_MODIFY` and wakes the poll. The first
+//!   progress call that finds work withdraws the announcement, so busy
+//!   traffic makes no system call at all.
+//! - an eventfd that is readable exactly while no announcement is in
+//!   place. A caller may decide to block right after a progress call that
+//!   did work (and so withdrew the announcement) without producing a
+//!   completion for it, such as an RMA write at its target; this fd keeps
+//!   its `poll` from sleeping until progress has announced again. It
+//!   costs one `write` when an announcement is withdrawn and one `read`
+//!   when one is made: at most once per idle period, never on busy paths.
+//!
+//! With both processes on one core, this is what lets the peer run
+//! instead of a spinning reader.
+//!
+//! # Liveness
+//!
+//! About every [`CHECK_EVERY`], the engine asks the kernel whether the
+//! peers it waits for still exist (pid and start time; a closed region is
+//! seen at once from its `alive` word): operations towards a peer that
+//! went away fail with `FI_ECONNRESET`, its half-received transfers fail,
+//! its announced messages are dropped, and the files of dead processes'
+//! regions are removed. A ring blocked behind a slot claimed by a sender
+//! that died mid-send is recovered.
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use fabric_core::kit::objects::Progress;
+use fabric_core::{Error, ErrorKind, Result};
+
+use crate::ep::engine::EpRx;
+use crate::region::{self, process_gone};
+
+/// Idle time after which progress announces that it may block.
+pub const ANNOUNCE_AFTER: Duration = Duration::from_micros(200);
+
+/// How often the engine checks peers and rings (while it is called).
+pub const CHECK_EVERY: Duration = Duration::from_millis(100);
+
+/// A ring head claimed and not committed for this long is recovered (the
+/// claimer may have died between claim and commit).
+const STUCK_AFTER: Duration = Duration::from_millis(50);
+
+/// Longest sleep of the auto-progress thread between looks.
+const AUTO_SLEEP: Duration = Duration::from_millis(50);
+
+#[derive(Debug)]
+struct State {
+    eps: Vec<EpRx>,
+    idle_since: Option<Instant>,
+    announced: bool,
+    calls: u32,
+    empty_calls: u32,
+    last_check: Instant,
+}
+
+/// The engine of one domain.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    state: Mutex<State>,
+    /// inotify instance watching the domain's region files.
+    inotify: OwnedFd,
+    /// eventfd readable while no announcement is in place.
+    unannounced: OwnedFd,
+    /// eventfd that wakes the auto-progress thread (FI_PROGRESS_AUTO).
+    nudge: Option<OwnedFd>,
+    auto_sleeping: AtomicBool,
+}
+
+fn sys_err(what: &str) -> Error {
+    let e = std::io::Error::last_os_error();
+    Error::new(
+        ErrorKind::from_errno(e.raw_os_error().unwrap_or(0)).unwrap_or(ErrorKind::Io),
+        format!("shm: {what}: {e}"),
+    )
+}
+
+impl Engine {
+    /// An engine; with `auto`, a thread progresses it.
+    pub(crate) fn new(auto: bool) -> Result<Arc<Engine>> {
+        // SAFETY: plain system call; the flags are valid.
+        let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+        if fd < 0 {
+            return Err(sys_err("inotify_init1"));
+        }
+        // SAFETY: `fd` was just returned by the kernel and is owned by
+        // nobody else.
+        let inotify = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: plain system call.
+        let fd = unsafe { libc::eventfd(1, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(sys_err("eventfd"));
+        }
+        // SAFETY: `fd` was just returned by the kernel and is owned by
+        // nobody else.
+        let unannounced = unsafe { OwnedFd::from_raw_fd(fd) };
+        let nudge = if auto {
+            // SAFETY: plain system call.
+            let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+            if fd < 0 {
+                return Err(sys_err("eventfd"));
+            }
+            // SAFETY: as above.
+            Some(unsafe { OwnedFd::from_raw_fd(fd) })
+        } else {
+            None
+        };
+        let e = Arc::new(Engine {
+            state: Mutex::new(State {
+                eps: Vec::new(),
+                idle_since: None,
+                announced: false,
+                calls: 0,
+                empty_calls: 0,
+                last_check: Instant::now(),
+            }),
+            inotify,
+            unannounced,
+            nudge,
+            auto_sleeping: AtomicBool::new(false),
+        });
+        if auto {
+            spawn_auto(Arc::downgrade(&e));
+        }
+        Ok(e)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Adds an endpoint and watches its region.
+    pub(crate) fn add(&self, ep: EpRx) -> Result<()> {
+        let path = std::ffi::CString::new(ep.region.path().as_os_str().as_encoded_bytes())
+            .map_err(|_| Error::inval("shm: region path with a NUL byte"))?;
+        // SAFETY: `path` is a NUL-terminated string that outlives the call.
+        let wd = unsafe {
+            libc::inotify_add_watch(self.inotify.as_raw_fd(), path.as_ptr(), libc::IN_MODIFY)
+        };
+        if wd < 0 {
+            return Err(sys_err("inotify_add_watch"));
+        }
+        let mut st = self.lock();
+        if st.announced {
+            let _ = ep.rx.announce_poll_sleep();
+        }
+        st.eps.push(ep);
+        Ok(())
+    }
+
+    /// Removes (and so closes) the endpoint with id `id`.
+    pub(crate) fn remove(&self, id: u32) {
+        let ep = {
+            let mut st = self.lock();
+            let i = st.eps.iter().position(|e| e.shared.id == id);
+            i.map(|i| st.eps.swap_remove(i))
+        };
+        // The region file goes with the endpoint; inotify drops the watch
+        // by itself when the file is removed.
+        drop(ep);
+    }
+
+    /// Runs `f` on endpoint `id` under the engine's lock (waiting for it).
+    pub(crate) fn with_ep<R>(&self, id: u32, f: impl FnOnce(&mut EpRx) -> R) -> Option<R> {
+        let mut st = self.lock();
+        st.eps.iter_mut().find(|e| e.shared.id == id).map(f)
+    }
+
+    /// Wakes the auto-progress thread if it sleeps (after work was queued
+    /// for it). Nothing under manual progress.
+    #[inline]
+    pub(crate) fn nudge(&self) {
+        if let Some(fd) = &self.nudge {
+            if self.auto_sleeping.load(Ordering::SeqCst) {
+                let one = 1u64.to_ne_bytes();
+                // SAFETY: writes 8 bytes from a live local array to our
+                // eventfd.
+                let _ = unsafe { libc::write(fd.as_raw_fd(), one.as_ptr().cast(), 8) };
+            }
+        }
+    }
+
+    /// Makes the `unannounced` fd readable (`true`) or not.
+    fn set_unannounced(&self, on: bool) {
+        let fd = self.unannounced.as_raw_fd();
+        if on {
+            let one = 1u64.to_ne_bytes();
+            // SAFETY: writes 8 bytes from a live local array to our eventfd.
+            let _ = unsafe { libc::write(fd, one.as_ptr().cast(), 8) };
+        } else {
+            let mut buf = [0u8; 8];
+            // SAFETY: reads 8 bytes into a live local buffer from our
+            // nonblocking eventfd.
+            let _ = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), 8) };
+        }
+    }
+
+    fn drain_inotify(&self) {
+        let mut buf = [0u8; 4096];
+        for _ in 0..64 {
+            // SAFETY: reads at most `buf.len()` bytes into a live local
+            // buffer from our nonblocking inotify fd.
+            let n =
+                unsafe { libc::read(self.inotify.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                break;
+            }
+        }
+    }
+
+    /// One progress pass over every endpoint. `idle_now`: announce a
+    /// possible sleep at once when nothing is found (the auto-progress
+    /// thread, about to block). Returns whether anything happened.
+    pub(crate) fn run(&self, idle_now: bool) -> bool {
+        let mut guard = match self.state.try_lock() {
+            Ok(g) => g,
+            // Another thread is progressing right now.
+            Err(std::sync::TryLockError::WouldBlock) => return false,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        };
+        let st = &mut *guard;
+        if st.announced {
+            self.drain_inotify();
+        }
+        let mut work = false;
+        for ep in st.eps.iter_mut() {
+            work |= ep.progress();
+        }
+        st.calls = st.calls.wrapping_add(1);
+        let mut now = None;
+        if work {
+            st.empty_calls = 0;
+            st.idle_since = None;
+            if st.announced {
+                for ep in &st.eps {
+                    ep.rx.clear_poll_sleep();
+                }
+                st.announced = false;
+                self.set_unannounced(true);
+            }
+        } else if !st.announced {
+            st.empty_calls = st.empty_calls.wrapping_add(1);
+            // The clock is read at the first and then every 64th empty
+            // call only: spinning callers look at the ring more often so.
+            if idle_now || st.empty_calls % 64 == 1 {
+                let t = Instant::now();
+                now = Some(t);
+                let since = *st.idle_since.get_or_insert(t);
+                if idle_now || t.duration_since(since) >= ANNOUNCE_AFTER {
+                    let mut ready = false;
+                    for ep in &st.eps {
+                        ready |= ep.rx.announce_poll_sleep();
+                    }
+                    st.announced = true;
+                    self.set_unannounced(false);
+                    if ready {
+                        // A command came in before the announcement: take
+                        // it now (the announcement stays: the caller may
+                        // block right after this call).
+                        for ep in st.eps.iter_mut() {
+                            work |= ep.progress();
+                        }
+                    }
+                }
+            }
+        }
+        if st.calls % 256 == 0 || now.is_some() {
+            let t = now.unwrap_or_else(Instant::now);
+            if t.duration_since(st.last_check) >= CHECK_EVERY {
+                st.last_check = t;
+                housekeeping(st, t);
+            }
+        }
+        work
+    }
+
+    /// Whether work is queued for the engine (the auto thread's last look
+    /// before sleeping).
+    fn queued(&self) -> bool {
+        match self.state.try_lock() {
+            Ok(st) => st.eps.iter().any(|e| {
+                !e.shared.posted.is_empty() || !e.shared.txq.is_empty() || e.rx.is_ready()
+            }),
+            Err(_) => true,
+        }
+    }
+
+    fn auto_wait(&self) {
+        self.auto_sleeping.store(true, Ordering::SeqCst);
+        if !self.queued() {
+            let mut fds = [
+                libc::pollfd {
+                    fd: self.inotify.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: self.nudge.as_ref().map_or(-1, |f| f.as_raw_fd()),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: `fds` is a live array of two pollfd structs.
+            unsafe { libc::poll(fds.as_mut_ptr(), 2, AUTO_SLEEP.as_millis() as libc::c_int) };
+        }
+        self.auto_sleeping.store(false, Ordering::SeqCst);
+        if let Some(fd) = &self.nudge {
+            let mut buf = [0u8; 8];
+            // SAFETY: reads 8 bytes into a live local buffer.
+            let _ = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), 8) };
+        }
+    }
+}
+
+/// The periodic checks: peers of operations in flight, senders with
+/// pending transfers, rings blocked by a dead claimer.
+fn housekeeping(st: &mut State, now: Instant) {
+    let mut reclaim = false;
+    for ep in st.eps.iter_mut() {
+        let sh = ep.shared.clone();
+        let Some(b) = sh.bound.get() else { continue };
+        for p in ep.st.op_peers() {
+            if !p.check_alive() {
+                tracing::debug!(
+                    peer = p.region.name(),
+                    "shm: a peer went away; failing its operations"
+                );
+                ep.st.fail_ops_of(&sh, b, &p);
+                reclaim = true;
+            }
+        }
+        if ep.st.check_peers(&sh, b, true) {
+            reclaim = true;
+        }
+        if ep.rx.head_claimed() {
+            let since = *ep.st.stuck_since.get_or_insert(now);
+            if now.duration_since(since) >= STUCK_AFTER {
+                let r = ep.rx.recover(process_gone);
+                if r != crate::ring::Recovery::default() {
+                    tracing::warn!(
+                        ?r,
+                        "shm: recovered a ring left blocked by a sender that died"
+                    );
+                }
+                ep.st.stuck_since = None;
+            }
+        } else {
+            ep.st.stuck_since = None;
+        }
+    }
+    if reclaim {
+        match region::reclaim_stale() {
+            Ok(v) if !v.is_empty() => {
+                tracing::debug!(removed = ?v, "shm: removed regions of exited processes")
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Progress for Engine {
+    fn progress(&self) -> Result<()> {
+        self.run(false);
+        Ok(())
+    }
+
+    fn wait_fds<'a>(&'a self, f: &mut dyn FnMut(BorrowedFd<'a>)) {
+        f(self.inotify.as_fd());
+        f(self.unannounced.as_fd());
+    }
+}
+
+/// Starts the auto-progress thread (FI_PROGRESS_AUTO): it progresses the
+/// engine while there is work and sleeps (on the regions' inotify watch
+/// and a nudge eventfd, at most [`AUTO_SLEEP`]) while there is none. It
+/// ends once the engine is dropped.
+fn spawn_auto(engine: Weak<Engine>) {
+    let r = std::thread::Builder::new()
+        .name("shm-progress".into())
+        .spawn(move || {
+            loop {
+                let Some(e) = engine.upgrade() else { return };
+                if !e.run(true) {
+                    e.auto_wait();
+                }
+            }
+        });
+    if let Err(e) = r {
+        tracing::warn!(error = %e, "shm: cannot start the auto-progress thread");
+    }
+}

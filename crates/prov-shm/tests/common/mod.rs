@@ -1,0 +1,239 @@
+//! Helpers shared by the provider's integration tests: RDM endpoints,
+//! completions with a deadline, memory registration.
+
+#![allow(
+    dead_code,
+    unreachable_pub,
+    clippy::result_large_err,
+    clippy::unwrap_used,
+    clippy::field_reassign_with_default
+)]
+
+use std::time::{Duration, Instant};
+
+use fabric_core::matching::Request;
+use fabric_core::objects::{
+    AddressVector, AvAttr, Bind, CntrAttr, CompletionQueue, Counter, CqAttr, CqEntry, CqErrEntry,
+    CqFormat, Domain, Endpoint, Fabric, FiAddr, IoVec, MemoryRegion, MrAccess, MrAttr, Msg,
+    Provider, WaitObj,
+};
+use fabric_core::*;
+use prov_shm::ShmProvider;
+
+/// One RDM endpoint with its CQ and AV (fields drop in order).
+pub struct Side {
+    pub ep: Box<dyn Endpoint>,
+    pub cq: Box<dyn CompletionQueue>,
+    pub av: Box<dyn AddressVector>,
+    pub domain: Box<dyn Domain>,
+    pub fabric: Box<dyn Fabric>,
+}
+
+/// The shm answer for `caps`, `mr_mode` and a progress model.
+pub fn info_with(caps: Caps, mr_mode: MrMode, progress: Progress) -> Info {
+    let mut h = Info::default();
+    h.caps = caps;
+    h.mode = Mode::all();
+    h.ep_attr.ep_type = EpType::Rdm;
+    h.domain_attr.mr_mode = mr_mode;
+    h.domain_attr.data_progress = progress;
+    let req = Request {
+        hints: Some(&h),
+        ..Request::new(Version::CURRENT)
+    };
+    let mut list = ShmProvider.getinfo(&req).unwrap();
+    list.remove(0)
+}
+
+pub fn info() -> Info {
+    info_with(
+        Caps::MSG | Caps::TAGGED | Caps::RMA | Caps::ATOMIC | Caps::MULTI_RECV,
+        MrMode::empty(),
+        Progress::Unspec,
+    )
+}
+
+/// Opens an enabled endpoint bound to `counters`.
+pub fn side_with(info: &Info, format: CqFormat, counters: &[(&dyn Counter, Caps)]) -> Side {
+    let fabric = ShmProvider.fabric(&info.fabric_attr).unwrap();
+    let domain = fabric.domain(info).unwrap();
+    open_in(info, fabric, domain, format, counters)
+}
+
+pub fn open_in(
+    info: &Info,
+    fabric: Box<dyn Fabric>,
+    domain: Box<dyn Domain>,
+    format: CqFormat,
+    counters: &[(&dyn Counter, Caps)],
+) -> Side {
+    let cq = domain
+        .cq(&CqAttr {
+            format,
+            wait_obj: WaitObj::Unspec,
+            ..Default::default()
+        })
+        .unwrap();
+    let av = domain.av(&AvAttr::default()).unwrap();
+    let ep = domain.endpoint(info).unwrap();
+    ep.bind(Bind::Cq {
+        cq: cq.as_ref(),
+        transmit: true,
+        recv: true,
+        selective: false,
+    })
+    .unwrap();
+    ep.bind(Bind::Av(av.as_ref())).unwrap();
+    for (c, ev) in counters {
+        ep.bind(Bind::Cntr(*c, *ev)).unwrap();
+    }
+    ep.enable().unwrap();
+    Side {
+        ep,
+        cq,
+        av,
+        domain,
+        fabric,
+    }
+}
+
+pub fn side(info: &Info) -> Side {
+    side_with(info, CqFormat::Tagged, &[])
+}
+
+/// Opens an endpoint with one counter per entry of `events`.
+pub fn side_counting(info: &Info, events: &[Caps]) -> (Side, Vec<Box<dyn Counter>>) {
+    let fabric = ShmProvider.fabric(&info.fabric_attr).unwrap();
+    let domain = fabric.domain(info).unwrap();
+    let counters: Vec<Box<dyn Counter>> = events
+        .iter()
+        .map(|_| domain.cntr(&CntrAttr::default()).unwrap())
+        .collect();
+    let bound: Vec<(&dyn Counter, Caps)> = counters
+        .iter()
+        .zip(events)
+        .map(|(c, e)| (c.as_ref(), *e))
+        .collect();
+    let s = open_in(info, fabric, domain, CqFormat::Tagged, &bound);
+    drop(bound);
+    (s, counters)
+}
+
+/// Inserts `name` in `s`'s AV.
+pub fn insert(s: &Side, name: &Address) -> FiAddr {
+    let mut out = [FiAddr(0)];
+    s.av.insert(std::slice::from_ref(name), &mut out).unwrap();
+    out[0]
+}
+
+/// Two endpoints that know each other: a's handle for b, b's for a.
+pub fn pair_of(info: &Info) -> (Side, Side, FiAddr, FiAddr) {
+    let a = side(info);
+    let b = side(info);
+    let b_at_a = insert(&a, &b.ep.getname().unwrap());
+    let a_at_b = insert(&b, &a.ep.getname().unwrap());
+    (a, b, b_at_a, a_at_b)
+}
+
+pub fn pair() -> (Side, Side, FiAddr, FiAddr) {
+    pair_of(&info())
+}
+
+/// The next completion of `cq` (or its error, as `Err(readerr)`), driving
+/// the progress of `drive` meanwhile.
+pub fn next(
+    cq: &dyn CompletionQueue,
+    drive: &[&dyn CompletionQueue],
+) -> std::result::Result<CqEntry, CqErrEntry> {
+    next_from(cq, drive).map(|(e, _)| e)
+}
+
+pub fn next_from(
+    cq: &dyn CompletionQueue,
+    drive: &[&dyn CompletionQueue],
+) -> std::result::Result<(CqEntry, FiAddr), CqErrEntry> {
+    let mut e = [CqEntry::default()];
+    let mut s = [FiAddr(0)];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        for d in drive {
+            let _ = d.read(&mut []);
+        }
+        match cq.readfrom(&mut e, &mut s) {
+            Ok(_) => return Ok((e[0], s[0])),
+            Err(err) if err.kind() == ErrorKind::Again => {}
+            Err(err) if err.kind() == ErrorKind::Avail => return Err(cq.readerr().unwrap()),
+            Err(err) => panic!("cq read: {err}"),
+        }
+        assert!(Instant::now() < deadline, "no completion within 30 s");
+        std::thread::yield_now();
+    }
+}
+
+/// Drives progress of every CQ for `rounds` short rounds.
+pub fn settle(cqs: &[&dyn CompletionQueue], rounds: usize) {
+    for _ in 0..rounds {
+        for c in cqs {
+            let _ = c.read(&mut []);
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// Asserts that `cq` has nothing for a while (driving `drive`).
+pub fn nothing(cq: &dyn CompletionQueue, drive: &[&dyn CompletionQueue]) {
+    settle(drive, 10);
+    let mut e = [CqEntry::default()];
+    match cq.read(&mut e) {
+        Err(err) if err.kind() == ErrorKind::Again => {}
+        other => panic!("expected no completion, got {other:?} {:?}", e[0]),
+    }
+}
+
+pub fn iov(b: &mut [u8]) -> [IoVec; 1] {
+    [IoVec {
+        addr: b.as_mut_ptr(),
+        len: b.len(),
+    }]
+}
+
+pub fn msg(iov: &[IoVec], addr: FiAddr, tag: u64, ignore: u64, ctx: u64) -> Msg<'_> {
+    Msg {
+        iov,
+        desc: &[],
+        addr,
+        tag,
+        ignore,
+        context: ctx,
+        data: 0,
+    }
+}
+
+/// Registers `buf` with `access` under `key`.
+///
+/// The caller keeps `buf` alive and unmoved while the region lives.
+pub fn reg(d: &dyn Domain, buf: &mut [u8], access: MrAccess, key: u64) -> Box<dyn MemoryRegion> {
+    let v = iov(buf);
+    // SAFETY: the callers keep the buffer alive until the region drops.
+    unsafe {
+        d.mr_reg(&MrAttr {
+            iov: &v,
+            access,
+            offset: 0,
+            requested_key: key,
+            context: 0,
+        })
+        .unwrap()
+    }
+}
+
+pub fn counter(d: &dyn Domain) -> Box<dyn Counter> {
+    d.cntr(&CntrAttr::default()).unwrap()
+}
+
+/// A deterministic pattern.
+pub fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u32).wrapping_mul(31).wrapping_add(u32::from(seed)) as u8)
+        .collect()
+}

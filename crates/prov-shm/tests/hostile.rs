@@ -1,0 +1,491 @@
+//! Hostile commands: a peer can write anything into an endpoint's ring.
+//! Malformed, forged and random commands (well-formed at the ring level,
+//! nonsense at the provider level) must be dropped or refused, never
+//! panic, hang or touch memory they should not; the endpoint keeps
+//! working afterwards. In-process (the raw sender is this test) and from
+//! another process.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::field_reassign_with_default
+)]
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use fabric_core::objects::{CqEntry, FiAddr, MrAccess};
+use fabric_core::*;
+use proptest::prelude::*;
+use prov_shm::region::{PeerRegion, Region, RegionConfig};
+use prov_shm::ring::{Command as Cmd, Sender};
+
+const ROLE: &str = "PROV_SHM_HOSTILE_ROLE";
+
+// Ops and flags as the crate docs' command table gives them.
+const HELLO: u16 = 1;
+const MSG: u16 = 2;
+const RTS: u16 = 3;
+const CTS: u16 = 4;
+const DATA: u16 = 5;
+const ACK: u16 = 6;
+const WRITE: u16 = 7;
+const READ: u16 = 8;
+const ATOMIC: u16 = 9;
+const PUSH: u16 = 16;
+const INLINE: u16 = 32;
+
+fn name_of(a: &Address) -> String {
+    a.to_string().trim_start_matches("fi_shm://").to_string()
+}
+
+/// A raw sender into `victim`'s ring.
+fn raw(victim: &Side) -> Sender {
+    let r = PeerRegion::attach(&name_of(&victim.ep.getname().unwrap())).unwrap();
+    let s = r.sender();
+    // Keep the mapping: the sender holds its own reference.
+    drop(r);
+    s
+}
+
+fn send(tx: &Sender, cmd: Cmd, payload: &[u8], drive: &Side) {
+    for _ in 0..10_000 {
+        match tx.try_send(&cmd, payload) {
+            Ok(()) => return,
+            Err(e) if e.kind() == ErrorKind::Again => {
+                let _ = drive.cq.read(&mut []);
+                let _ = drive.cq.readerr();
+            }
+            Err(e) => panic!("raw send: {e}"),
+        }
+    }
+    panic!("the victim stopped draining its ring");
+}
+
+fn words(v: &[u64]) -> Vec<u8> {
+    v.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+/// Drains every completion and error completion of `s` (progress too).
+fn drain(s: &Side) -> (usize, Vec<ErrorKind>) {
+    let mut ok = 0;
+    let mut errs = Vec::new();
+    for _ in 0..200 {
+        let mut e = [CqEntry::default(); 8];
+        match s.cq.read(&mut e) {
+            Ok(n) => ok += n,
+            Err(x) if x.kind() == ErrorKind::Avail => errs.push(s.cq.readerr().unwrap().err),
+            Err(_) => std::thread::sleep(Duration::from_micros(100)),
+        }
+    }
+    (ok, errs)
+}
+
+/// The victim still delivers a real message from a real peer.
+fn still_works(victim: &Side, friend: &Side) {
+    let v_at_f = insert(friend, &victim.ep.getname().unwrap());
+    let mut buf = [0u8; 5];
+    let bi = iov(&mut buf);
+    // A tagged receive only the friend's message matches (the garbage
+    // may have left unexpected messages of its own).
+    // SAFETY: `buf` outlives the completion.
+    unsafe {
+        victim
+            .ep
+            .trecvmsg(
+                &msg(&bi, FiAddr::UNSPEC, 0x0a11_7e57, 0, 4242),
+                OpFlags::empty(),
+            )
+            .unwrap()
+    };
+    friend
+        .ep
+        .tinject(b"alive", v_at_f, 0x0a11_7e57, None)
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let e = loop {
+        match next(victim.cq.as_ref(), &[friend.cq.as_ref()]) {
+            Ok(e) if e.context == 4242 => break e,
+            Ok(_) | Err(_) => {}
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the victim no longer delivers messages"
+        );
+    };
+    assert_eq!(e.len, 5);
+    assert_eq!(&buf, b"alive");
+}
+
+#[test]
+fn malformed_and_forged_commands_are_dropped_or_refused() {
+    let victim = side(&info());
+    let friend = side(&info());
+    let mut mem = vec![7u8; 4096];
+    let mr = reg(
+        victim.domain.as_ref(),
+        &mut mem,
+        MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE,
+        1,
+    );
+    let tx = raw(&victim);
+    let friend_name = name_of(&friend.ep.getname().unwrap());
+    let c = |op: u16, src: u32| Cmd {
+        op,
+        src,
+        ..Cmd::default()
+    };
+    // Before any introduction: dropped.
+    send(&tx, c(MSG, 5), b"who am i", &victim);
+    // Introductions that fail: oversized, not UTF-8, no such region, a
+    // path, a region that is not the sender's.
+    send(&tx, c(HELLO, 5), &[b'a'; 200], &victim);
+    send(&tx, c(HELLO, 5), &[0xff, 0xfe], &victim);
+    send(&tx, c(HELLO, 5), b"fabric-shm-0-1-2-ffff", &victim);
+    send(&tx, c(HELLO, 5), b"../../etc/passwd", &victim);
+    let foreign = Region::create(&RegionConfig::default()).unwrap();
+    send(&tx, c(HELLO, 6), foreign.name().as_bytes(), &victim);
+    send(&tx, c(MSG, 6), b"still unknown", &victim);
+    // A valid introduction (the friend's region is this process's own).
+    send(&tx, c(HELLO, 7), friend_name.as_bytes(), &victim);
+    // Unknown ops and flags.
+    send(&tx, c(0, 7), b"", &victim);
+    send(&tx, c(77, 7), b"x", &victim);
+    send(
+        &tx,
+        Cmd {
+            flags: 0x8000,
+            ..c(MSG, 7)
+        },
+        b"x",
+        &victim,
+    );
+    // Answers naming no operation.
+    for op in [ACK, CTS, DATA] {
+        for flags in [0, 8] {
+            send(
+                &tx,
+                Cmd {
+                    flags,
+                    tag: 0x1234_5678_9abc,
+                    data: u64::MAX,
+                    aux: [u64::MAX, 3],
+                    ..c(op, 7)
+                },
+                &[1, 2, 3],
+                &victim,
+            );
+        }
+    }
+    // Rendezvous requests with bad iovec lists, then one whose iovec
+    // points to unmapped memory (the matched receive fails, the victim
+    // does not).
+    for payload in [vec![], vec![0u8; 7], vec![0u8; 17], vec![0u8; 200]] {
+        send(
+            &tx,
+            Cmd {
+                aux: [100, 1],
+                ..c(RTS, 7)
+            },
+            &payload,
+            &victim,
+        );
+    }
+    send(
+        &tx,
+        Cmd {
+            aux: [u64::MAX, 1],
+            ..c(RTS, 7)
+        },
+        &words(&[0x1000, u64::MAX]),
+        &victim,
+    );
+    let mut rbuf = vec![0u8; 70_000];
+    let ri = iov(&mut rbuf);
+    // SAFETY: `rbuf` outlives the receive.
+    unsafe {
+        victim
+            .ep
+            .recvmsg(&msg(&ri, FiAddr::UNSPEC, 0, 0, 99), OpFlags::empty())
+            .unwrap()
+    };
+    send(
+        &tx,
+        Cmd {
+            aux: [65536, 2],
+            ..c(RTS, 7)
+        },
+        &words(&[0x10, 65536]),
+        &victim,
+    );
+    // RMA and atomic descriptors: no ranges, too many, reserved bits,
+    // inline data of the wrong length, unknown datatype, zero and huge
+    // element counts; all refused.
+    let bad_descs: Vec<(u16, u16, Vec<u8>)> = vec![
+        (WRITE, INLINE, words(&[0])),
+        (WRITE, INLINE, words(&[9])),
+        (WRITE, INLINE, words(&[1 | 1 << 60, 0, 8, 1])),
+        (WRITE, INLINE, words(&[1, 0, 8, 1, 5, 6])),
+        (WRITE, PUSH, words(&[1, 4000, 200, 1])),
+        (READ, PUSH, words(&[1, u64::MAX, 8, 1])),
+        (READ, PUSH, words(&[1, 0, 8, 99])),
+        (ATOMIC, 0, words(&[1 | 1 << 16 | 200 << 24, 0, 1, 1, 0])),
+        (
+            ATOMIC,
+            0,
+            words(&[1 | 1 << 16 | 7 << 24 | 2 << 32, 0, 0, 1]),
+        ),
+        (
+            ATOMIC,
+            0,
+            words(&[1 | 1 << 16 | 7 << 24 | 2 << 32, 0, 100_000, 1]),
+        ),
+        (
+            ATOMIC,
+            0,
+            words(&[1 | 1 << 16 | 7 << 24 | 12 << 32, 0, 1, 1, 5]),
+        ),
+    ];
+    for (op, flags, payload) in bad_descs {
+        send(
+            &tx,
+            Cmd {
+                flags,
+                tag: 55,
+                ..c(op, 7)
+            },
+            &payload,
+            &victim,
+        );
+    }
+    let (_, errs) = drain(&victim);
+    assert!(
+        errs.contains(&ErrorKind::Fault),
+        "the receive matched by the bogus rendezvous fails: {errs:?}"
+    );
+    assert!(
+        mem[..4000].iter().all(|&b| b == 7),
+        "no refused write landed"
+    );
+    // The refusals went to the friend's ring (the introduced region) as
+    // ACKs for operations it never issued: it drops them.
+    let (ok, errs) = drain(&friend);
+    assert_eq!((ok, errs.len()), (0, 0));
+    still_works(&victim, &friend);
+    drop(mr);
+    drop(foreign);
+}
+
+fn random_cmd(rng: &mut impl FnMut() -> u64, src: u32) -> (Cmd, Vec<u8>) {
+    let pick = |r: u64| match r % 5 {
+        0 => 0,
+        1 => r % 8,
+        2 => u64::MAX - r % 4,
+        3 => r % 100_000,
+        _ => r,
+    };
+    let op = (rng() % 11) as u16;
+    let mut flags = match rng() % 3 {
+        0 => 0,
+        1 => (rng() % 64) as u16,
+        _ => rng() as u16,
+    };
+    if op == READ {
+        // A read asks the target to write the initiator's memory by
+        // cross-memory attach; here the "initiator" would be this very
+        // process, so keep it in push mode.
+        flags |= PUSH;
+    }
+    let cmd = Cmd {
+        op,
+        flags,
+        src,
+        tag: pick(rng()),
+        data: pick(rng()),
+        aux: [pick(rng()), pick(rng())],
+    };
+    let n = (rng() % 40) as usize;
+    let mut payload: Vec<u8> = Vec::new();
+    if rng() % 2 == 0 && op != HELLO {
+        // Descriptor-like: a plausible head word, then random words.
+        let head =
+            (1 + rng() % 4) | ((rng() % 3) << 8) | ((rng() % 2) << 16) | ((rng() % 12) << 24);
+        payload.extend(head.to_le_bytes());
+        for _ in 0..n {
+            payload.extend(pick(rng()).to_le_bytes());
+        }
+    } else {
+        payload.extend((0..n * 3).map(|_| rng() as u8));
+    }
+    (cmd, payload)
+}
+
+fn random_case(seed: u64) {
+    {
+        let victim = side(&info());
+        let friend = side(&info());
+        let mut mem = vec![0u8; 1 << 16];
+        let mr = reg(
+            victim.domain.as_ref(),
+            &mut mem,
+            MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE,
+            1,
+        );
+        let mut rbufs = vec![vec![0u8; 4096]; 4];
+        for (i, b) in rbufs.iter_mut().enumerate() {
+            let v = iov(b);
+            // SAFETY: the buffers outlive the endpoint.
+            unsafe {
+                if i % 2 == 0 {
+                    victim
+                        .ep
+                        .recvmsg(&msg(&v, FiAddr::UNSPEC, 0, 0, i as u64), OpFlags::empty())
+                } else {
+                    victim.ep.trecvmsg(
+                        &msg(&v, FiAddr::UNSPEC, i as u64, 0, i as u64),
+                        OpFlags::empty(),
+                    )
+                }
+                .unwrap();
+            }
+        }
+        let tx = raw(&victim);
+        let mut x = seed | 1;
+        let mut rng = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        send(
+            &tx,
+            Cmd {
+                op: HELLO,
+                src: 3,
+                ..Cmd::default()
+            },
+            name_of(&friend.ep.getname().unwrap()).as_bytes(),
+            &victim,
+        );
+        for _ in 0..200 {
+            let (cmd, payload) = random_cmd(&mut rng, 3);
+            send(&tx, cmd, &payload, &victim);
+        }
+        drain(&victim);
+        drain(&friend);
+        still_works(&victim, &friend);
+        drop(mr);
+    }
+}
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #[test]
+    fn random_commands_never_panic(seed in any::<u64>()) {
+        random_case(seed);
+    }
+}
+
+/// The other process: introduces itself with a region of its own, then
+/// fires random commands (rendezvous and RMA requests naming its own
+/// memory, at random) and exits.
+fn hostile_child() {
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    let victim = PeerRegion::attach(line.trim()).unwrap();
+    let tx = victim.sender();
+    let mine = Region::create(&RegionConfig::default()).unwrap();
+    let seed = (u64::from(std::process::id()) * 0x9e37_79b9) | 1;
+    let mut x = seed;
+    let mut rng = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let hello = Cmd {
+        op: HELLO,
+        src: 1,
+        ..Cmd::default()
+    };
+    let push = |c: &Cmd, p: &[u8]| {
+        for _ in 0..200_000 {
+            match tx.try_send(c, p) {
+                Ok(()) => return,
+                Err(e) if e.kind() == ErrorKind::Again => std::thread::yield_now(),
+                Err(e) => panic!("{e}"),
+            }
+        }
+    };
+    push(&hello, mine.name().as_bytes());
+    for _ in 0..3000 {
+        let (mut cmd, payload) = random_cmd(&mut rng, 1);
+        cmd.flags &= !PUSH;
+        push(&cmd, &payload);
+    }
+    println!("@@done");
+    std::io::stdout().flush().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+}
+
+#[test]
+fn a_hostile_process_cannot_break_an_endpoint() {
+    if std::env::var(ROLE).is_ok() {
+        return hostile_child();
+    }
+    let victim = side(&info());
+    let friend = side(&info());
+    let mut mem = vec![0u8; 1 << 16];
+    let mr = reg(
+        victim.domain.as_ref(),
+        &mut mem,
+        MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE,
+        1,
+    );
+    let exe = std::env::current_exe().unwrap();
+    let mut child = Command::new(exe)
+        .args([
+            "--exact",
+            "a_hostile_process_cannot_break_an_endpoint",
+            "--nocapture",
+        ])
+        .env(ROLE, "child")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{}", name_of(&victim.ep.getname().unwrap())).unwrap();
+    stdin.flush().unwrap();
+    let out = child.stdout.take().unwrap();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(out).lines().map_while(|l| l.ok()) {
+            if l.contains("@@done") {
+                let _ = done_tx.send(());
+            }
+        }
+    });
+    // Keep progressing while the child fires.
+    loop {
+        drain(&victim);
+        if done_rx.try_recv().is_ok() {
+            break;
+        }
+        if let Some(s) = child.try_wait().unwrap() {
+            // It may have crashed itself (random reads into its own memory
+            // by cross-memory attach); that is its business.
+            let _ = s;
+            break;
+        }
+    }
+    drain(&victim);
+    let _ = child.kill();
+    let _ = child.wait();
+    drain(&victim);
+    still_works(&victim, &friend);
+    drop(mr);
+}

@@ -1,0 +1,336 @@
+//! Messages and tagged messages between two endpoints of one process:
+//! every size class (inline, bounce buffer, rendezvous), vectors, CQ data,
+//! truncation, unexpected messages, peek / claim / discard, directed
+//! receive, cancel, multi-receive, CQ formats and sread.
+
+#![allow(clippy::unwrap_used, clippy::field_reassign_with_default)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use fabric_core::objects::{CompletionFlags, CqEntry, FiAddr, IoVec};
+use fabric_core::*;
+
+const SIZES: [usize; 8] = [0, 1, 64, 1024, 1025, 16 * 1024, 40_000, 3 << 20];
+
+#[test]
+fn every_size_untagged_and_tagged_expected_and_unexpected() {
+    let (a, b, b_at_a, a_at_b) = pair();
+    for (i, &size) in SIZES.iter().enumerate() {
+        for tagged in [false, true] {
+            for expected in [true, false] {
+                let mut out = pattern(size, i as u8);
+                let mut back = vec![0u8; size];
+                let oiov = iov(&mut out);
+                let biov = iov(&mut back);
+                let tag = 0x40 + i as u64;
+                // SAFETY: the buffers outlive the operation, whose completion is read below.
+                let post = || unsafe {
+                    // SAFETY: `back` outlives the completion read below.
+                    if tagged {
+                        b.ep.trecvmsg(&msg(&biov, FiAddr::UNSPEC, tag, 0, 7), OpFlags::empty())
+                    } else {
+                        b.ep.recvmsg(&msg(&biov, FiAddr::UNSPEC, 0, 0, 7), OpFlags::empty())
+                    }
+                    .unwrap()
+                };
+                if expected {
+                    post();
+                    settle(&[b.cq.as_ref()], 1);
+                }
+                // SAFETY: `out` outlives the send's completion.
+                unsafe {
+                    if tagged {
+                        a.ep.tsendmsg(&msg(&oiov, b_at_a, tag, 0, 9), OpFlags::empty())
+                    } else {
+                        a.ep.sendmsg(&msg(&oiov, b_at_a, 0, 0, 9), OpFlags::empty())
+                    }
+                    .unwrap();
+                }
+                if !expected {
+                    settle(&[b.cq.as_ref(), a.cq.as_ref()], 2);
+                    post();
+                }
+                let (e, src) = next_from(b.cq.as_ref(), &[a.cq.as_ref()]).unwrap();
+                assert_eq!((e.context, e.len), (7, size), "size {size} tagged {tagged}");
+                assert_eq!(src, a_at_b, "FI_SOURCE");
+                let kind = if tagged {
+                    CompletionFlags::TAGGED
+                } else {
+                    CompletionFlags::MSG
+                };
+                assert_eq!(e.flags, kind | CompletionFlags::RECV);
+                assert_eq!(e.tag, if tagged { tag } else { 0 });
+                assert!(back == out, "data of size {size}");
+                let s = next(a.cq.as_ref(), &[b.cq.as_ref()]).unwrap();
+                assert_eq!((s.context, s.len), (9, size));
+                assert_eq!(s.flags, kind | CompletionFlags::SEND);
+            }
+        }
+    }
+}
+
+#[test]
+fn inject_senddata_and_vectors() {
+    let (a, b, b_at_a, _) = pair();
+    let mut r1 = [0u8; 3];
+    let mut r2 = [0u8; 100];
+    let v = [
+        IoVec {
+            addr: r1.as_mut_ptr(),
+            len: 3,
+        },
+        IoVec {
+            addr: r2.as_mut_ptr(),
+            len: 100,
+        },
+    ];
+    // SAFETY: the buffers outlive the completions.
+    unsafe {
+        b.ep.recvmsg(&msg(&v, FiAddr::UNSPEC, 0, 0, 1), OpFlags::empty())
+            .unwrap()
+    };
+    a.ep.inject(b"hello world", b_at_a, Some(0xdada)).unwrap();
+    let e = next(b.cq.as_ref(), &[]).unwrap();
+    assert_eq!(e.len, 11);
+    assert_eq!(e.data, 0xdada);
+    assert!(e.flags.contains(CompletionFlags::REMOTE_CQ_DATA));
+    assert_eq!(&r1, b"hel");
+    assert_eq!(&r2[..8], b"lo world");
+    // Injects report nothing.
+    nothing(a.cq.as_ref(), &[b.cq.as_ref()]);
+    // A vector send of three pieces into one buffer, with data.
+    let mut p1 = pattern(5000, 1);
+    let mut p2 = pattern(7000, 2);
+    let mut p3 = pattern(30, 3);
+    let sv = [
+        IoVec {
+            addr: p1.as_mut_ptr(),
+            len: p1.len(),
+        },
+        IoVec {
+            addr: p2.as_mut_ptr(),
+            len: p2.len(),
+        },
+        IoVec {
+            addr: p3.as_mut_ptr(),
+            len: p3.len(),
+        },
+    ];
+    let mut all = vec![0u8; 12_030];
+    let ai = iov(&mut all);
+    // SAFETY: buffers outlive their completions.
+    unsafe {
+        b.ep.trecvmsg(&msg(&ai, FiAddr::UNSPEC, 5, 0, 2), OpFlags::empty())
+            .unwrap();
+        let mut m = msg(&sv, b_at_a, 5, 0, 3);
+        m.data = 77;
+        a.ep.tsendmsg(&m, OpFlags::REMOTE_CQ_DATA).unwrap();
+    }
+    let e = next(b.cq.as_ref(), &[a.cq.as_ref()]).unwrap();
+    assert_eq!((e.len, e.data, e.tag), (12_030, 77, 5));
+    assert_eq!(&all[..5000], &p1[..]);
+    assert_eq!(&all[5000..12_000], &p2[..]);
+    assert_eq!(&all[12_000..], &p3[..]);
+    assert_eq!(next(a.cq.as_ref(), &[]).unwrap().context, 3);
+    a.ep.tinject(b"t", b_at_a, 9, None).unwrap();
+    let mut one = [0u8; 1];
+    let oi = iov(&mut one);
+    // SAFETY: as above.
+    unsafe {
+        b.ep.trecvmsg(&msg(&oi, FiAddr::UNSPEC, 9, 0, 4), OpFlags::empty())
+            .unwrap()
+    };
+    assert_eq!(next(b.cq.as_ref(), &[]).unwrap().tag, 9);
+    assert_eq!(&one, b"t");
+    let big = vec![0u8; 2000];
+    assert_eq!(
+        a.ep.inject(&big, b_at_a, None).unwrap_err().kind(),
+        ErrorKind::MsgSize
+    );
+}
+
+#[test]
+fn truncation_is_the_receivers_error() {
+    let (a, b, b_at_a, _) = pair();
+    for size in [100usize, 20_000, 1 << 20] {
+        let mut out = pattern(size, 4);
+        let oi = iov(&mut out);
+        let mut small = vec![0u8; 10];
+        let si = iov(&mut small);
+        // SAFETY: buffers outlive completions.
+        unsafe {
+            b.ep.recvmsg(&msg(&si, FiAddr::UNSPEC, 0, 0, 1), OpFlags::empty())
+                .unwrap();
+            a.ep.sendmsg(&msg(&oi, b_at_a, 0, 0, 2), OpFlags::empty())
+                .unwrap();
+        }
+        let err = next(b.cq.as_ref(), &[a.cq.as_ref()]).unwrap_err();
+        assert_eq!(err.err, ErrorKind::Trunc);
+        assert_eq!((err.entry.len, err.olen), (10, size - 10));
+        assert_eq!(&small[..], &out[..10]);
+        // The sender succeeds.
+        assert_eq!(next(a.cq.as_ref(), &[b.cq.as_ref()]).unwrap().context, 2);
+    }
+}
+
+#[test]
+fn peek_claim_discard_and_directed_receive() {
+    let info = common::info_with(
+        Caps::TAGGED | Caps::DIRECTED_RECV,
+        MrMode::empty(),
+        Progress::Unspec,
+    );
+    let (a, b, b_at_a, a_at_b) = pair_of(&info);
+    let c = side(&info);
+    let b_at_c = insert(&c, &b.ep.getname().unwrap());
+    let c_at_b = insert(&b, &c.ep.getname().unwrap());
+    let mut none = [0u8; 0];
+    let ni = iov(&mut none);
+    // Nothing there: FI_PEEK fails with ENOMSG.
+    // SAFETY: no data lands in these buffers.
+    unsafe {
+        b.ep.trecvmsg(&msg(&ni, FiAddr::UNSPEC, 1, 0, 10), OpFlags::PEEK)
+            .unwrap()
+    };
+    assert_eq!(next(b.cq.as_ref(), &[]).unwrap_err().err, ErrorKind::NoMsg);
+    a.ep.tinject(b"from a", b_at_a, 1, None).unwrap();
+    c.ep.tinject(b"from c", b_at_c, 1, None).unwrap();
+    let mut big = vec![9u8; 100_000];
+    let bi = iov(&mut big);
+    // SAFETY: `big` outlives the send's completion.
+    unsafe {
+        a.ep.tsendmsg(&msg(&bi, b_at_a, 2, 0, 50), OpFlags::empty())
+            .unwrap()
+    };
+    settle(&[a.cq.as_ref(), b.cq.as_ref(), c.cq.as_ref()], 3);
+    // Peek finds the oldest; peek with claim reserves it.
+    // SAFETY: as above.
+    unsafe {
+        b.ep.trecvmsg(&msg(&ni, FiAddr::UNSPEC, 1, 0, 11), OpFlags::PEEK)
+            .unwrap()
+    };
+    let (e, src) = next_from(b.cq.as_ref(), &[]).unwrap();
+    assert_eq!((e.context, e.len, e.tag, src), (11, 6, 1, a_at_b));
+    // SAFETY: the buffers outlive the operation, whose completion is read below.
+    unsafe {
+        b.ep.trecvmsg(
+            &msg(&ni, FiAddr::UNSPEC, 1, 0, 12),
+            OpFlags::PEEK | OpFlags::CLAIM,
+        )
+        .unwrap()
+    };
+    assert_eq!(next(b.cq.as_ref(), &[]).unwrap().context, 12);
+    // A directed receive from c skips a's (claimed anyway).
+    let mut r = [0u8; 6];
+    let ri = iov(&mut r);
+    // SAFETY: the buffers outlive the operation, whose completion is read below.
+    unsafe {
+        b.ep.trecvmsg(&msg(&ri, c_at_b, 1, 0, 13), OpFlags::empty())
+            .unwrap()
+    };
+    let (e, src) = next_from(b.cq.as_ref(), &[]).unwrap();
+    assert_eq!((e.context, src), (13, c_at_b));
+    assert_eq!(&r, b"from c");
+    // The claimed message, by its context.
+    let mut r2 = [0u8; 6];
+    let r2i = iov(&mut r2);
+    // SAFETY: the buffers outlive the operation, whose completion is read below.
+    unsafe {
+        b.ep.trecvmsg(&msg(&r2i, FiAddr::UNSPEC, 1, 0, 12), OpFlags::CLAIM)
+            .unwrap()
+    };
+    assert_eq!(next(b.cq.as_ref(), &[]).unwrap().context, 12);
+    assert_eq!(&r2, b"from a");
+    // Peek and discard the rendezvous message; its sender completes.
+    // SAFETY: the buffers outlive the operation, whose completion is read below.
+    unsafe {
+        b.ep.trecvmsg(
+            &msg(&ni, FiAddr::UNSPEC, 2, 0, 14),
+            OpFlags::PEEK | OpFlags::DISCARD,
+        )
+        .unwrap()
+    };
+    let e = next(b.cq.as_ref(), &[]).unwrap();
+    assert_eq!((e.context, e.len), (14, 100_000));
+    assert_eq!(next(a.cq.as_ref(), &[b.cq.as_ref()]).unwrap().context, 50);
+    drop(c);
+}
+
+#[test]
+fn cancel_and_multi_recv() {
+    let (a, b, b_at_a, _) = pair();
+    let mut buf = [0u8; 16];
+    let bi = iov(&mut buf);
+    // SAFETY: cancelled before anything lands.
+    unsafe {
+        b.ep.recvmsg(&msg(&bi, FiAddr::UNSPEC, 0, 0, 5), OpFlags::empty())
+            .unwrap()
+    };
+    b.ep.cancel(5).unwrap();
+    let e = next(b.cq.as_ref(), &[]).unwrap_err();
+    assert_eq!((e.err, e.entry.context), (ErrorKind::Canceled, 5));
+    assert_eq!(b.ep.cancel(5).unwrap_err().kind(), ErrorKind::NoEnt);
+    // Multi-receive: 3 messages of 100 bytes land in a 300-byte buffer;
+    // the buffer is released with the third (less than 64 bytes left).
+    let mut mbuf = vec![0u8; 300];
+    let mi = iov(&mut mbuf);
+    let base = mbuf.as_ptr() as u64;
+    // SAFETY: `mbuf` outlives the buffer's release.
+    unsafe {
+        b.ep.recvmsg(&msg(&mi, FiAddr::UNSPEC, 0, 0, 8), OpFlags::MULTI_RECV)
+            .unwrap()
+    };
+    for k in 0..3u8 {
+        a.ep.inject(&[k; 100], b_at_a, None).unwrap();
+    }
+    for k in 0..3u64 {
+        let e = next(b.cq.as_ref(), &[]).unwrap();
+        assert_eq!((e.context, e.len, e.buf), (8, 100, base + 100 * k));
+        assert_eq!(e.flags.contains(CompletionFlags::MULTI_RECV), k == 2);
+    }
+    assert_eq!(&mbuf[100..200], &[1u8; 100][..]);
+    assert!(
+        matches!(
+            // SAFETY: the buffers outlive the operation, whose completion is read below.
+            unsafe { b.ep.trecvmsg(&msg(&mi, FiAddr::UNSPEC, 0, 0, 8), OpFlags::MULTI_RECV) },
+            Err(e) if e.kind() == ErrorKind::BadFlags
+        ),
+        "multi-receive is untagged only"
+    );
+}
+
+#[test]
+fn sread_blocks_until_a_message_and_times_out() {
+    let (a, b, b_at_a, _) = pair();
+    let mut e = [CqEntry::default()];
+    let t = std::time::Instant::now();
+    assert_eq!(
+        b.cq.sread(&mut e, Some(Duration::from_millis(30)))
+            .unwrap_err()
+            .kind(),
+        ErrorKind::Again
+    );
+    assert!(t.elapsed() >= Duration::from_millis(30));
+    let mut buf = [0u8; 4];
+    let bi = iov(&mut buf);
+    // SAFETY: `buf` outlives the completion.
+    unsafe {
+        b.ep.recvmsg(&msg(&bi, FiAddr::UNSPEC, 0, 0, 3), OpFlags::empty())
+            .unwrap()
+    };
+    let name = a.ep.getname().unwrap();
+    drop(name);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(50));
+            a.ep.inject(b"ping", b_at_a, None).unwrap();
+        });
+        let n = b.cq.sread(&mut e, Some(Duration::from_secs(20))).unwrap();
+        assert_eq!((n, e[0].context), (1, 3));
+    });
+    assert_eq!(&buf, b"ping");
+    assert!(b.cq.wait_fd().is_some());
+}
