@@ -6,7 +6,9 @@
 //! The server waits on a TCP control port (`-B`, default 47592); the
 //! client connects to it (`ADDRESS`, `-P`). Over that connection the two
 //! exchange their endpoint names and agree on each size; the data moves
-//! through the chosen provider.
+//! through the chosen provider. With `-e msg` the server sends its passive
+//! endpoint's name instead, and the two connect through the provider's
+//! connection management (EQ events `FI_CONNREQ`, `FI_CONNECTED`).
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
@@ -15,7 +17,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use fabric::objects::{
     AddressVector, AvAttr, Bind, CompletionQueue, CqAttr, CqEntry, CqFormat, Domain, Endpoint,
-    FiAddr, WaitObj,
+    EqAttr, EqEvent, EventQueue, Fabric, FiAddr, PassiveEndpoint, WaitObj,
 };
 use fabric::{Address, Caps, EpType, Error, ErrorKind, Hints, Info, Mode, MrMode, Registry};
 
@@ -267,26 +269,33 @@ pub(crate) fn pick(c: &Common, caps: Caps, node: IpAddr, source: bool) -> fabric
     }
 }
 
-/// An open endpoint with its CQ and AV. Fields drop in order: endpoint
-/// first, fabric last.
+/// An open endpoint with its CQ, and its AV (unconnected endpoints) or EQ
+/// (connected ones). Fields drop in order: endpoint first, fabric last.
 pub(crate) struct Side {
     pub ep: Box<dyn Endpoint>,
     pub cq: Box<dyn CompletionQueue>,
-    pub av: Box<dyn AddressVector>,
+    pub av: Option<Box<dyn AddressVector>>,
+    eq: Option<Box<dyn EventQueue>>,
+    _pep: Option<Box<dyn PassiveEndpoint>>,
     pub domain: Box<dyn Domain>,
-    _fabric: Box<dyn fabric::objects::Fabric>,
+    _fabric: Box<dyn Fabric>,
     pub info: Info,
 }
 
-pub(crate) fn open(info: Info) -> fabric::Result<Side> {
-    let fabric = Registry::global().fabric(&info)?;
+/// Opens an endpoint on `info` with a CQ, and an AV unless the endpoint is
+/// connected; `eq` (connected endpoints) is bound too.
+fn open_with(
+    fabric: Box<dyn Fabric>,
+    info: Info,
+    eq: Option<Box<dyn EventQueue>>,
+    pep: Option<Box<dyn PassiveEndpoint>>,
+) -> fabric::Result<Side> {
     let domain = fabric.domain(&info)?;
     let cq = domain.cq(&CqAttr {
         format: CqFormat::Data,
         wait_obj: WaitObj::Unspec,
         ..CqAttr::default()
     })?;
-    let av = domain.av(&AvAttr::default())?;
     let ep = domain.endpoint(&info)?;
     ep.bind(Bind::Cq {
         cq: cq.as_ref(),
@@ -294,16 +303,119 @@ pub(crate) fn open(info: Info) -> fabric::Result<Side> {
         recv: true,
         selective: false,
     })?;
-    ep.bind(Bind::Av(av.as_ref()))?;
+    let av = if info.ep_attr.ep_type == EpType::Msg {
+        None
+    } else {
+        let av = domain.av(&AvAttr::default())?;
+        ep.bind(Bind::Av(av.as_ref()))?;
+        Some(av)
+    };
+    if let Some(eq) = &eq {
+        ep.bind(Bind::Eq(eq.as_ref()))?;
+    }
     ep.enable()?;
     Ok(Side {
         ep,
         cq,
         av,
+        eq,
+        _pep: pep,
         domain,
         _fabric: fabric,
         info,
     })
+}
+
+/// Opens an unconnected endpoint (RDM, DGRAM) on `info`.
+pub(crate) fn open(info: Info) -> fabric::Result<Side> {
+    let fabric = Registry::global().fabric(&info)?;
+    open_with(fabric, info, None, None)
+}
+
+/// An EQ for connection management.
+fn new_eq(fabric: &dyn Fabric) -> fabric::Result<Box<dyn EventQueue>> {
+    fabric.eq(&EqAttr {
+        wait_obj: WaitObj::Unspec,
+        ..EqAttr::default()
+    })
+}
+
+/// The next connection-management event; `Err` on an error event (a
+/// refused connection, say) or after 60 s.
+fn next_event(eq: &dyn EventQueue) -> fabric::Result<EqEvent> {
+    match eq.sread(Some(Duration::from_secs(60))) {
+        Ok(e) => Ok(e),
+        Err(err) if err.kind() == ErrorKind::Again => Err(Error::new(
+            ErrorKind::TimedOut,
+            "no connection event within 60 s",
+        )),
+        Err(err) if err.kind() == ErrorKind::Avail => {
+            let ee = eq.readerr()?;
+            Err(Error::new(
+                ee.err,
+                format!("connection error event: {}", ee.err_text),
+            ))
+        }
+        Err(err) => Err(err),
+    }
+}
+
+/// Waits for `FI_CONNECTED` on the side's EQ.
+fn await_connected(side: &Side) -> fabric::Result<()> {
+    let Some(eq) = side.eq.as_deref() else {
+        return Err(Error::inval("a connected endpoint needs an EQ"));
+    };
+    match next_event(eq)? {
+        EqEvent::Connected { .. } => Ok(()),
+        other => Err(Error::new(
+            ErrorKind::OpBadState,
+            format!("expected FI_CONNECTED, got {other:?}"),
+        )),
+    }
+}
+
+/// Server side of a connected endpoint: listens, tells the client the
+/// passive endpoint's name over the control connection, accepts.
+fn accept_msg(ctl: &mut Control, info: Info) -> fabric::Result<Side> {
+    let fabric = Registry::global().fabric(&info)?;
+    let eq = new_eq(fabric.as_ref())?;
+    let pep = fabric.passive_endpoint(&info)?;
+    pep.bind_eq(eq.as_ref())?;
+    pep.listen()?;
+    let hello = ctl.recv()?;
+    if hello != "connect" {
+        return Err(Error::inval(format!(
+            "the peer sent `{hello}`, not `connect` (is it using -e msg too?)"
+        )));
+    }
+    ctl.send(&pep.getname()?.to_string())?;
+    let req = match next_event(eq.as_ref())? {
+        EqEvent::ConnReq { info, .. } => *info,
+        other => {
+            return Err(Error::new(
+                ErrorKind::OpBadState,
+                format!("expected FI_CONNREQ, got {other:?}"),
+            ));
+        }
+    };
+    let side = open_with(fabric, req, Some(eq), Some(pep))?;
+    side.ep.accept(&[])?;
+    await_connected(&side)?;
+    Ok(side)
+}
+
+/// Client side of a connected endpoint: learns the server's passive
+/// endpoint over the control connection and connects to it.
+fn connect_msg(ctl: &mut Control, info: Info, server: IpAddr) -> fabric::Result<Side> {
+    ctl.send("connect")?;
+    let name = ctl.recv()?;
+    let dest = peer_address(&name, Some(server))?;
+    let fabric = Registry::global().fabric(&info)?;
+    let eq = new_eq(fabric.as_ref())?;
+    let side = open_with(fabric, info, Some(eq), None)?;
+    side.ep.connect(&dest, &[])?;
+    await_connected(&side)?;
+    Ok(side)
 }
 
 /// The control connection: one text line per message.
@@ -376,7 +488,17 @@ pub(crate) fn connect(c: &Common, caps: Caps) -> fabric::Result<Session> {
             let (sock, _) = listener.accept().map_err(io_err("control port"))?;
             let local = sock.local_addr().map_err(io_err("control socket"))?.ip();
             let mut ctl = Control::new(sock)?;
-            let side = open(pick(c, caps, local, true)?)?;
+            let info = pick(c, caps, local, true)?;
+            if info.ep_attr.ep_type == EpType::Msg {
+                let side = accept_msg(&mut ctl, info)?;
+                return Ok(Session {
+                    side,
+                    peer: FiAddr::UNSPEC,
+                    ctl,
+                    client: false,
+                });
+            }
+            let side = open(info)?;
             let peer_name = ctl.recv()?;
             ctl.send(&side.ep.getname()?.to_string())?;
             let peer = insert_peer(&side, &peer_name, None)?;
@@ -400,7 +522,17 @@ pub(crate) fn connect(c: &Common, caps: Caps) -> fabric::Result<Session> {
             })?;
             let sock = connect_retry(SocketAddr::new(ip, port))?;
             let mut ctl = Control::new(sock)?;
-            let side = open(pick(c, caps, ip, false)?)?;
+            let info = pick(c, caps, ip, false)?;
+            if info.ep_attr.ep_type == EpType::Msg {
+                let side = connect_msg(&mut ctl, info, ip)?;
+                return Ok(Session {
+                    side,
+                    peer: FiAddr::UNSPEC,
+                    ctl,
+                    client: true,
+                });
+            }
+            let side = open(info)?;
             ctl.send(&side.ep.getname()?.to_string())?;
             let peer_name = ctl.recv()?;
             let peer = insert_peer(&side, &peer_name, Some(ip))?;
@@ -431,17 +563,26 @@ fn connect_retry(to: SocketAddr) -> fabric::Result<TcpStream> {
     }
 }
 
-/// Inserts the peer's endpoint name; a wildcard IP is replaced by the
+/// Parses the peer's endpoint name; a wildcard IP is replaced by the
 /// address the control connection reached.
-fn insert_peer(side: &Side, name: &str, seen_ip: Option<IpAddr>) -> fabric::Result<FiAddr> {
+fn peer_address(name: &str, seen_ip: Option<IpAddr>) -> fabric::Result<Address> {
     let mut addr: Address = name.parse()?;
     if let (Some(sa), Some(ip)) = (addr.socket_addr(), seen_ip) {
         if sa.ip().is_unspecified() {
             addr = Address::from(SocketAddr::new(ip, sa.port()));
         }
     }
+    Ok(addr)
+}
+
+/// Inserts the peer's endpoint name into the side's AV.
+fn insert_peer(side: &Side, name: &str, seen_ip: Option<IpAddr>) -> fabric::Result<FiAddr> {
+    let addr = peer_address(name, seen_ip)?;
+    let Some(av) = side.av.as_deref() else {
+        return Err(Error::inval("an unconnected endpoint needs an AV"));
+    };
     let mut out = [FiAddr(0)];
-    side.av.insert(&[addr], &mut out)?;
+    av.insert(&[addr], &mut out)?;
     if out[0] == FiAddr::NOTAVAIL {
         return Err(Error::inval(format!(
             "the peer's address `{name}` was refused by the AV"
