@@ -153,10 +153,12 @@ fn session(args: &BwArgs) -> fabric::Result<()> {
     if !c.json {
         println!("{}", perf::HEADER);
     }
+    let bar = c.progress();
     for &size in &c.sizes.0 {
         if size > s.side.info.ep_attr.max_msg_size {
             break;
         }
+        bar.set_message(format!("{size} B"));
         s.ctl.sync(s.client, &format!("size {size}"))?;
         let seconds = match (args.op, s.client) {
             (OpArg::Send | OpArg::Tagged, true) => {
@@ -175,8 +177,9 @@ fn session(args: &BwArgs) -> fabric::Result<()> {
             seconds,
             verified: c.verify,
         };
-        perf::print_row(c, "bw", &s.side, &row);
+        perf::print_row(c, "bw", &s.side, &row, &bar);
     }
+    bar.finish_and_clear();
     s.ctl.sync(s.client, "done")?;
     drop(mr);
     Ok(())

@@ -10,7 +10,7 @@
 //! endpoint's name instead, and the two connect through the provider's
 //! connection management (EQ events `FI_CONNREQ`, `FI_CONNECTED`).
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, IsTerminal, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -20,6 +20,7 @@ use fabric::objects::{
     EqAttr, EqEvent, EventQueue, Fabric, FiAddr, PassiveEndpoint, WaitObj,
 };
 use fabric::{Address, Caps, EpType, Error, ErrorKind, Hints, Info, Mode, MrMode, Registry};
+use indicatif::{ProgressBar, ProgressStyle};
 
 /// Default control port, as fi_pingpong's.
 pub(crate) const CONTROL_PORT: u16 = 47592;
@@ -88,6 +89,9 @@ pub(crate) struct Common {
     /// Run server and client as two processes on this machine.
     #[arg(long = "self")]
     pub self_run: bool,
+    /// Draw no progress bar (one is drawn on a terminal for a size sweep).
+    #[arg(long = "no-progress")]
+    pub no_progress: bool,
     /// The server's address: given, this side is the client.
     pub address: Option<String>,
 }
@@ -122,7 +126,26 @@ impl Common {
         if self.json {
             v.push("--json".to_string());
         }
+        // The client draws the one progress bar of a `--self` run.
+        v.push("--no-progress".to_string());
         v
+    }
+
+    /// A progress bar over the sizes of a sweep, on stderr; hidden for a
+    /// single size, with `--json` or `--no-progress`, and when stderr is
+    /// not a terminal.
+    pub(crate) fn progress(&self) -> ProgressBar {
+        let n = self.sizes.0.len();
+        if n < 2 || self.json || self.no_progress || !std::io::stderr().is_terminal() {
+            return ProgressBar::hidden();
+        }
+        let bar = ProgressBar::new(n as u64);
+        if let Ok(style) =
+            ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} sizes, {msg}")
+        {
+            bar.set_style(style);
+        }
+        bar
     }
 }
 
@@ -221,8 +244,13 @@ pub(crate) fn json_line(r: &Row, test: &str, provider: &str, ep: EpType) -> Stri
     .to_string()
 }
 
-/// Prints a result line in the chosen form.
-pub(crate) fn print_row(c: &Common, test: &str, side: &Side, r: &Row) {
+/// Prints a result line in the chosen form, above the progress bar.
+pub(crate) fn print_row(c: &Common, test: &str, side: &Side, r: &Row, bar: &ProgressBar) {
+    bar.suspend(|| print_line(c, test, side, r));
+    bar.inc(1);
+}
+
+fn print_line(c: &Common, test: &str, side: &Side, r: &Row) {
     if c.json {
         println!(
             "{}",
@@ -659,8 +687,18 @@ pub(crate) fn run_self(
     let mut cmd = std::process::Command::new(exe);
     cmd.arg(subcommand)
         .args(["-B", &port.to_string()])
-        .args(child_args);
+        .args(child_args)
+        .stdout(std::process::Stdio::piped());
     let mut child = cmd.spawn().map_err(io_err("starting the server process"))?;
+    // The server's table is collected while it runs and printed after the
+    // client's, so that the two never interleave.
+    let reader = child.stdout.take().map(|mut out| {
+        std::thread::spawn(move || {
+            let mut text = Vec::new();
+            let _ = out.read_to_end(&mut text);
+            text
+        })
+    });
     let r = client(port);
     if r.is_err() {
         let _ = child.kill();
@@ -668,6 +706,12 @@ pub(crate) fn run_self(
     let status = child
         .wait()
         .map_err(io_err("waiting for the server process"))?;
+    if let Some(text) = reader.and_then(|h| h.join().ok()) {
+        if !text.is_empty() {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(&text).and_then(|()| out.flush());
+        }
+    }
     r?;
     if !status.success() {
         return Err(Error::new(

@@ -78,10 +78,12 @@ fn session(args: &PingpongArgs) -> fabric::Result<()> {
     if !c.json {
         println!("{}", perf::HEADER);
     }
+    let bar = c.progress();
     for &size in &c.sizes.0 {
         if size > s.side.info.ep_attr.max_msg_size {
             break;
         }
+        bar.set_message(format!("{size} B"));
         s.ctl.sync(s.client, &format!("size {size}"))?;
         let mut elapsed = Duration::ZERO;
         for i in 0..warmup + c.iterations {
@@ -98,8 +100,9 @@ fn session(args: &PingpongArgs) -> fabric::Result<()> {
             seconds: elapsed.as_secs_f64(),
             verified: c.verify,
         };
-        perf::print_row(c, "pingpong", &s.side, &row);
+        perf::print_row(c, "pingpong", &s.side, &row, &bar);
     }
+    bar.finish_and_clear();
     s.ctl.sync(s.client, "done")
 }
 

@@ -15,6 +15,11 @@ fn fabric(args: &[&str]) -> std::process::Output {
 /// The providers compiled in that offer an RDM endpoint on this machine
 /// (verbs lists none without an RDMA device; the rxe rig tests it).
 fn providers() -> Vec<String> {
+    providers_with("FI_EP_RDM")
+}
+
+/// The providers compiled in that offer endpoints of type `ep_type` here.
+fn providers_with(ep_type: &str) -> Vec<String> {
     let out = fabric(&["info", "-l"]);
     let all: Vec<String> = String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -23,11 +28,9 @@ fn providers() -> Vec<String> {
     assert!(!all.is_empty(), "fabric info -l lists no provider");
     all.into_iter()
         .filter(|p| {
-            let usable = fabric(&["info", "-p", p, "-t", "FI_EP_RDM"])
-                .status
-                .success();
+            let usable = fabric(&["info", "-p", p, "-t", ep_type]).status.success();
             if !usable {
-                eprintln!("skipping {p}: it offers no RDM endpoint on this machine");
+                eprintln!("skipping {p}: it offers no {ep_type} endpoint on this machine");
             }
             usable
         })
@@ -58,6 +61,35 @@ fn pingpong_self_verifies_every_provider() {
                 assert_eq!(r["verified"], true);
                 assert!(r["usec_per_xfer"].as_f64().unwrap() > 0.0);
             }
+        }
+    }
+}
+
+#[test]
+fn pingpong_self_verifies_msg_endpoints() {
+    let msg = providers_with("FI_EP_MSG");
+    if cfg!(feature = "tcp") {
+        assert!(msg.iter().any(|p| p == "tcp"), "tcp offers MSG: {msg:?}");
+    }
+    for p in msg {
+        let out = fabric(&[
+            "pingpong", "--self", "-p", &p, "-e", "msg", "-S", "all", "-I", "20", "-v", "--json",
+        ]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{p} msg endpoints: {}\n{stdout}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rows: Vec<serde_json::Value> = stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(rows.len(), 48, "{p} msg endpoints: {stdout}");
+        for r in &rows {
+            assert_eq!(r["provider"], p.as_str());
+            assert_eq!(r["ep_type"], "FI_EP_MSG");
+            assert_eq!(r["verified"], true);
         }
     }
 }
