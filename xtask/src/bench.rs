@@ -113,11 +113,21 @@ fn iterations(size: usize, quick: bool) -> usize {
     if quick { (n / 4).max(20) } else { n }
 }
 
+/// Sizes of the streaming-bandwidth runs (`fabric bw`, raw TCP stream).
+const STREAM_SIZES: &[usize] = &[65536, 1 << 20, 4 << 20];
+
+/// Window iterations of a `fabric bw` run moving about 1 GiB (256 MiB
+/// with `--quick`) in windows of 64.
+fn stream_iterations(size: usize, quick: bool) -> usize {
+    let total: usize = if quick { 256 << 20 } else { 1 << 30 };
+    (total / size / 64).max(4)
+}
+
 fn sizes(quick: bool) -> Vec<usize> {
     if quick {
         vec![1, 4096, 65536]
     } else {
-        vec![1, 64, 1024, 4096, 65536, 1 << 20]
+        vec![1, 64, 1024, 4096, 65536, 1 << 20, 4 << 20]
     }
 }
 
@@ -147,8 +157,14 @@ fn run(o: &Opts) -> Result<(), String> {
     }
     let providers = compiled_providers(&fabric);
     let mut configs = Vec::new();
-    for p in &providers {
-        configs.push(ours(&fabric, p));
+    for (p, eps) in &providers {
+        if eps.is_empty() {
+            println!("--- {p}: no endpoints on this machine, not measured");
+            continue;
+        }
+        for ep in eps {
+            configs.push(ours(&fabric, p, ep));
+        }
         if fi {
             match p.as_str() {
                 "tcp" => {
@@ -195,6 +211,28 @@ fn run(o: &Opts) -> Result<(), String> {
         }
     }
     bar.finish_and_clear();
+    println!("==> streaming bandwidth (fabric bw, window 64)");
+    let mut stream: BTreeMap<String, BTreeMap<usize, Vec<f64>>> = BTreeMap::new();
+    for _ in 0..o.rounds {
+        for (p, eps) in &providers {
+            if !eps.contains(&"rdm") {
+                continue;
+            }
+            let c = ours_bw(&fabric, p);
+            for &size in STREAM_SIZES {
+                port = port.wrapping_add(1).max(48600);
+                match pingpong(&c, size, stream_iterations(size, o.quick), port, ("1", "0")) {
+                    Ok(s) => stream
+                        .entry(c.name.clone())
+                        .or_default()
+                        .entry(size)
+                        .or_default()
+                        .push(s.mbps),
+                    Err(e) => println!("--- {} {size} B: {e}", c.name),
+                }
+            }
+        }
+    }
     println!("==> one core (both processes on cpu 1), 1 B");
     let mut one_core: BTreeMap<String, Vec<Sample>> = BTreeMap::new();
     for _ in 0..o.rounds {
@@ -209,15 +247,12 @@ fn run(o: &Opts) -> Result<(), String> {
     }
     println!("==> floors");
     let floors = measure_floors(&sizes, o)?;
-    let md = report(
-        o,
-        &configs,
-        &results,
-        &one_core,
-        &floors,
-        &sizes,
-        start.elapsed(),
-    );
+    let runs = Runs {
+        pingpong: results,
+        stream,
+        one_core,
+    };
+    let md = report(o, &configs, &runs, &floors, &sizes, start.elapsed());
     std::fs::write(&o.out, md).map_err(|e| format!("writing {}: {e}", o.out.display()))?;
     let dir = o
         .out
@@ -229,7 +264,7 @@ fn run(o: &Opts) -> Result<(), String> {
     chart(
         &dir.join("latency.svg"),
         "one-way latency (us)",
-        &results,
+        &runs.pingpong,
         &floors,
         &sizes,
         |s| s.usec,
@@ -237,7 +272,7 @@ fn run(o: &Opts) -> Result<(), String> {
     chart(
         &dir.join("bandwidth.svg"),
         "ping-pong bandwidth (MB/s)",
-        &results,
+        &runs.pingpong,
         &floors,
         &sizes,
         |s| s.mbps,
@@ -251,31 +286,89 @@ fn run(o: &Opts) -> Result<(), String> {
     Ok(())
 }
 
-fn compiled_providers(fabric: &Path) -> Vec<String> {
+/// The providers compiled into `fabric`, each with the endpoint types
+/// (`rdm`, `msg`) it offers on this machine (verbs offers none without an
+/// RDMA device).
+fn compiled_providers(fabric: &Path) -> Vec<(String, Vec<&'static str>)> {
     let out = Command::new(fabric).args(["info", "-l"]).output();
     let text = out
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .unwrap_or_default();
     text.lines()
-        .filter_map(|l| l.strip_suffix(':').map(str::to_string))
+        .filter_map(|l| l.strip_suffix(':'))
+        .map(|p| {
+            let eps = [("rdm", "FI_EP_RDM"), ("msg", "FI_EP_MSG")]
+                .into_iter()
+                .filter(|(_, t)| {
+                    Command::new(fabric)
+                        .args(["info", "-p", p, "-t", t])
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .status()
+                        .is_ok_and(|s| s.success())
+                })
+                .map(|(e, _)| e)
+                .collect();
+            (p.to_string(), eps)
+        })
         .collect()
 }
 
-fn ours(fabric: &Path, p: &str) -> Config {
+/// Our `fabric pingpong` with provider `p` on endpoint type `ep`.
+fn ours(fabric: &Path, p: &str, ep: &str) -> Config {
     let f = fabric.display().to_string();
-    Config {
-        name: format!("fabric {p} RDM"),
-        ours: true,
-        server: vec![
-            f.clone(),
+    let args = |f: String| -> Vec<String> {
+        vec![
+            f,
             "pingpong".into(),
             "-p".into(),
             p.into(),
+            "-e".into(),
+            ep.into(),
             "--json".into(),
-        ],
-        client: vec![f, "pingpong".into(), "-p".into(), p.into(), "--json".into()],
+        ]
+    };
+    Config {
+        name: format!("fabric {p} {}", ep.to_uppercase()),
+        ours: true,
+        server: args(f.clone()),
+        client: args(f),
         max: usize::MAX,
     }
+}
+
+/// Our `fabric bw` (a window of 64 sends in flight) with provider `p`.
+fn ours_bw(fabric: &Path, p: &str) -> Config {
+    let f = fabric.display().to_string();
+    let args = |f: String| -> Vec<String> {
+        vec![
+            f,
+            "bw".into(),
+            "-p".into(),
+            p.into(),
+            "-W".into(),
+            "64".into(),
+            "--json".into(),
+        ]
+    };
+    Config {
+        name: format!("fabric bw {p}"),
+        ours: true,
+        server: args(f.clone()),
+        client: args(f),
+        max: usize::MAX,
+    }
+}
+
+/// Whether `ours` and `theirs` run the same provider and endpoint type
+/// (`fabric tcp RDM` pairs with `fi_pingpong tcp;ofi_rxm RDM`).
+fn same_kind(ours: &Config, theirs: &Config) -> bool {
+    let key = |c: &Config| {
+        let w: Vec<&str> = c.name.split(' ').collect();
+        let prov = w.get(1).map(|p| p.split(';').next().unwrap_or(p));
+        (prov.map(str::to_string), w.last().map(|e| e.to_string()))
+    };
+    key(ours) == key(theirs)
 }
 
 fn theirs(p: &str, ep: &str) -> Config {
@@ -375,6 +468,16 @@ fn parse_theirs(text: &str) -> Option<Sample> {
     })
 }
 
+/// What the configurations measured.
+struct Runs {
+    /// Ping-pong samples per configuration and size.
+    pingpong: BTreeMap<String, Series>,
+    /// Streaming bandwidth (MB/s) per `fabric bw` configuration and size.
+    stream: BTreeMap<String, BTreeMap<usize, Vec<f64>>>,
+    /// 1 B ping-pong samples with both processes on one core.
+    one_core: BTreeMap<String, Vec<Sample>>,
+}
+
 /// The floors, by name.
 struct Floors {
     tcp_pingpong: Series,
@@ -422,7 +525,7 @@ fn measure_floors(sizes: &[usize], o: &Opts) -> Result<Floors, String> {
             }
         }
     }
-    for size in [65536usize, 1 << 20] {
+    for &size in STREAM_SIZES {
         let mut v = Vec::new();
         for _ in 0..o.rounds {
             port += 1;
@@ -648,12 +751,12 @@ fn size_name(s: usize) -> String {
 fn report(
     o: &Opts,
     configs: &[Config],
-    results: &BTreeMap<String, Series>,
-    one_core: &BTreeMap<String, Vec<Sample>>,
+    runs: &Runs,
     floors: &Floors,
     sizes: &[usize],
     took: Duration,
 ) -> String {
+    let (results, stream, one_core) = (&runs.pingpong, &runs.stream, &runs.one_core);
     let mut m = String::new();
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -692,12 +795,7 @@ fn report(
         }
         for o in &ours {
             for t in &theirs {
-                if o.name.split(' ').nth(1)
-                    == t.name
-                        .split(' ')
-                        .nth(1)
-                        .map(|p| p.split(';').next().unwrap_or(p))
-                {
+                if same_kind(o, t) {
                     let _ = write!(head, " {} / {} |", o.name, t.name);
                     rule.push_str("---|");
                 }
@@ -729,12 +827,7 @@ fn report(
             }
             for o in &ours {
                 for t in &theirs {
-                    if o.name.split(' ').nth(1)
-                        == t.name
-                            .split(' ')
-                            .nth(1)
-                            .map(|p| p.split(';').next().unwrap_or(p))
-                    {
+                    if same_kind(o, t) {
                         let (a, b) = (median(&get(&o.name)), median(&get(&t.name)));
                         let _ = write!(row, " {} |", fmt(a / b));
                     }
@@ -758,6 +851,50 @@ fn report(
         }
         let _ = writeln!(m);
     }
+    let _ = writeln!(
+        m,
+        "## Streaming bandwidth (MB/s)\n\n`fabric bw` keeps 64 sends in flight (about {} MiB per run); the raw TCP stream writes the same sizes with `write_all` on one blocking socket. Ratios: tcp against the raw stream, shm against single-thread memcpy at 1 MiB.\n",
+        if o.quick { 256 } else { 1024 }
+    );
+    let memcpy = median(&floors.memcpy_mbps);
+    let _ = writeln!(
+        m,
+        "| size | fabric bw tcp | raw TCP stream | tcp / raw | fabric bw shm | shm / memcpy |\n|---|---|---|---|---|---|"
+    );
+    for &size in STREAM_SIZES {
+        let get = |name: &str| -> Vec<f64> {
+            stream
+                .get(name)
+                .and_then(|s| s.get(&size))
+                .cloned()
+                .unwrap_or_default()
+        };
+        let raw = floors
+            .tcp_stream_mbps
+            .iter()
+            .find(|(s, _)| *s == size)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default();
+        let (tcp, shm) = (get("fabric bw tcp"), get("fabric bw shm"));
+        let cell = |v: &[f64]| {
+            if v.is_empty() {
+                "–".to_string()
+            } else {
+                spread(v)
+            }
+        };
+        let _ = writeln!(
+            m,
+            "| {} | {} | {} | {} | {} | {} |",
+            size_name(size),
+            cell(&tcp),
+            cell(&raw),
+            fmt(median(&tcp) / median(&raw)),
+            cell(&shm),
+            fmt(median(&shm) / memcpy)
+        );
+    }
+    let _ = writeln!(m);
     let _ = writeln!(
         m,
         "## Both processes on one core (cpu 1), 1 B, one-way µs\n"
