@@ -4,6 +4,7 @@
 #![allow(clippy::field_reassign_with_default, missing_docs)]
 
 use std::hint::black_box;
+use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use fabric_core::matching::{self, Request};
@@ -73,5 +74,14 @@ fn bench(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench);
+criterion_group! {
+    name = benches;
+    // Short runs: the whole `cargo bench -p fabric-benches` should take a
+    // few minutes on a 2-core machine.
+    config = Criterion::default()
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1))
+        .sample_size(20);
+    targets = bench
+}
 criterion_main!(benches);
