@@ -396,6 +396,34 @@ use fabric_core::objects::{EnvVar, Fabric, Provider};
 use fabric_core::{FabricAttr, Info, Result, Version};
 
 pub use domain::{ShmCntr, ShmDomain, ShmFabric, ShmMr};
+
+/// Entry points for the fuzz targets (`fuzz/fuzz_targets/shm_desc.rs`):
+/// the decoders of command payloads that a peer process writes. Not part
+/// of the provider's interface.
+#[doc(hidden)]
+pub mod fuzzing {
+    use crate::proto::{DESC_MAX, Desc, decode_iovs};
+
+    /// Decodes `bytes` as an RMA / atomic descriptor and as an RTS iovec
+    /// list. Panics only if a descriptor that decodes does not encode back
+    /// to the bytes it came from (the property the target checks).
+    pub fn descriptor_round_trip(bytes: &[u8]) {
+        let bytes = &bytes[..bytes.len().min(DESC_MAX)];
+        if let Some(d) = Desc::decode(bytes) {
+            let mut out = [0u8; DESC_MAX];
+            let n = d.encode(&mut out);
+            assert!(n <= bytes.len(), "encoded longer than decoded");
+            assert_eq!(&out[..n], &bytes[..n], "descriptor does not round-trip");
+            assert_eq!(
+                Desc::decode(&out[..n]).map(|e| e.encode(&mut [0u8; DESC_MAX])),
+                Some(n)
+            );
+        }
+        if let Some((iovs, n)) = decode_iovs(bytes) {
+            assert!(n >= 1 && n <= iovs.len());
+        }
+    }
+}
 pub use ep::ShmEndpoint;
 
 /// The shm provider.
