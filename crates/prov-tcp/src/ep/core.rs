@@ -56,6 +56,37 @@ const SMALL_READ: usize = 256;
 /// their turn; level-triggered epoll reports the rest).
 const READS_PER_CALL: usize = 16;
 
+/// The hasher of the maps keyed by numbers this side chooses (connection
+/// numbers, AV handles): a multiply-rotate over the key's bytes, a few
+/// cycles where the default SipHash takes tens of nanoseconds, and it is
+/// looked up several times per message. Keys a peer chooses (addresses,
+/// request ids) keep the default, keyed hasher.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+/// A map keyed by connection numbers or AV handles.
+pub(crate) type IdMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<IdHasher>>;
+
 /// A frame waiting for its connection (not established yet, or held
 /// behind a fence), with the request it starts.
 #[derive(Debug)]
@@ -195,13 +226,13 @@ pub(crate) struct MsgState {
 /// The mutable state of an endpoint.
 #[derive(Debug)]
 pub(crate) struct State {
-    pub conns: HashMap<u32, Conn>,
+    pub conns: IdMap<u32, Conn>,
     next_conn: u32,
     next_op: u64,
     pub rx: RxQueues,
     pub peers: HashMap<SocketAddr, Peer>,
     /// AV handle to peer key (RDM), filled on first use.
-    pub by_fi: HashMap<u64, SocketAddr>,
+    pub by_fi: IdMap<u64, SocketAddr>,
     pub listener: Option<TcpListener>,
     pub msg: MsgState,
     /// Connections paused by the unexpected budget, read again once it
@@ -220,7 +251,7 @@ pub(crate) struct State {
 impl State {
     pub(crate) fn new(directed: bool) -> Self {
         State {
-            conns: HashMap::new(),
+            conns: IdMap::default(),
             next_conn: 0,
             next_op: 0,
             rx: RxQueues {
@@ -231,7 +262,7 @@ impl State {
                 spare: Vec::new(),
             },
             peers: HashMap::new(),
-            by_fi: HashMap::new(),
+            by_fi: IdMap::default(),
             listener: None,
             msg: MsgState::default(),
             budget_stalled: Vec::new(),
@@ -544,11 +575,13 @@ impl EpInner {
         pending: Option<(u64, Pending)>,
         fence: bool,
     ) {
-        let ready = st
-            .peers
-            .get(&key)
-            .and_then(|p| p.conn)
-            .filter(|cid| st.conns.get(cid).is_some_and(|c| c.phase == Phase::Ready));
+        // A MSG endpoint's one connection is `msg.conn` (it becomes Ready
+        // together with its peer entry); RDM looks the peer up.
+        let conn = match self.kind {
+            Kind::Msg => st.msg.conn,
+            Kind::Rdm => st.peers.get(&key).and_then(|p| p.conn),
+        };
+        let ready = conn.filter(|cid| st.conns.get(cid).is_some_and(|c| c.phase == Phase::Ready));
         if let Some(cid) = ready {
             self.conn_submit(st, b, cid, frame, src, done, pending, fence);
             return;
