@@ -1,4 +1,4 @@
-//! `cargo xtask rxe [--keep] [--kvm] [--timeout SECS] [--features LIST]
+//! `cargo xtask rxe [--keep] [--kvm] [--bench] [--timeout SECS] [--features LIST]
 //! [-- TEST ARGS]`: the soft-RoCE (rxe) test rig.
 //!
 //! CI machines have neither an RDMA NIC nor rxe in their kernel, so the rig
@@ -14,10 +14,19 @@
 //!    devices (`rxe0` on 10.99.0.1/24, `rxe1` on 10.99.1.1/24), checks them
 //!    with `ibv_devinfo` and `ibv_rc_pingpong`, runs `fabric info`, then
 //!    each test binary with TEST ARGS and `FABRIC_VERBS_REQUIRE_DEVICE=1`,
-//!    and prints one result line;
+//!    then `fabric pingpong` and `fabric bw --self -p verbs -v` (MSG and
+//!    RDM; each must succeed with every size verified), and prints one
+//!    result line;
 //! 6. reads that line from the console (also saved to
 //!    `target/rxe/console.log`) and exits with it. A guest that does not
 //!    finish within the timeout is killed and counts as a failure.
+//!
+//! `--bench` runs a latency comparison instead of the tests, in one guest
+//! on `rxe0`: `fabric pingpong -p verbs` (release build; `-e msg` and
+//! `-e rdm`), `ibv_rc_pingpong`, perftest's `ib_send_lat` and libfabric's
+//! `fi_pingpong -p verbs` (`-e msg`, `-e rdm`) at 1 B to 4 KiB; the host
+//! prints one table of one-way latencies and ratios (also written to
+//! `target/rxe/bench.txt`).
 
 mod cpio;
 mod guest;
@@ -46,6 +55,15 @@ pub(crate) const PACKAGES: &[&str] = &[
     "ibverbs-utils",
 ];
 
+/// More packages of `--bench`: the tools ours is compared with.
+const BENCH_PACKAGES: &[&str] = &["perftest", "libfabric1", "libfabric-bin"];
+
+/// The tools of `--bench` and their packages.
+const BENCH_TOOLS: &[(&str, &str)] = &[
+    ("ib_send_lat", "perftest"),
+    ("fi_pingpong", "libfabric-bin"),
+];
+
 /// Kernel modules the guest loads (with their dependencies). Without
 /// `crc32_generic`, `rdma link add` fails: rxe cannot init crc32.
 const MODULES: &[&str] = &[
@@ -63,13 +81,15 @@ const TOOLS: &[&str] = &["ibv_devices", "ibv_devinfo", "ibv_rc_pingpong", "rdma"
 /// does not list them.
 const DLOPENED: &[&str] = &["libibverbs.so.1", "librdmacm.so.1"];
 
-const USAGE: &str = "usage: cargo xtask rxe [--keep] [--kvm] [--timeout SECS] [--features LIST] [--extra-test PATH]... [-- TEST ARGS]
+const USAGE: &str = "usage: cargo xtask rxe [--keep] [--kvm] [--bench] [--timeout SECS] [--features LIST] [--extra-test PATH]... [-- TEST ARGS]
 
 Runs the verbs provider's tests inside a QEMU guest with two soft-RoCE
 devices (rxe0 on 10.99.0.1/24, rxe1 on 10.99.1.1/24).
 
   --keep            keep target/rxe/initramfs.cpio.gz for inspection
   --kvm             use KVM instead of TCG (software emulation; the default)
+  --bench           instead of the tests, compare fabric pingpong's latency
+                    with ibv_rc_pingpong, ib_send_lat and fi_pingpong
   --timeout SECS    kill a guest that has not finished by then (default 900)
   --features LIST   features for `cargo test -p prov-verbs`
   --extra-test PATH also run this test binary in the guest (checks the rig)
@@ -79,6 +99,7 @@ devices (rxe0 on 10.99.0.1/24, rxe1 on 10.99.1.1/24).
 struct Options {
     keep: bool,
     kvm: bool,
+    bench: bool,
     timeout: Duration,
     features: Option<String>,
     extra_tests: Vec<PathBuf>,
@@ -90,6 +111,7 @@ fn parse_options(args: &[String]) -> Result<Option<Options>, String> {
     let mut o = Options {
         keep: false,
         kvm: false,
+        bench: false,
         timeout: Duration::from_secs(900),
         features: None,
         extra_tests: Vec::new(),
@@ -100,6 +122,7 @@ fn parse_options(args: &[String]) -> Result<Option<Options>, String> {
         match a.as_str() {
             "--keep" => o.keep = true,
             "--kvm" => o.kvm = true,
+            "--bench" => o.bench = true,
             "--timeout" => {
                 let secs = it
                     .next()
@@ -155,7 +178,10 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
 }
 
 fn run(o: &Options) -> Result<(), String> {
-    ensure_packages()?;
+    ensure_packages(PACKAGES)?;
+    if o.bench {
+        ensure_packages(BENCH_PACKAGES)?;
+    }
     let workspace = Workspace::find()?;
     let dir = workspace.target.join("rxe");
     fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -172,7 +198,15 @@ fn run(o: &Options) -> Result<(), String> {
     } else {
         let _ = fs::remove_file(&initrd);
     }
-    match outcome? {
+    let outcome = outcome?;
+    if o.bench {
+        let table = bench_table(&fs::read_to_string(&log).unwrap_or_default());
+        println!("{table}");
+        let out = dir.join("bench.txt");
+        fs::write(&out, &table).map_err(|e| format!("cannot write {}: {e}", out.display()))?;
+        println!("rxe: wrote {}", out.display());
+    }
+    match outcome {
         Outcome::Pass => Ok(()),
         Outcome::Fail => Err(format!(
             "the guest reported a failure (console above, saved in {})",
@@ -221,8 +255,8 @@ fn guest_gave_no_result(log: &Path, what: &str) -> String {
 // ---------------------------------------------------------------------------
 // Host packages and programs
 
-fn ensure_packages() -> Result<(), String> {
-    let missing = crate::missing_packages(PACKAGES);
+fn ensure_packages(packages: &[&str]) -> Result<(), String> {
+    let missing = crate::missing_packages(packages);
     if missing.is_empty() {
         return Ok(());
     }
@@ -331,7 +365,11 @@ fn build(w: &Workspace, o: &Options) -> Result<Built, String> {
         }
         tests.push(extra.clone());
     }
-    let cli = ["build", "-p", "fabric-cli", "--features", "verbs"];
+    // Measured with --bench: optimised then.
+    let mut cli = vec!["build", "-p", "fabric-cli", "--features", "verbs"];
+    if o.bench {
+        cli.push("--release");
+    }
     let fabric = executables(w, &cli, |a| {
         a["target"]["name"] == "fabric" && a["profile"]["test"] == false
     })?
@@ -477,6 +515,13 @@ fn pack(
         img.copy(&host, &format!("/usr/bin/{tool}"))?;
         elves.push(host);
     }
+    if o.bench {
+        for (tool, package) in BENCH_TOOLS {
+            let host = require_program(tool, package)?;
+            img.copy(&host, &format!("/usr/bin/{tool}"))?;
+            elves.push(host);
+        }
+    }
     for lib in dlopened_libraries()? {
         img.copy_same(&lib)?;
         elves.push(lib);
@@ -493,7 +538,7 @@ fn pack(
     img.copy(&stripped(&built.fabric, &stage)?, fabric)?;
     elves.push(built.fabric.clone());
     let mut tests = Vec::new();
-    for t in &built.tests {
+    for t in built.tests.iter().filter(|_| !o.bench) {
         let name = t.file_name().ok_or("test binary without a name")?;
         let guest = format!("/rxe/tests/{}", name.to_string_lossy());
         img.copy(&stripped(t, &stage)?, &guest)?;
@@ -518,6 +563,7 @@ fn pack(
         fabric,
         tests,
         test_args: &o.test_args,
+        bench: o.bench,
     };
     let script = guest::init_script(&plan);
     img.add(
@@ -637,6 +683,75 @@ fn parse_ldd(text: &str) -> Result<Vec<PathBuf>, String> {
         }
     }
     Ok(libs)
+}
+
+// ---------------------------------------------------------------------------
+// The latency comparison
+
+/// Columns of the comparison: the tool's name in the guest's lines, and
+/// its heading.
+const BENCH_COLUMNS: [(&str, &str); 6] = [
+    ("fabric_msg", "ours msg"),
+    ("ibv_rc_pingpong", "ibv_rc_pp"),
+    ("ib_send_lat", "ib_send_lat"),
+    ("fi_pingpong_msg", "fi_pp msg"),
+    ("fabric_rdm", "ours rdm"),
+    ("fi_pingpong_rdm", "fi_pp rdm"),
+];
+
+/// Ratios of the comparison: (numerator, denominator, heading).
+const BENCH_RATIOS: [(&str, &str, &str); 4] = [
+    ("fabric_msg", "ibv_rc_pingpong", "msg/ibv"),
+    ("fabric_msg", "ib_send_lat", "msg/lat"),
+    ("fabric_msg", "fi_pingpong_msg", "msg/fi"),
+    ("fabric_rdm", "fi_pingpong_rdm", "rdm/fi"),
+];
+
+/// The table of the guest's `rxe-bench:` lines: one-way microseconds per
+/// tool and size, and ratios (ours over theirs; below 1 is faster).
+fn bench_table(console: &str) -> String {
+    let mut got: BTreeMap<(usize, String), f64> = BTreeMap::new();
+    for line in console.lines() {
+        let Some(rest) = line.trim().strip_prefix(guest::BENCH_PREFIX) else {
+            continue;
+        };
+        let w: Vec<&str> = rest.split_whitespace().collect();
+        if let [tool, size, us] = w[..] {
+            if let (Ok(size), Ok(us)) = (size.parse::<usize>(), us.parse::<f64>()) {
+                got.insert((size, tool.to_string()), us);
+            }
+        }
+    }
+    let mut t = format!(
+        "one-way latency in the rxe guest, usec ({} round trips per size; ibv_rc_pingpong's round trip halved)\n{:>6}",
+        guest::BENCH_ITERS,
+        "bytes"
+    );
+    for (_, head) in BENCH_COLUMNS {
+        t.push_str(&format!(" {head:>11}"));
+    }
+    for (_, _, head) in BENCH_RATIOS {
+        t.push_str(&format!(" {head:>8}"));
+    }
+    t.push('\n');
+    for size in guest::BENCH_SIZES {
+        let get = |tool: &str| got.get(&(size, tool.to_string())).copied();
+        t.push_str(&format!("{size:>6}"));
+        for (tool, _) in BENCH_COLUMNS {
+            match get(tool) {
+                Some(us) => t.push_str(&format!(" {us:>11.2}")),
+                None => t.push_str(&format!(" {:>11}", "-")),
+            }
+        }
+        for (a, b, _) in BENCH_RATIOS {
+            match (get(a), get(b)) {
+                (Some(a), Some(b)) if b > 0.0 => t.push_str(&format!(" {:>8.2}", a / b)),
+                _ => t.push_str(&format!(" {:>8}", "-")),
+            }
+        }
+        t.push('\n');
+    }
+    t
 }
 
 // ---------------------------------------------------------------------------
@@ -770,6 +885,19 @@ mod tests {
         assert_eq!(o.timeout, Duration::from_secs(60));
         assert_eq!(o.test_args, args(&["--keep", "x"]));
         Ok(())
+    }
+
+    #[test]
+    fn the_bench_table_has_every_size_and_the_ratios() {
+        let console = "rxe-guest: x\n\
+                       rxe-bench: fabric_msg 1 50.0\n\
+                       rxe-bench: ibv_rc_pingpong 1 47.5\n\
+                       rxe-bench: fi_pingpong_msg 1 -\n";
+        let t = bench_table(console);
+        assert_eq!(t.lines().count(), 2 + guest::BENCH_SIZES.len(), "{t}");
+        let row = t.lines().nth(2).unwrap_or_default();
+        assert!(row.starts_with("     1       50.00       47.50"), "{row}");
+        assert!(row.contains(" 1.05 "), "{row}");
     }
 
     #[test]

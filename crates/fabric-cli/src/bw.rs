@@ -10,7 +10,7 @@
 use std::time::Instant;
 
 use clap::Args;
-use fabric::objects::{FiAddr, IoVec, MemoryRegion, MrAccess, MrAttr, Msg, RmaIov, RmaMsg};
+use fabric::objects::{FiAddr, IoVec, MemoryRegion, MrAccess, MrAttr, MrDesc, Msg, RmaIov, RmaMsg};
 use fabric::{Caps, Error, ErrorKind, OpFlags};
 
 use crate::Status;
@@ -103,8 +103,10 @@ fn session(args: &BwArgs) -> fabric::Result<()> {
     let max = c.sizes.0.iter().copied().max().unwrap_or(1);
     // One buffer per slot of the window, so receives never share memory.
     let mut buf = vec![0u8; max * window];
-    let mut ack = [0u8; 1];
-    // The target's registered buffer for RMA (the server's `buf`).
+    // Notices: byte 0 is received into, byte 1 sent from.
+    let mut ctl = vec![0u8; 2];
+    // The target's registered buffer for RMA (the server's `buf`); with
+    // FI_MR_LOCAL, the region of the local buffers too.
     let mr: Option<Box<dyn MemoryRegion>> = if matches!(args.op, OpArg::Write | OpArg::Read) {
         let iov = [IoVec {
             addr: buf.as_mut_ptr(),
@@ -124,10 +126,24 @@ fn session(args: &BwArgs) -> fabric::Result<()> {
         // (it is declared before `mr`, so dropped after it).
         Some(unsafe { s.side.domain.mr_reg(&attr)? })
     } else {
-        None
+        // SAFETY: as above.
+        unsafe { perf::register_local(&s.side, &mut buf)? }
+    };
+    // SAFETY: `ctl` is neither moved nor freed before `ctl_mr` is dropped.
+    let ctl_mr = unsafe { perf::register_local(&s.side, &mut ctl)? };
+    let local = s
+        .side
+        .info
+        .domain_attr
+        .mr_mode
+        .contains(fabric::MrMode::LOCAL);
+    let mut d = Descs {
+        buf: perf::desc_of(mr.as_deref()).filter(|_| local),
+        ctl: perf::desc_of(ctl_mr.as_deref()),
+        remote: None,
     };
     // Exchange the RMA target: key and base (address with FI_MR_VIRT_ADDR).
-    let remote = match &mr {
+    d.remote = match &mr {
         Some(m) => {
             let virt = s
                 .side
@@ -159,16 +175,26 @@ fn session(args: &BwArgs) -> fabric::Result<()> {
             break;
         }
         bar.set_message(format!("{size} B"));
-        s.ctl.sync(s.client, &format!("size {size}"))?;
+        // The server posts its receives before it agrees on the size, so
+        // that no message finds its receive missing (verbs' RC queue pairs
+        // would make the sender retry after a receiver-not-ready timer).
+        let sync = format!("size {size}");
+        if s.client {
+            s.ctl.sync(true, &sync)?;
+        }
         let seconds = match (args.op, s.client) {
             (OpArg::Send | OpArg::Tagged, true) => {
-                send_side(args, &s, &mut buf, &mut ack, size, window)?
+                send_side(args, &s, &mut buf, &mut ctl, d, size, window)?
             }
-            (OpArg::Send | OpArg::Tagged, false) => recv_side(args, &s, &mut buf, size, window)?,
+            (OpArg::Send | OpArg::Tagged, false) => {
+                recv_side(args, &mut s, &mut buf, &mut ctl, d, size, window, &sync)?
+            }
             (OpArg::Write | OpArg::Read, true) => {
-                rma_side(args, &s, &mut buf, &mut ack, size, window, remote)?
+                rma_side(args, &s, &mut buf, &mut ctl, d, size, window)?
             }
-            (OpArg::Write | OpArg::Read, false) => target_side(&s, &mut buf, size)?,
+            (OpArg::Write | OpArg::Read, false) => {
+                target_side(&mut s, &mut buf, &mut ctl, d, size, &sync)?
+            }
         };
         let row = Row {
             size,
@@ -181,20 +207,30 @@ fn session(args: &BwArgs) -> fabric::Result<()> {
     }
     bar.finish_and_clear();
     s.ctl.sync(s.client, "done")?;
+    drop(ctl_mr);
     drop(mr);
     Ok(())
 }
 
+/// The descriptors of the registered buffers (FI_MR_LOCAL), or none, and
+/// the peer's RMA target (key and base).
+#[derive(Debug, Clone, Copy)]
+struct Descs {
+    buf: Option<MrDesc>,
+    ctl: Option<MrDesc>,
+    remote: Option<(u64, u64)>,
+}
+
 /// Sends a one-byte notice and waits until it is out (manual progress: an
 /// inject alone may still sit in the provider's queue).
-fn notify(s: &Session, byte: &mut [u8; 1]) -> fabric::Result<()> {
+fn notify(s: &Session, byte: &mut [u8], desc: Option<MrDesc>) -> fabric::Result<()> {
     let iov = [IoVec {
         addr: byte.as_mut_ptr(),
         len: 1,
     }];
     let m = Msg {
         iov: &iov,
-        desc: &[],
+        desc: desc.as_slice(),
         addr: s.peer,
         tag: 0,
         ignore: 0,
@@ -224,7 +260,8 @@ fn send_side(
     args: &BwArgs,
     s: &Session,
     buf: &mut [u8],
-    ack: &mut [u8; 1],
+    ctl: &mut [u8],
+    d: Descs,
     size: usize,
     window: usize,
 ) -> fabric::Result<f64> {
@@ -232,7 +269,8 @@ fn send_side(
     if args.common.verify {
         fill_window(buf, size, window, 0);
     }
-    post_recv(s, ack, false)?;
+    // The server's ack.
+    post_recv(s, &mut ctl[..1], d.ctl, false)?;
     let t = Instant::now();
     for _ in 0..args.common.iterations {
         for k in 0..window {
@@ -242,7 +280,7 @@ fn send_side(
             }];
             let m = Msg {
                 iov: &iov,
-                desc: &[],
+                desc: d.buf.as_slice(),
                 addr: s.peer,
                 tag: 9,
                 ignore: 0,
@@ -266,14 +304,19 @@ fn send_side(
     Ok(t.elapsed().as_secs_f64())
 }
 
-fn post_recv(s: &Session, into: &mut [u8], tagged: bool) -> fabric::Result<()> {
+fn post_recv(
+    s: &Session,
+    into: &mut [u8],
+    desc: Option<MrDesc>,
+    tagged: bool,
+) -> fabric::Result<()> {
     let iov = [IoVec {
         addr: into.as_mut_ptr(),
         len: into.len(),
     }];
     let m = Msg {
         iov: &iov,
-        desc: &[],
+        desc: desc.as_slice(),
         addr: FiAddr::UNSPEC,
         tag: 9,
         ignore: 0,
@@ -292,26 +335,32 @@ fn post_recv(s: &Session, into: &mut [u8], tagged: bool) -> fabric::Result<()> {
 
 /// The server of send / tagged: keeps a window of receives posted, then
 /// acknowledges.
+#[allow(clippy::too_many_arguments)]
 fn recv_side(
     args: &BwArgs,
-    s: &Session,
+    s: &mut Session,
     buf: &mut [u8],
+    ctl: &mut [u8],
+    d: Descs,
     size: usize,
     window: usize,
+    sync: &str,
 ) -> fabric::Result<f64> {
     let tagged = args.op == OpArg::Tagged;
     let total = args.common.iterations * window;
-    let t = Instant::now();
     let mut posted = 0;
     let mut done = 0;
     while posted < total.min(window) {
         post_recv(
             s,
             &mut buf[posted % window * size..(posted % window + 1) * size],
+            d.buf,
             tagged,
         )?;
         posted += 1;
     }
+    s.ctl.sync(false, sync)?;
+    let t = Instant::now();
     while done < total {
         let e = perf::wait_one(&s.side)?;
         if e.len != size {
@@ -326,11 +375,11 @@ fn recv_side(
         }
         done += 1;
         if posted < total {
-            post_recv(s, &mut buf[slot * size..(slot + 1) * size], tagged)?;
+            post_recv(s, &mut buf[slot * size..(slot + 1) * size], d.buf, tagged)?;
             posted += 1;
         }
     }
-    notify(s, &mut [1])?;
+    notify(s, &mut ctl[1..], d.ctl)?;
     Ok(t.elapsed().as_secs_f64())
 }
 
@@ -340,12 +389,14 @@ fn rma_side(
     args: &BwArgs,
     s: &Session,
     buf: &mut [u8],
-    _ack: &mut [u8; 1],
+    ctl: &mut [u8],
+    d: Descs,
     size: usize,
     window: usize,
-    remote: Option<(u64, u64)>,
 ) -> fabric::Result<f64> {
-    let (key, base) = remote.ok_or_else(|| Error::inval("no remote memory region"))?;
+    let (key, base) = d
+        .remote
+        .ok_or_else(|| Error::inval("no remote memory region"))?;
     if args.common.verify && args.op == OpArg::Write {
         fill_window(buf, size, window, 0);
     }
@@ -363,7 +414,7 @@ fn rma_side(
             }];
             let m = RmaMsg {
                 iov: &iov,
-                desc: &[],
+                desc: d.buf.as_slice(),
                 addr: s.peer,
                 rma_iov: &rma,
                 context: 10 + k as u64,
@@ -387,17 +438,24 @@ fn rma_side(
             perf::check(&buf[k * size..(k + 1) * size], 1000 + k as u64, size)?;
         }
     }
-    notify(s, &mut [1])?;
+    notify(s, &mut ctl[1..], d.ctl)?;
     Ok(secs)
 }
 
 /// The server of write / read: exposes its buffer (filled with the
 /// pattern for reads), waits for the client's end message, checks writes.
-fn target_side(s: &Session, buf: &mut [u8], size: usize) -> fabric::Result<f64> {
+fn target_side(
+    s: &mut Session,
+    buf: &mut [u8],
+    ctl: &mut [u8],
+    d: Descs,
+    size: usize,
+    sync: &str,
+) -> fabric::Result<f64> {
     fill_window(buf, size, buf.len() / size.max(1), 1000);
-    let mut end = [0u8; 1];
+    post_recv(s, &mut ctl[..1], d.ctl, false)?;
+    s.ctl.sync(false, sync)?;
     let t = Instant::now();
-    post_recv(s, &mut end, false)?;
     drain(s, 1)?;
     Ok(t.elapsed().as_secs_f64())
 }

@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use fabric::objects::{
     AddressVector, AvAttr, Bind, CompletionQueue, CqAttr, CqEntry, CqFormat, Domain, Endpoint,
-    EqAttr, EqEvent, EventQueue, Fabric, FiAddr, PassiveEndpoint, WaitObj,
+    EqAttr, EqEvent, EventQueue, Fabric, FiAddr, IoVec, MemoryRegion, MrAccess, MrAttr, MrDesc,
+    PassiveEndpoint, WaitObj,
 };
 use fabric::{Address, Caps, EpType, Error, ErrorKind, Hints, Info, Mode, MrMode, Registry};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -68,7 +69,9 @@ pub(crate) struct Common {
     /// Domain name.
     #[arg(short = 'd', long = "domain")]
     pub domain: Option<String>,
-    /// Transfer size in bytes, or `all` for powers of two from 1 B to 8 MiB.
+    /// Transfer sizes: `all` (powers of two from 1 B to 8 MiB), one size in
+    /// bytes, a list (`1,64,4096`), or `MIN:MAX` (the powers of two from MIN
+    /// to MAX, with both ends).
     #[arg(short = 'S', long = "size", default_value = "all", value_parser = parse_sizes)]
     pub sizes: Sizes,
     /// Timed iterations per size.
@@ -109,11 +112,7 @@ impl Common {
         if let Some(d) = &self.domain {
             v.extend(["-d".to_string(), d.clone()]);
         }
-        let sizes = if self.sizes.0.len() == 1 {
-            self.sizes.0[0].to_string()
-        } else {
-            "all".to_string()
-        };
+        let sizes = self.sizes.arg();
         v.extend([
             "-S".to_string(),
             sizes,
@@ -153,17 +152,52 @@ impl Common {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Sizes(pub Vec<usize>);
 
+impl Sizes {
+    /// The `-S` argument that gives these sizes back.
+    pub(crate) fn arg(&self) -> String {
+        let list: Vec<String> = self.0.iter().map(usize::to_string).collect();
+        list.join(",")
+    }
+}
+
+/// One size in bytes, at least 1.
+fn parse_size(s: &str) -> Result<usize, String> {
+    let n: usize = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size in bytes, a list, MIN:MAX or `all`"))?;
+    if n == 0 {
+        return Err("the size must be at least 1 byte".into());
+    }
+    Ok(n)
+}
+
 pub(crate) fn parse_sizes(s: &str) -> Result<Sizes, String> {
     if s.eq_ignore_ascii_case("all") {
         return Ok(Sizes((0..=23).map(|p| 1usize << p).collect()));
     }
-    let n: usize = s
-        .parse()
-        .map_err(|_| format!("`{s}` is not a size in bytes or `all`"))?;
-    if n == 0 {
-        return Err("the size must be at least 1 byte".into());
+    if let Some((lo, hi)) = s.split_once(':') {
+        let (lo, hi) = (parse_size(lo)?, parse_size(hi)?);
+        if lo > hi {
+            return Err(format!("`{s}`: MIN is above MAX"));
+        }
+        let mut v: Vec<usize> =
+            std::iter::successors(Some(lo.next_power_of_two()), |n| n.checked_mul(2))
+                .take_while(|n| *n <= hi)
+                .collect();
+        if v.first() != Some(&lo) {
+            v.insert(0, lo);
+        }
+        if v.last() != Some(&hi) {
+            v.push(hi);
+        }
+        return Ok(Sizes(v));
     }
-    Ok(Sizes(vec![n]))
+    let v = s
+        .split(',')
+        .map(parse_size)
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Sizes(v))
 }
 
 /// One measured size: `transfers` transfers of `size` bytes in `seconds`.
@@ -619,50 +653,141 @@ fn insert_peer(side: &Side, name: &str, seen_ip: Option<IpAddr>) -> fabric::Resu
     Ok(out[0])
 }
 
-/// Waits for one completion (spinning briefly, then blocking); `Err` on an
-/// error completion or after 60 s.
+/// How long [`wait_one`] spins on the CQ before it starts yielding.
+const SPIN_FOR: Duration = Duration::from_micros(20);
+
+/// How long [`wait_one`] polls the CQ, yielding the CPU between reads,
+/// before it blocks in `sread`.
+const POLL_FOR: Duration = Duration::from_millis(2);
+
+/// Waits for one completion; `Err` on an error completion or after 60 s.
+///
+/// Like `fi_pingpong` and `ibv_rc_pingpong`, it polls the CQ (each read
+/// also drives manual progress) instead of blocking at once, since a
+/// blocking wait would add the provider's wake-up time (arming, `poll`, a
+/// context switch) to every transfer measured. Unlike them it spins only
+/// for [`SPIN_FOR`], then yields the CPU between reads (so a peer on the
+/// same core gets to run: busy polling there costs a scheduler tick per
+/// message), and after [`POLL_FOR`] blocks in `sread`.
 pub(crate) fn wait_one(side: &Side) -> fabric::Result<CqEntry> {
     let mut e = [CqEntry::default()];
+    let start = Instant::now();
+    let mut reads = 0u32;
+    let mut yielding = false;
+    loop {
+        match side.cq.read(&mut e) {
+            Ok(_) => return Ok(e[0]),
+            Err(err) if err.kind() == ErrorKind::Again => {}
+            Err(err) => return cq_failure(side, err),
+        }
+        if yielding {
+            std::thread::yield_now();
+            if start.elapsed() >= POLL_FOR {
+                break;
+            }
+        } else {
+            // The clock is read every 64 reads while spinning. No
+            // `spin_loop` hint: under emulation (QEMU's TCG) a PAUSE leaves
+            // the translated code, which delays noticing the completion.
+            reads = reads.wrapping_add(1);
+            yielding = reads % 64 == 0 && start.elapsed() >= SPIN_FOR;
+        }
+    }
     match side.cq.sread(&mut e, Some(Duration::from_secs(60))) {
         Ok(_) => Ok(e[0]),
         Err(err) if err.kind() == ErrorKind::Again => {
             Err(Error::new(ErrorKind::TimedOut, "no completion within 60 s"))
         }
-        Err(err) if err.kind() == ErrorKind::Avail => {
-            let ee = side.cq.readerr()?;
-            Err(Error::new(
-                ee.err,
-                format!("error completion: {}", ee.err_text),
-            ))
-        }
-        Err(err) => Err(err),
+        Err(err) => cq_failure(side, err),
     }
 }
 
-/// Fills a buffer with a pattern that depends on `seed`.
-pub(crate) fn pattern(buf: &mut [u8], seed: u64) {
+/// The error of a failed CQ read: the error completion's, when there is one.
+fn cq_failure(side: &Side, err: Error) -> fabric::Result<CqEntry> {
+    if err.kind() != ErrorKind::Avail {
+        return Err(err);
+    }
+    let ee = side.cq.readerr()?;
+    Err(Error::new(
+        ee.err,
+        format!("error completion: {}", ee.err_text),
+    ))
+}
+
+/// Registers `buf` with the side's domain when the provider needs local
+/// buffers registered (FI_MR_LOCAL, as verbs' MSG endpoints do); `None`
+/// when it does not. Data operations then carry the region's descriptor.
+///
+/// # Safety
+///
+/// `buf` must stay valid, and not move, until the region is dropped.
+pub(crate) unsafe fn register_local(
+    side: &Side,
+    buf: &mut [u8],
+) -> fabric::Result<Option<Box<dyn MemoryRegion>>> {
+    if !side.info.domain_attr.mr_mode.contains(MrMode::LOCAL) || buf.is_empty() {
+        return Ok(None);
+    }
+    let iov = [IoVec {
+        addr: buf.as_mut_ptr(),
+        len: buf.len(),
+    }];
+    let attr = MrAttr {
+        iov: &iov,
+        access: MrAccess::SEND | MrAccess::RECV | MrAccess::READ | MrAccess::WRITE,
+        offset: 0,
+        requested_key: 0,
+        context: 0,
+    };
+    // SAFETY: the caller keeps `buf` valid until the region is dropped.
+    unsafe { side.domain.mr_reg(&attr) }.map(Some)
+}
+
+/// The descriptor of an optional region.
+pub(crate) fn desc_of(mr: Option<&dyn MemoryRegion>) -> Option<MrDesc> {
+    mr.map(MemoryRegion::desc)
+}
+
+/// The pattern's words: a xorshift sequence started from `seed`.
+fn words(seed: u64) -> impl Iterator<Item = u64> {
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    for b in buf.iter_mut() {
+    std::iter::repeat_with(move || {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        *b = x as u8;
+        x
+    })
+}
+
+/// Fills a buffer with a pattern that depends on `seed`, eight bytes per
+/// step of the generator (so that `-v` costs little next to the transfer).
+pub(crate) fn pattern(buf: &mut [u8], seed: u64) {
+    let mut chunks = buf.chunks_exact_mut(8);
+    let mut w = words(seed);
+    for (c, x) in (&mut chunks).zip(&mut w) {
+        c.copy_from_slice(&x.to_le_bytes());
+    }
+    let tail = chunks.into_remainder();
+    if let Some(x) = w.next() {
+        let n = tail.len();
+        tail.copy_from_slice(&x.to_le_bytes()[..n]);
     }
 }
 
 /// Checks a buffer against [`pattern`].
 pub(crate) fn check(buf: &[u8], seed: u64, size: usize) -> fabric::Result<()> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    for (i, b) in buf.iter().enumerate() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        if *b != x as u8 {
+    let mut w = words(seed);
+    for (k, got) in buf.chunks(8).enumerate() {
+        let want = w.next().unwrap_or_default().to_le_bytes();
+        if got != &want[..got.len()] {
+            let i = got.iter().zip(want).position(|(a, b)| *a != b).unwrap_or(0);
             return Err(Error::new(
                 ErrorKind::Io,
                 format!(
-                    "data check failed: size {size}, round {seed}, byte {i}: {b} instead of {}",
-                    x as u8
+                    "data check failed: size {size}, round {seed}, byte {}: {} instead of {}",
+                    8 * k + i,
+                    got[i],
+                    want[i]
                 ),
             ));
         }
@@ -779,6 +904,13 @@ mod tests {
     #[test]
     fn sizes() {
         assert_eq!(parse_sizes("64"), Ok(Sizes(vec![64])));
+        assert_eq!(parse_sizes("1,64,4096"), Ok(Sizes(vec![1, 64, 4096])));
+        assert_eq!(parse_sizes("1:8"), Ok(Sizes(vec![1, 2, 4, 8])));
+        assert_eq!(parse_sizes("3:20"), Ok(Sizes(vec![3, 4, 8, 16, 20])));
+        let all = parse_sizes("all").unwrap();
+        assert_eq!(parse_sizes(&all.arg()), Ok(all));
+        assert!(parse_sizes("8:1").is_err());
+        assert!(parse_sizes("1,0").is_err());
         assert_eq!(parse_sizes("all").map(|s| s.0.len()), Ok(24));
         assert!(parse_sizes("0").is_err());
         assert!(parse_sizes("x").is_err());
@@ -813,5 +945,17 @@ mod tests {
         assert!(check(&b, 6, 1000).is_err());
         b[999] ^= 1;
         assert!(check(&b, 5, 1000).is_err());
+        // Every length, including ones that end mid-word; the error names
+        // the first wrong byte.
+        for len in 0..40 {
+            let mut b = vec![0u8; len];
+            pattern(&mut b, 9);
+            assert!(check(&b, 9, len).is_ok());
+            if len > 0 {
+                b[len - 1] ^= 0x80;
+                let e = check(&b, 9, len).unwrap_err();
+                assert!(e.detail().contains(&format!("byte {}", len - 1)), "{e}");
+            }
+        }
     }
 }

@@ -2,10 +2,10 @@
 //! libfabric's `fi_pingpong` options and table, so the same experiment runs
 //! on both. One-way latency is the run time over twice the round trips.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use clap::Args;
-use fabric::objects::{FiAddr, IoVec, Msg};
+use fabric::objects::{FiAddr, IoVec, MemoryRegion, MrDesc, Msg};
 use fabric::{Caps, OpFlags};
 
 use crate::Status;
@@ -55,9 +55,41 @@ impl perf::Tool for PingpongArgs {
 }
 
 /// Message buffers of a run; they outlive every operation that uses them.
+/// With FI_MR_LOCAL both are registered; the regions come first so that
+/// they are dropped (deregistered) before the memory is freed.
 struct Buffers {
+    _tx_mr: Option<Box<dyn MemoryRegion>>,
+    _rx_mr: Option<Box<dyn MemoryRegion>>,
+    /// The regions' descriptors, given with every operation.
+    tx_desc: Option<MrDesc>,
+    rx_desc: Option<MrDesc>,
     tx: Vec<u8>,
     rx: Vec<u8>,
+}
+
+impl Buffers {
+    /// Buffers of `max` bytes, registered when the provider needs it.
+    fn new(side: &perf::Side, max: usize) -> fabric::Result<Buffers> {
+        let mut tx = vec![0; max];
+        let mut rx = vec![0; max];
+        // SAFETY: the vectors' memory neither moves nor is freed before
+        // the regions are dropped: they live in the same struct, declared
+        // after the regions, and are never resized.
+        let (tx_mr, rx_mr) = unsafe {
+            (
+                perf::register_local(side, &mut tx)?,
+                perf::register_local(side, &mut rx)?,
+            )
+        };
+        Ok(Buffers {
+            tx_desc: perf::desc_of(tx_mr.as_deref()),
+            rx_desc: perf::desc_of(rx_mr.as_deref()),
+            _tx_mr: tx_mr,
+            _rx_mr: rx_mr,
+            tx,
+            rx,
+        })
+    }
 }
 
 fn session(args: &PingpongArgs) -> fabric::Result<()> {
@@ -70,11 +102,9 @@ fn session(args: &PingpongArgs) -> fabric::Result<()> {
         };
     let mut s = perf::connect(c, caps)?;
     let max = c.sizes.0.iter().copied().max().unwrap_or(1);
-    let mut bufs = Buffers {
-        tx: vec![0; max],
-        rx: vec![0; max],
-    };
+    let mut bufs = Buffers::new(&s.side, max)?;
     let warmup = args.warmup.unwrap_or((c.iterations / 10).max(1));
+    let rounds = warmup + c.iterations;
     if !c.json {
         println!("{}", perf::HEADER);
     }
@@ -84,15 +114,24 @@ fn session(args: &PingpongArgs) -> fabric::Result<()> {
             break;
         }
         bar.set_message(format!("{size} B"));
+        // A receive is always posted before the peer can send to it (as
+        // fi_pingpong and ibv_rc_pingpong do): providers without buffers
+        // of their own for unexpected messages (verbs' RC queue pairs)
+        // would make the sender retry after a receiver-not-ready timer.
+        // The first round's is posted before both sides agree on the size.
+        post_recv(args, &s, &mut bufs, size)?;
         s.ctl.sync(s.client, &format!("size {size}"))?;
-        let mut elapsed = Duration::ZERO;
-        for i in 0..warmup + c.iterations {
-            let t = Instant::now();
-            round(args, &s, &mut bufs, size, i as u64)?;
-            if i >= warmup {
-                elapsed += t.elapsed();
-            }
+        for i in 0..warmup {
+            round(args, &s, &mut bufs, size, i as u64, i + 1 < rounds)?;
         }
+        // One clock reading at each end, as fi_pingpong: where reading the
+        // clock is slow (a system call in some virtual machines), a
+        // reading per round would count in the latency.
+        let t = Instant::now();
+        for i in warmup..rounds {
+            round(args, &s, &mut bufs, size, i as u64, i + 1 < rounds)?;
+        }
+        let elapsed = t.elapsed();
         let row = Row {
             size,
             iterations: c.iterations,
@@ -106,38 +145,52 @@ fn session(args: &PingpongArgs) -> fabric::Result<()> {
     s.ctl.sync(s.client, "done")
 }
 
-/// One round trip: the client sends first, the server answers.
-fn round(
+/// Posts the receive of the next message (context 1).
+fn post_recv(
     args: &PingpongArgs,
     s: &Session,
     bufs: &mut Buffers,
     size: usize,
-    seq: u64,
 ) -> fabric::Result<()> {
-    let tagged = args.mode == ModeArg::Tagged;
-    let (side, peer, client) = (&s.side, s.peer, s.client);
     let riov = [IoVec {
         addr: bufs.rx.as_mut_ptr(),
         len: size,
     }];
     let rmsg = Msg {
         iov: &riov,
-        desc: &[],
+        desc: bufs.rx_desc.as_slice(),
         addr: FiAddr::UNSPEC,
         tag: 7,
         ignore: 0,
         context: 1,
         data: 0,
     };
-    // SAFETY: `bufs` outlives the receive: this function waits for its
-    // completion before returning, and on error the process ends.
+    // SAFETY: `bufs` outlives the receive: every posted receive completes
+    // within its size's rounds (the last round posts none), and on error
+    // the process ends.
     unsafe {
-        if tagged {
-            side.ep.trecvmsg(&rmsg, OpFlags::empty())?
+        if args.mode == ModeArg::Tagged {
+            s.side.ep.trecvmsg(&rmsg, OpFlags::empty())
         } else {
-            side.ep.recvmsg(&rmsg, OpFlags::empty())?
+            s.side.ep.recvmsg(&rmsg, OpFlags::empty())
         }
-    };
+    }
+}
+
+/// One round trip: the client sends first, the server answers. The
+/// receive of this round is already posted; the next round's (`more`) is
+/// posted as soon as this one's message has been checked, before the
+/// answer goes out.
+fn round(
+    args: &PingpongArgs,
+    s: &Session,
+    bufs: &mut Buffers,
+    size: usize,
+    seq: u64,
+    more: bool,
+) -> fabric::Result<()> {
+    let tagged = args.mode == ModeArg::Tagged;
+    let (side, peer, client) = (&s.side, s.peer, s.client);
     let send = |bufs: &mut Buffers, seed: u64| -> fabric::Result<bool> {
         if args.common.verify {
             perf::pattern(&mut bufs.tx[..size], seed);
@@ -157,14 +210,15 @@ fn round(
         }];
         let smsg = Msg {
             iov: &siov,
-            desc: &[],
+            desc: bufs.tx_desc.as_slice(),
             addr: peer,
             tag: 7,
             ignore: 0,
             context: 2,
             data: 0,
         };
-        // SAFETY: as for the receive; the send's completion is awaited.
+        // SAFETY: `bufs` outlives the send: its completion is awaited
+        // before this function returns.
         unsafe {
             if tagged {
                 side.ep.tsendmsg(&smsg, OpFlags::empty())?
@@ -187,6 +241,9 @@ fn round(
                 if args.common.verify {
                     let seed = if client { seq * 2 + 1 } else { seq * 2 };
                     perf::check(&bufs.rx[..size], seed, size)?;
+                }
+                if more {
+                    post_recv(args, s, bufs, size)?;
                 }
                 if !client {
                     pending_tx = send(bufs, seq * 2 + 1)?;

@@ -20,7 +20,17 @@ pub(super) struct Plan<'a> {
     pub(super) tests: Vec<String>,
     /// Arguments given to every test binary.
     pub(super) test_args: &'a [String],
+    /// Instead of the tests, compare latencies ([`BENCH`]).
+    pub(super) bench: bool,
 }
+
+/// Sizes of the latency comparison (`--bench`), 1 B to 4 KiB.
+pub(super) const BENCH_SIZES: [usize; 7] = [1, 4, 16, 64, 256, 1024, 4096];
+/// Round trips per size of the latency comparison.
+pub(super) const BENCH_ITERS: usize = 1000;
+/// Starts the lines the latency comparison prints:
+/// `<prefix> <tool> <size> <one-way usec or "-">`.
+pub(super) const BENCH_PREFIX: &str = "rxe-bench:";
 
 /// Quotes a word for the shell: `it's` -> `'it'\''s'`.
 pub(super) fn quote(word: &str) -> String {
@@ -57,23 +67,26 @@ gid() {
     i=$(ibv_devinfo -v -d "$1" | sed -n "s/.*GID\[ *\([0-9]*\)\]:.*::ffff:$2, RoCE v2.*/\1/p" | head -n 1)
     echo "${i:-1}"
 }
+# Waits up to 30 s until TCP port $1 listens (state 0A in /proc/net/tcp*).
+listening() {
+    port=$(printf '%04X' "$1")
+    n=0
+    until grep -Eq ":$port [0-9A-F]+:0000 0A" /proc/net/tcp /proc/net/tcp6 2>/dev/null; do
+        n=$((n + 1))
+        [ $n -gt 300 ] && return 1
+        sleep 0.1
+    done
+}
 # ibv_rc_pingpong, server and client on device $1 with GID $2, TCP port $3.
 pingpong() {
     say "ibv_rc_pingpong on $1, gid $2"
     timeout 120 ibv_rc_pingpong -d "$1" -g "$2" -p "$3" -n 200 >/tmp/pp-server.log 2>&1 &
     server=$!
-    # Wait until the server listens (state 0A in /proc/net/tcp*).
-    port=$(printf '%04X' "$3")
-    n=0
-    until grep -Eq ":$port [0-9A-F]+:0000 0A" /proc/net/tcp /proc/net/tcp6 2>/dev/null; do
-        n=$((n + 1))
-        if [ $n -gt 300 ]; then
-            cat /tmp/pp-server.log
-            say "the pingpong server did not start listening"
-            return 1
-        fi
-        sleep 0.1
-    done
+    if ! listening "$3"; then
+        cat /tmp/pp-server.log
+        say "the pingpong server did not start listening"
+        return 1
+    fi
     timeout 120 ibv_rc_pingpong -d "$1" -g "$2" -p "$3" -n 200 127.0.0.1
     rc=$?
     [ $rc -eq 0 ] || kill $server 2>/dev/null
@@ -97,6 +110,23 @@ run_test() {
         failed=$((failed + 1))
     fi
 }
+# Runs `fabric` with --json (pingpong, bw); counts a failure unless it
+# succeeds and every line it prints says "verified":true.
+run_perf() {
+    count=$((count + 1))
+    say "==> fabric $*"
+    timeout 300 "$FABRIC" "$@" >/tmp/perf.out 2>/tmp/perf.err
+    rc=$?
+    cat /tmp/perf.out /tmp/perf.err
+    lines=$(grep -c . /tmp/perf.out)
+    good=$(grep -c '"verified":true' /tmp/perf.out)
+    if [ $rc -eq 0 ] && [ "$lines" -gt 0 ] && [ "$good" -eq "$lines" ]; then
+        say "<== fabric $1: ok ($lines results, all verified)"
+    else
+        say "<== fabric $1: FAILED (exit $rc, $good of $lines results verified)"
+        failed=$((failed + 1))
+    fi
+}
 
 say "kernel $(uname -r), $(nproc) cpus"
 "#;
@@ -110,6 +140,66 @@ if "$FABRIC" info -l | grep -q '^verbs:'; then
 else
     say "fabric info: the verbs provider is not registered yet"
 fi
+"#;
+
+/// `fabric pingpong` and `fabric bw` on the verbs provider, both
+/// processes in the guest (`--self`), every byte checked (`-v`). Sizes and
+/// counts keep this part to seconds under TCG.
+const FABRIC_PERF: &[&str] = &[
+    "pingpong --self -p verbs -e msg -S 1:1048576 -I 10 -v --json",
+    "pingpong --self -p verbs -e rdm -S 1:1048576 -I 10 -v --json",
+    "pingpong --self -p verbs -e rdm -m tagged -S 1:65536 -I 10 -v --json",
+    "bw --self -p verbs -e msg -S 1:1048576 -I 4 -W 16 -v --json",
+    "bw --self -p verbs -e msg -o write -S 1:1048576 -I 4 -W 16 -v --json",
+    "bw --self -p verbs -e msg -o read -S 1:1048576 -I 4 -W 16 -v --json",
+    "bw --self -p verbs -e rdm -S 1:1048576 -I 4 -W 16 -v --json",
+];
+
+/// The latency comparison's functions: each prints one [`BENCH_PREFIX`]
+/// line per size. Arguments: the size (and for `fi_bench` the endpoint
+/// type first); `$GID`, `$ITERS` and `$FABRIC` are set.
+const BENCH_FNS: &str = r#"# ibv_rc_pingpong prints the round trip per iteration: half is one way.
+ibv_bench() {
+    timeout 120 ibv_rc_pingpong -d rxe0 -g "$GID" -p 18600 -s "$1" -n "$ITERS" >/tmp/b-server.log 2>&1 &
+    server=$!
+    listening 18600 || cat /tmp/b-server.log
+    timeout 120 ibv_rc_pingpong -d rxe0 -g "$GID" -p 18600 -s "$1" -n "$ITERS" 127.0.0.1 >/tmp/b-client.log 2>&1
+    wait $server
+    us=$(awk '/usec\/iter/ { print $(NF - 1) / 2 }' /tmp/b-client.log)
+    [ -n "$us" ] || cat /tmp/b-server.log /tmp/b-client.log
+    echo "$BENCH ibv_rc_pingpong $1 ${us:--}"
+}
+# ib_send_lat prints one-way latencies; t_avg is the sixth column.
+lat_bench() {
+    timeout 120 ib_send_lat -d rxe0 -x "$GID" -p 18700 -s "$1" -n "$ITERS" -F >/tmp/b-server.log 2>&1 &
+    server=$!
+    listening 18700 || cat /tmp/b-server.log
+    timeout 120 ib_send_lat -d rxe0 -x "$GID" -p 18700 -s "$1" -n "$ITERS" -F 127.0.0.1 >/tmp/b-client.log 2>&1
+    wait $server
+    us=$(awk -v s="$1" '$1 == s && NF >= 6 { print $6 }' /tmp/b-client.log)
+    [ -n "$us" ] || cat /tmp/b-server.log /tmp/b-client.log
+    echo "$BENCH ib_send_lat $1 ${us:--}"
+}
+# fi_pingpong (libfabric's verbs provider; rdm is verbs;ofi_rxm): the
+# client reaches the server's control port at rxe0's address.
+fi_bench() {
+    timeout 120 fi_pingpong -p verbs -e "$1" -S "$2" -I "$ITERS" -B 47600 >/tmp/b-server.log 2>&1 &
+    server=$!
+    listening 47600 || cat /tmp/b-server.log
+    timeout 120 fi_pingpong -p verbs -e "$1" -S "$2" -I "$ITERS" -P 47600 10.99.0.1 >/tmp/b-client.log 2>&1
+    wait $server
+    us=$(awk 'NF == 8 && $1 ~ /^[0-9]/ { print $7 }' /tmp/b-client.log | tail -n 1)
+    [ -n "$us" ] || sed "s/^/fi_pingpong: /" /tmp/b-server.log /tmp/b-client.log | tail -n 40
+    echo "$BENCH fi_pingpong_$1 $2 ${us:--}"
+}
+# fabric pingpong over all sizes at once: one JSON line per size.
+fabric_bench() {
+    timeout 300 "$FABRIC" pingpong --self -p verbs -e "$1" -S "$2" -I "$ITERS" --json >/tmp/b-fabric.log 2>&1
+    sed -n 's/.*"size":\([0-9]*\).*"usec_per_xfer":\([0-9.e+-]*\).*/\1 \2/p' /tmp/b-fabric.log | head -n "$3" |
+        while read -r size us; do echo "$BENCH fabric_$1 $size $us"; done
+    # Anything else it printed (an error that ended the sweep early).
+    grep -v usec_per_xfer /tmp/b-fabric.log
+}
 "#;
 
 /// The script's text.
@@ -139,9 +229,16 @@ pub(super) fn init_script(plan: &Plan<'_>) -> String {
     // `fabric` crate registers it (`info -l` names the providers).
     let _ = writeln!(s, "FABRIC={}", quote(plan.fabric));
     s.push_str(FABRIC_INFO);
+    if plan.bench {
+        bench(&mut s);
+        return s;
+    }
     let args: Vec<String> = plan.test_args.iter().map(|a| quote(a)).collect();
     for t in &plan.tests {
         let _ = writeln!(s, "run_test {} {}", quote(t), args.join(" "));
+    }
+    for p in FABRIC_PERF {
+        let _ = writeln!(s, "run_perf {p}");
     }
     s.push_str(
         "say \"test binaries: $((count - failed)) passed, $failed failed\"\n\
@@ -149,6 +246,48 @@ pub(super) fn init_script(plan: &Plan<'_>) -> String {
          finish FAIL\n",
     );
     s
+}
+
+/// The latency comparison on rxe0: each tool at each size, then the
+/// result line (PASS when our numbers came out).
+fn bench(s: &mut String) {
+    let sizes: Vec<String> = BENCH_SIZES.iter().map(usize::to_string).collect();
+    let list = sizes.join(" ");
+    let _ = writeln!(s, "BENCH={}", quote(BENCH_PREFIX));
+    let _ = writeln!(s, "ITERS={BENCH_ITERS}");
+    s.push_str(
+        "GID=$(gid rxe0 10.99.0.1)
+",
+    );
+    s.push_str(BENCH_FNS);
+    s.push_str("say \"latency comparison on rxe0 (gid $GID), $ITERS round trips per size\"\n");
+    let _ = writeln!(s, "fabric_bench msg {} {}", sizes.join(","), sizes.len());
+    let _ = writeln!(s, "fabric_bench rdm {} {}", sizes.join(","), sizes.len());
+    // rxe's counters: receiver-not-ready NAKs and retries cost a timer
+    // tick (4 ms) each.
+    s.push_str("rdma statistic show\n");
+    let _ = writeln!(s, "for n in {list}; do ibv_bench $n; done");
+    let _ = writeln!(s, "for n in {list}; do lat_bench $n; done");
+    // libfabric's verbs provider resolves the passive side's address from
+    // the name `localhost` (fi_pingpong has no source address option);
+    // 127.0.0.1 has no RDMA device, so its getinfo finds nothing
+    // (ENODATA). Try that once as it is, then name rxe0's address so.
+    s.push_str("say \"fi_pingpong with localhost at 127.0.0.1:\"\nfi_bench msg 1\n");
+    s.push_str(
+        "echo 'hosts: files' >/etc/nsswitch.conf\n\
+         echo '10.99.0.1 localhost' >/etc/hosts\n\
+         say \"fi_pingpong with localhost at 10.99.0.1:\"\n",
+    );
+    let _ = writeln!(s, "for n in {list}; do fi_bench msg $n; done");
+    // rdm is ofi_rxm over verbs. rxm sizes its verbs CQ for
+    // FI_UNIVERSE_SIZE (256) peers, beyond rxe's 32767 entries ("Unable to
+    // create verbs CQ", then fi_enable fails with EINVAL): two peers here.
+    s.push_str("export FI_UNIVERSE_SIZE=16\n");
+    let _ = writeln!(s, "for n in {list}; do fi_bench rdm $n; done");
+    s.push_str(
+        "if grep -q usec_per_xfer /tmp/b-fabric.log; then finish PASS; fi\n\
+         finish FAIL\n",
+    );
 }
 
 #[cfg(test)]
@@ -171,6 +310,7 @@ mod tests {
             fabric: "/usr/bin/fabric",
             tests: vec!["/rxe/tests/one".into(), "/rxe/tests/two".into()],
             test_args: &args,
+            bench: false,
         };
         let s = init_script(&plan);
         assert!(s.starts_with("#!/bin/busybox sh\n"));
@@ -179,6 +319,26 @@ mod tests {
         assert!(s.contains("must rdma link add rxe1 type rxe netdev d1\n"));
         assert!(s.contains("run_test '/rxe/tests/one' '--test-threads=1' 'a b'\n"));
         assert!(s.contains("run_test '/rxe/tests/two' '--test-threads=1' 'a b'\n"));
+        assert!(s.contains("run_perf pingpong --self -p verbs -e msg "));
+        assert!(s.trim_end().ends_with("finish FAIL"));
+    }
+
+    #[test]
+    fn the_bench_script_runs_every_tool_and_no_test() {
+        let plan = Plan {
+            marker: "m-1",
+            modules: vec![],
+            fabric: "/usr/bin/fabric",
+            tests: vec!["/rxe/tests/one".into()],
+            test_args: &[],
+            bench: true,
+        };
+        let s = init_script(&plan);
+        assert!(!s.contains("run_test '/rxe/tests/one'"));
+        for f in ["ibv_bench", "lat_bench", "fi_bench msg", "fi_bench rdm"] {
+            assert!(s.contains(&format!("do {f} $n; done")), "{f}");
+        }
+        assert!(s.contains("fabric_bench msg 1,4,16,64,256,1024,4096 7\n"));
         assert!(s.trim_end().ends_with("finish FAIL"));
     }
 }
