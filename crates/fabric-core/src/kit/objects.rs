@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::av::AvTable;
 use super::cntr::CntrCore;
 use super::cq::CqCore;
+use super::wait::FdSet;
 use crate::addr::Address;
 use crate::error::{Error, Result};
 use crate::objects::{
@@ -85,9 +86,10 @@ impl Cq {
                 "sread on a CQ opened with FI_WAIT_NONE",
             ));
         }
-        let mut fds: Vec<BorrowedFd<'_>> = Vec::new();
+        let signal = self.core.signal();
+        let mut fds = FdSet::new(signal.fd());
         self.progress.wait_fds(&mut |fd| fds.push(fd));
-        let r = self.core.signal().wait(&fds, timeout, || {
+        let r = signal.wait(fds.as_slice(), timeout, || {
             match self.read_now(out, src.as_deref_mut()) {
                 Ok(n) => Ok(Some(n)),
                 Err(e) if e.kind() == crate::ErrorKind::Again => Ok(None),
@@ -461,11 +463,11 @@ impl crate::objects::EventQueue for Eq {
 
     fn sread(&self, timeout: Option<Duration>) -> Result<crate::objects::EqEvent> {
         let sources = self.core.sources();
-        let mut fds: Vec<BorrowedFd<'_>> = Vec::new();
+        let mut fds = FdSet::new(self.core.signal.fd());
         for p in &sources {
             p.wait_fds(&mut |fd| fds.push(fd));
         }
-        let r = self.core.signal.wait(&fds, timeout, || {
+        let r = self.core.signal.wait(fds.as_slice(), timeout, || {
             for p in &sources {
                 p.progress()?;
             }

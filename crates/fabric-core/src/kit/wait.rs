@@ -21,6 +21,52 @@ use rustix::event::{EventfdFlags, PollFd, PollFlags, Timespec, eventfd, poll};
 
 use crate::error::{Error, ErrorKind, Result};
 
+/// The fds a wait also watches, gathered without allocating for up to
+/// [`FdSet::INLINE`] of them (more spill to the heap).
+#[derive(Debug)]
+pub struct FdSet<'a> {
+    inline: [BorrowedFd<'a>; FdSet::INLINE],
+    n: usize,
+    spill: Vec<BorrowedFd<'a>>,
+}
+
+impl<'a> FdSet<'a> {
+    /// How many fds fit without allocating.
+    pub const INLINE: usize = 8;
+
+    /// An empty set; `filler` (any open fd, e.g. the signal's) only fills
+    /// the unused slots and is never watched.
+    pub fn new(filler: BorrowedFd<'a>) -> Self {
+        FdSet {
+            inline: [filler; FdSet::INLINE],
+            n: 0,
+            spill: Vec::new(),
+        }
+    }
+
+    /// Adds an fd.
+    pub fn push(&mut self, fd: BorrowedFd<'a>) {
+        if self.spill.is_empty() && self.n < FdSet::INLINE {
+            self.inline[self.n] = fd;
+            self.n += 1;
+        } else {
+            if self.spill.is_empty() {
+                self.spill.extend_from_slice(&self.inline[..self.n]);
+            }
+            self.spill.push(fd);
+        }
+    }
+
+    /// The fds added, in order.
+    pub fn as_slice(&self) -> &[BorrowedFd<'a>] {
+        if self.spill.is_empty() {
+            &self.inline[..self.n]
+        } else {
+            &self.spill
+        }
+    }
+}
+
 /// How long to spin before blocking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SpinPolicy {
@@ -167,14 +213,24 @@ impl Signal {
                 tv_nsec: 0,
             })
         });
-        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(1 + extra.len());
-        fds.push(PollFd::from_borrowed_fd(self.fd.as_fd(), PollFlags::IN));
-        fds.extend(
-            extra
-                .iter()
-                .map(|fd| PollFd::from_borrowed_fd(*fd, PollFlags::IN)),
-        );
-        match poll(&mut fds, ts.as_ref()) {
+        let own = || PollFd::from_borrowed_fd(self.fd.as_fd(), PollFlags::IN);
+        fn watch<'f>(fd: &BorrowedFd<'f>) -> PollFd<'f> {
+            PollFd::from_borrowed_fd(*fd, PollFlags::IN)
+        }
+        let r = if extra.len() < FdSet::INLINE {
+            // The common case: an array on the stack.
+            let mut fds: [PollFd<'_>; FdSet::INLINE] = std::array::from_fn(|_| own());
+            for (slot, fd) in fds[1..].iter_mut().zip(extra) {
+                *slot = watch(fd);
+            }
+            poll(&mut fds[..1 + extra.len()], ts.as_ref())
+        } else {
+            let mut fds: Vec<PollFd<'_>> = std::iter::once(own())
+                .chain(extra.iter().map(watch))
+                .collect();
+            poll(&mut fds, ts.as_ref())
+        };
+        match r {
             Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
             Err(e) => Err(Error::new(ErrorKind::Io, format!("poll: {e}"))),
         }
@@ -186,6 +242,46 @@ mod tests {
     use super::*;
     use std::sync::Arc;
     use std::sync::atomic::AtomicBool;
+
+    #[test]
+    fn fd_sets_keep_order_inline_and_spilled() {
+        let s = Signal::new().unwrap();
+        let others: Vec<Signal> = (0..12).map(|_| Signal::new().unwrap()).collect();
+        let mut set = FdSet::new(s.fd());
+        assert!(set.as_slice().is_empty());
+        for (i, o) in others.iter().enumerate() {
+            set.push(o.fd());
+            assert_eq!(set.as_slice().len(), i + 1);
+        }
+        let raw: Vec<i32> = set
+            .as_slice()
+            .iter()
+            .map(std::os::fd::AsRawFd::as_raw_fd)
+            .collect();
+        let want: Vec<i32> = others
+            .iter()
+            .map(|o| std::os::fd::AsRawFd::as_raw_fd(&o.fd()))
+            .collect();
+        assert_eq!(raw, want);
+        // A wait watching more fds than fit inline wakes on the last one:
+        // its own signal is never notified, so only that fd can end the
+        // block before the 30 s timeout.
+        let flag = std::sync::atomic::AtomicBool::new(false);
+        let t = Instant::now();
+        let r = std::thread::scope(|sc| {
+            sc.spawn(|| {
+                std::thread::sleep(Duration::from_millis(20));
+                flag.store(true, Ordering::SeqCst);
+                others[11].notify_always();
+            });
+            s.wait(set.as_slice(), Some(Duration::from_secs(30)), || {
+                Ok(flag.load(Ordering::SeqCst).then_some(()))
+            })
+        })
+        .unwrap();
+        assert_eq!(r, Some(()));
+        assert!(t.elapsed() < Duration::from_secs(20));
+    }
 
     #[test]
     fn times_out_without_work() {
