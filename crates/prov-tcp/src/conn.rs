@@ -383,6 +383,73 @@ impl Tx {
         self.items.push_back(item);
     }
 
+    /// Writes a frame straight from `src` when nothing is queued (the
+    /// common case), so injected bytes are not copied into the staging
+    /// buffer first and the queue is not touched. What the socket does not
+    /// take is queued as usual (transient bytes copied then). Returns
+    /// `Ok(Some(done))` when the whole frame was written, `Ok(None)` when
+    /// it was queued (fully or partly unsent), and `Err` (with the frame
+    /// queued, so the failure reports it) when the socket failed.
+    /// Registered-memory bodies and a non-empty queue take the queue.
+    pub(crate) fn send_now(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        frame: &Frame,
+        src: Src<'_>,
+        done: Done,
+    ) -> Result<Option<Done>> {
+        if !self.items.is_empty() || matches!(src, Src::Region(_)) {
+            let body = self.body(src);
+            self.push(TxItem::new(frame, body, done));
+            return Ok(None);
+        }
+        let mut head = [0u8; MAX_FRAME_HEADER_LEN];
+        let head_len = frame.encode(&mut head);
+        let mut iov = [NO_IOV; 1 + IOV_LIMIT];
+        iov[0] = sys::iov(head.as_ptr(), head_len);
+        let mut n = 1;
+        let body_len = match &src {
+            Src::None | Src::Region(_) => 0,
+            Src::Bytes(b) => {
+                if !b.is_empty() {
+                    iov[1] = sys::iov(b.as_ptr(), b.len());
+                    n = 2;
+                }
+                b.len()
+            }
+            Src::User(p) => {
+                n += p.push_iov(0, iov.get_mut(1..).unwrap_or_default());
+                p.len()
+            }
+        };
+        let total = head_len + body_len;
+        // SAFETY: the iovecs point into `head` and `src`: transient bytes
+        // borrowed for this call, or user buffers that the send contract
+        // keeps valid until the operation completes.
+        let r = unsafe { sys::send_iov(fd, iov.get(..n).unwrap_or_default()) };
+        let (sent, err) = match r {
+            Ok(k) if k == total => return Ok(Some(done)),
+            Ok(0) => (
+                0,
+                Some(Error::new(
+                    ErrorKind::ConnReset,
+                    "tcp: the socket takes no more data",
+                )),
+            ),
+            Ok(k) => (k, None),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => (0, None),
+            Err(e) => (0, Some(e.into())),
+        };
+        let body = self.body(src);
+        let mut item = TxItem::new(frame, body, done);
+        item.sent = sent;
+        self.push(item);
+        match err {
+            Some(e) => Err(e),
+            None => Ok(None),
+        }
+    }
+
     /// Takes every queued frame (the connection failed).
     pub(crate) fn drain(&mut self) -> impl Iterator<Item = TxItem> + '_ {
         self.stage.clear();

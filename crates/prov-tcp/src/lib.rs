@@ -58,11 +58,15 @@
 //! # Data path
 //!
 //! - **Sending.** A frame's headers are encoded on the stack; the payload
-//!   goes from the user's buffer, so a message costs one `sendmsg` when the
-//!   socket takes it. What the socket does not take waits in the
-//!   connection's queue; queued frames are written together (up to 64
-//!   iovecs per `sendmsg`). Injected data is copied into a staging buffer
-//!   that is reused. Messages of up to 32 KiB go eagerly in one frame;
+//!   goes from the user's buffer (injected bytes too), so a message costs
+//!   one `sendmsg` when the socket takes it. What the socket does not take
+//!   waits in the connection's queue (the rest of injected data copied
+//!   into a reused staging buffer); queued frames are written together (up
+//!   to 64 iovecs per `sendmsg`). Messages of up to 32 KiB go eagerly in
+//!   one frame, and so do lone ones of up to 64 KiB (nothing else of the
+//!   endpoint in flight and no other send posted since the last progress
+//!   call: a ping-pong saves a round trip, while a burst of sends keeps
+//!   rendezvous, whose data leaves in fewer, larger `sendmsg` calls);
 //!   larger ones by rendezvous: `MsgRts` / `TaggedRts` announce them, the
 //!   receiver answers `Cts` once a receive matches (with the length it
 //!   takes: truncation is the receiver's error), and the sender streams
@@ -232,7 +236,9 @@
 //! Rendezvous (8 bytes): one u64: the message length (`MsgRts`,
 //! `TaggedRts`), the length the receiver accepts (`Cts`; 0 to discard, and
 //! 0 with a status) or the offset of the chunk (`RndvData`). A message
-//! larger than the eager limit (32 KiB) is announced with an RTS; the
+//! larger than the sender's eager limit (32 KiB, or 64 KiB for a lone
+//! message; a sender's choice, receivers take eager messages up to
+//! `max_msg_size`) is announced with an RTS; the
 //! receiver answers `Cts` once a receive matches it, and the sender sends
 //! `RndvData` (today one chunk of the accepted length; a receiver accepts
 //! consecutive chunks, other frames may come in between). The `id` of
