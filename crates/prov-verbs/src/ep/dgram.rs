@@ -409,10 +409,11 @@ impl Inner {
     }
 
     fn progress_locked(&self, st: &mut State) -> Result<()> {
-        let mut wcs = [ibv_wc::default(); 16];
+        let mut wcs = [std::mem::MaybeUninit::<ibv_wc>::uninit(); 16];
         loop {
-            let n = self.cq.poll(&mut wcs)?;
-            for wc in &wcs[..n] {
+            let polled = self.cq.poll(&mut wcs)?;
+            let n = polled.len();
+            for wc in polled {
                 self.handle_wc(st, wc);
             }
             if n < wcs.len() {

@@ -1364,10 +1364,11 @@ impl Engine {
                 self.handle_cm(st, e);
             }
         }
-        let mut wcs = [ibv_wc::default(); 16];
+        let mut wcs = [std::mem::MaybeUninit::<ibv_wc>::uninit(); 16];
         loop {
-            let n = self.cq.poll(&mut wcs)?;
-            for wc in &wcs[..n] {
+            let polled = self.cq.poll(&mut wcs)?;
+            let n = polled.len();
+            for wc in polled {
                 self.handle_wc(st, wc);
             }
             if n < wcs.len() {

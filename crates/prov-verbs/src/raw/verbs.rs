@@ -1,6 +1,7 @@
 //! Memory regions, completion queues with their channels, and work
 //! request posting.
 
+use std::mem::MaybeUninit;
 use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 
@@ -119,16 +120,20 @@ impl HwCq {
         self.cq.0
     }
 
-    /// Polls up to `out.len()` completions; the number polled.
+    /// Polls up to `out.len()` completions into `out` (left uninitialised
+    /// by the caller: nothing zeroes it per call); the polled ones.
     #[inline]
-    pub(crate) fn poll(&self, out: &mut [ibv_wc]) -> Result<usize> {
+    pub(crate) fn poll<'a>(&self, out: &'a mut [MaybeUninit<ibv_wc>]) -> Result<&'a [ibv_wc]> {
         let n = i32::try_from(out.len()).unwrap_or(i32::MAX);
-        // SAFETY: live CQ; `out` has `n` writable entries.
-        let rc = unsafe { inline::ibv_poll_cq(self.cq.0, n, out.as_mut_ptr()) };
+        // SAFETY: live CQ; `out` has `n` writable entries (the driver only
+        // writes them).
+        let rc = unsafe { inline::ibv_poll_cq(self.cq.0, n, out.as_mut_ptr().cast::<ibv_wc>()) };
         if rc < 0 {
             return Err(from_errno(-rc, "ibv_poll_cq"));
         }
-        Ok(rc as usize)
+        let n = (rc as usize).min(out.len());
+        // SAFETY: the driver initialised the first `n` entries.
+        Ok(unsafe { std::slice::from_raw_parts(out.as_ptr().cast::<ibv_wc>(), n) })
     }
 
     /// Asks for an event on the channel at the next completion.
