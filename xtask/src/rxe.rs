@@ -1,5 +1,6 @@
 //! `cargo xtask rxe [--keep] [--kvm] [--bench] [--timeout SECS] [--features LIST]
-//! [-- TEST ARGS]`: the soft-RoCE (rxe) test rig.
+//! [--extra-test PATH]... [--script PATH] [-- TEST ARGS]`: the soft-RoCE (rxe)
+//! test rig.
 //!
 //! CI machines have neither an RDMA NIC nor rxe in their kernel, so the rig
 //! boots Debian's own kernel under QEMU (`../shared/notes/rxe-rig.md`):
@@ -31,6 +32,11 @@
 //! host prints the table of one-way latencies (each cell the median of
 //! the passes) with ratios, the minima, and the probe's figures (also
 //! written to `target/rxe/bench.txt`).
+//!
+//! `--script PATH` runs a shell script of one's own in the guest instead
+//! of the tests (after the devices are up; `$FABRIC` is the release CLI,
+//! `say` prints a line): PASS when it exits with 0. For reproducing
+//! problems, e.g. a loop of `fabric pingpong` runs.
 
 mod cpio;
 mod guest;
@@ -85,7 +91,7 @@ const TOOLS: &[&str] = &["ibv_devices", "ibv_devinfo", "ibv_rc_pingpong", "rdma"
 /// does not list them.
 const DLOPENED: &[&str] = &["libibverbs.so.1", "librdmacm.so.1"];
 
-const USAGE: &str = "usage: cargo xtask rxe [--keep] [--kvm] [--bench] [--timeout SECS] [--features LIST] [--extra-test PATH]... [-- TEST ARGS]
+const USAGE: &str = "usage: cargo xtask rxe [--keep] [--kvm] [--bench] [--timeout SECS] [--features LIST] [--extra-test PATH]... [--script PATH] [-- TEST ARGS]
 
 Runs the verbs provider's tests inside a QEMU guest with two soft-RoCE
 devices (rxe0 on 10.99.0.1/24, rxe1 on 10.99.1.1/24).
@@ -97,6 +103,8 @@ devices (rxe0 on 10.99.0.1/24, rxe1 on 10.99.1.1/24).
   --timeout SECS    kill a guest that has not finished by then (default 900)
   --features LIST   features for `cargo test -p prov-verbs`
   --extra-test PATH also run this test binary in the guest (checks the rig)
+  --script PATH     instead of the tests, run this shell script in the guest
+                    (release CLI as $FABRIC; PASS when it exits with 0)
   -- TEST ARGS      given to every test binary, e.g. `-- --test-threads=1 cq`";
 
 #[derive(Debug, PartialEq)]
@@ -107,6 +115,7 @@ struct Options {
     timeout: Duration,
     features: Option<String>,
     extra_tests: Vec<PathBuf>,
+    script: Option<PathBuf>,
     test_args: Vec<String>,
 }
 
@@ -119,6 +128,7 @@ fn parse_options(args: &[String]) -> Result<Option<Options>, String> {
         timeout: Duration::from_secs(900),
         features: None,
         extra_tests: Vec::new(),
+        script: None,
         test_args: Vec::new(),
     };
     let mut it = args.iter();
@@ -141,6 +151,10 @@ fn parse_options(args: &[String]) -> Result<Option<Options>, String> {
             "--extra-test" => {
                 let path = it.next().ok_or("--extra-test needs a path")?;
                 o.extra_tests.push(PathBuf::from(path));
+            }
+            "--script" => {
+                let path = it.next().ok_or("--script needs a path")?;
+                o.script = Some(PathBuf::from(path));
             }
             "-h" | "--help" => return Ok(None),
             "--" => {
@@ -373,9 +387,9 @@ fn build(w: &Workspace, o: &Options) -> Result<Built, String> {
         }
         tests.push(extra.clone());
     }
-    // Measured with --bench: optimised then.
+    // Measured with --bench (and --script): optimised then.
     let mut cli = vec!["build", "-p", "fabric-cli", "--features", "verbs"];
-    if o.bench {
+    if o.bench || o.script.is_some() {
         cli.push("--release");
     }
     let fabric = executables(w, &cli, |a| {
@@ -565,6 +579,12 @@ fn pack(
         modules.push(guest);
     }
 
+    let script = match &o.script {
+        Some(p) => {
+            Some(fs::read_to_string(p).map_err(|e| format!("--script {}: {e}", p.display()))?)
+        }
+        None => None,
+    };
     let plan = guest::Plan {
         marker,
         modules,
@@ -572,6 +592,7 @@ fn pack(
         tests,
         test_args: &o.test_args,
         bench: o.bench,
+        script: script.as_deref(),
     };
     let script = guest::init_script(&plan);
     img.add(

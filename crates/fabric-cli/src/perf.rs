@@ -660,6 +660,19 @@ const SPIN_FOR: Duration = Duration::from_micros(20);
 /// before it blocks in `sread`.
 const POLL_FOR: Duration = Duration::from_millis(2);
 
+/// Empty CQ reads before [`wait_one`] first reads the clock (the start of
+/// its spin). More would save readings where they are slow, but lengthen
+/// the spin where reads are slow too (`tcp`: a system call each), which
+/// one core shared by both sides pays for in every message.
+const SPIN_FIRST: u32 = 1;
+
+/// Empty CQ reads between [`wait_one`]'s clock readings while it spins.
+const SPIN_CHECK: u32 = 64;
+
+/// Yields between clock readings while [`wait_one`] yields (each yield is
+/// a system call already; a clock reading per yield would double it).
+const YIELD_CHECK: u32 = 8;
+
 /// Waits for one completion; `Err` on an error completion or after 60 s.
 ///
 /// Like `fi_pingpong` and `ibv_rc_pingpong`, it polls the CQ (each read
@@ -671,7 +684,11 @@ const POLL_FOR: Duration = Duration::from_millis(2);
 /// message), and after [`POLL_FOR`] blocks in `sread`.
 pub(crate) fn wait_one(side: &Side) -> fabric::Result<CqEntry> {
     let mut e = [CqEntry::default()];
-    let start = Instant::now();
+    // The clock is read rarely: in some virtual machines a reading costs
+    // several CQ reads (an emulated HPET access, ~0.7 us). A completion
+    // that is there already (the second of a round, often) costs no
+    // reading at all; the spin's clock starts after the first empty read.
+    let mut start: Option<Instant> = None;
     let mut reads = 0u32;
     let mut yielding = false;
     loop {
@@ -680,17 +697,19 @@ pub(crate) fn wait_one(side: &Side) -> fabric::Result<CqEntry> {
             Err(err) if err.kind() == ErrorKind::Again => {}
             Err(err) => return cq_failure(side, err),
         }
+        reads = reads.wrapping_add(1);
         if yielding {
             std::thread::yield_now();
-            if start.elapsed() >= POLL_FOR {
+            if reads % YIELD_CHECK == 0 && start.is_some_and(|t| t.elapsed() >= POLL_FOR) {
                 break;
             }
-        } else {
-            // The clock is read every 64 reads while spinning. No
-            // `spin_loop` hint: under emulation (QEMU's TCG) a PAUSE leaves
-            // the translated code, which delays noticing the completion.
-            reads = reads.wrapping_add(1);
-            yielding = reads % 64 == 0 && start.elapsed() >= SPIN_FOR;
+        } else if reads == SPIN_FIRST {
+            start = Some(Instant::now());
+        } else if reads > SPIN_FIRST && (reads - SPIN_FIRST) % SPIN_CHECK == 0 {
+            // No `spin_loop` hint: under emulation (QEMU's TCG) a PAUSE
+            // leaves the translated code, which delays noticing the
+            // completion.
+            yielding = start.is_some_and(|t| t.elapsed() >= SPIN_FOR);
         }
     }
     match side.cq.sread(&mut e, Some(Duration::from_secs(60))) {

@@ -103,6 +103,7 @@ fn session(args: &PingpongArgs) -> fabric::Result<()> {
     let mut s = perf::connect(c, caps)?;
     let max = c.sizes.0.iter().copied().max().unwrap_or(1);
     let mut bufs = Buffers::new(&s.side, max)?;
+    let mut track = Track::default();
     let warmup = args.warmup.unwrap_or((c.iterations / 10).max(1));
     let rounds = warmup + c.iterations;
     if !c.json {
@@ -119,17 +120,34 @@ fn session(args: &PingpongArgs) -> fabric::Result<()> {
         // of their own for unexpected messages (verbs' RC queue pairs)
         // would make the sender retry after a receiver-not-ready timer.
         // The first round's is posted before both sides agree on the size.
+        track.by_ctx = [0; 4];
         post_recv(args, &s, &mut bufs, size)?;
         s.ctl.sync(s.client, &format!("size {size}"))?;
         for i in 0..warmup {
-            round(args, &s, &mut bufs, size, i as u64, i + 1 < rounds)?;
+            round(
+                args,
+                &s,
+                &mut bufs,
+                &mut track,
+                size,
+                i as u64,
+                i + 1 < rounds,
+            )?;
         }
         // One clock reading at each end, as fi_pingpong: where reading the
         // clock is slow (a system call in some virtual machines), a
         // reading per round would count in the latency.
         let t = Instant::now();
         for i in warmup..rounds {
-            round(args, &s, &mut bufs, size, i as u64, i + 1 < rounds)?;
+            round(
+                args,
+                &s,
+                &mut bufs,
+                &mut track,
+                size,
+                i as u64,
+                i + 1 < rounds,
+            )?;
         }
         let elapsed = t.elapsed();
         let row = Row {
@@ -145,7 +163,7 @@ fn session(args: &PingpongArgs) -> fabric::Result<()> {
     s.ctl.sync(s.client, "done")
 }
 
-/// Posts the receive of the next message (context 1).
+/// Posts the receive of the next message (context [`RX`]).
 fn post_recv(
     args: &PingpongArgs,
     s: &Session,
@@ -162,7 +180,7 @@ fn post_recv(
         addr: FiAddr::UNSPEC,
         tag: 7,
         ignore: 0,
-        context: 1,
+        context: RX,
         data: 0,
     };
     // SAFETY: `bufs` outlives the receive: every posted receive completes
@@ -177,6 +195,90 @@ fn post_recv(
     }
 }
 
+/// The context of receives.
+const RX: u64 = 1;
+/// The context of sends (injects report no completion).
+const TX: u64 = 2;
+
+/// Completions of a run: what a round carries over to the next, and what
+/// a run that times out reports.
+#[derive(Debug, Default)]
+struct Track {
+    /// The next round's message came already, while this side still
+    /// waited for its own send to complete: the peer's acknowledgement of
+    /// that send can come after the peer's next message (the answer to
+    /// the send), as it does on soft-RoCE.
+    early_rx: bool,
+    /// Completions seen.
+    seen: u64,
+    /// The contexts of the last few.
+    recent: [u64; 8],
+    /// Completions of the current size by context: 0, 1, 2, others.
+    by_ctx: [u64; 4],
+}
+
+impl Track {
+    fn note(&mut self, context: u64) {
+        self.recent[(self.seen % 8) as usize] = context;
+        self.by_ctx[context.min(3) as usize] += 1;
+        self.seen += 1;
+    }
+
+    /// The contexts of the last few completions, oldest first.
+    fn last(&self) -> Vec<u64> {
+        let n = self.seen.min(8);
+        (0..n)
+            .rev()
+            .map(|k| self.recent[((self.seen - 1 - k) % 8) as usize])
+            .collect()
+    }
+}
+
+/// The completion handling of one round: `pending_tx`, whether this
+/// side's send (the client's) is out already; `next` waits for the next
+/// completion's context; `on_rx` handles this round's message and returns
+/// whether it sent a send that completes (the server's answer).
+///
+/// The round ends when its message has come and its send has completed.
+/// A second receive completion in the round is the next round's message
+/// (the peer may answer before this side sees its send complete): it is
+/// carried over in `track.early_rx` and handled first by the next round,
+/// so that the rounds stay in step with the peer's.
+fn drive(
+    track: &mut Track,
+    mut pending_tx: bool,
+    mut next: impl FnMut(&Track, bool, bool) -> fabric::Result<u64>,
+    mut on_rx: impl FnMut() -> fabric::Result<bool>,
+) -> fabric::Result<()> {
+    let mut got_rx = false;
+    if std::mem::take(&mut track.early_rx) {
+        got_rx = true;
+        pending_tx |= on_rx()?;
+    }
+    while !got_rx || pending_tx {
+        let context = next(track, got_rx, pending_tx)?;
+        track.note(context);
+        match context {
+            RX if got_rx => {
+                if track.early_rx {
+                    return Err(fabric::Error::new(
+                        fabric::ErrorKind::Io,
+                        "pingpong: a third message in one round (the peer is out of step)",
+                    ));
+                }
+                track.early_rx = true;
+            }
+            RX => {
+                got_rx = true;
+                pending_tx |= on_rx()?;
+            }
+            TX => pending_tx = false,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// One round trip: the client sends first, the server answers. The
 /// receive of this round is already posted; the next round's (`more`) is
 /// posted as soon as this one's message has been checked, before the
@@ -185,6 +287,7 @@ fn round(
     args: &PingpongArgs,
     s: &Session,
     bufs: &mut Buffers,
+    track: &mut Track,
     size: usize,
     seq: u64,
     more: bool,
@@ -214,11 +317,11 @@ fn round(
             addr: peer,
             tag: 7,
             ignore: 0,
-            context: 2,
+            context: TX,
             data: 0,
         };
         // SAFETY: `bufs` outlives the send: its completion is awaited
-        // before this function returns.
+        // before this round ends.
         unsafe {
             if tagged {
                 side.ep.tsendmsg(&smsg, OpFlags::empty())?
@@ -228,30 +331,100 @@ fn round(
         };
         Ok(true)
     };
-    let mut pending_tx = false;
-    if client {
-        pending_tx = send(bufs, seq * 2)?;
-    }
-    let mut got_rx = false;
-    while !got_rx || pending_tx {
-        let e = perf::wait_one(side)?;
-        match e.context {
-            1 => {
-                got_rx = true;
-                if args.common.verify {
-                    let seed = if client { seq * 2 + 1 } else { seq * 2 };
-                    perf::check(&bufs.rx[..size], seed, size)?;
-                }
-                if more {
-                    post_recv(args, s, bufs, size)?;
-                }
-                if !client {
-                    pending_tx = send(bufs, seq * 2 + 1)?;
-                }
+    let pending_tx = if client { send(bufs, seq * 2)? } else { false };
+    let next = |track: &Track, got_rx: bool, pending_tx: bool| -> fabric::Result<u64> {
+        perf::wait_one(side).map(|e| e.context).map_err(|err| {
+            if err.kind() != fabric::ErrorKind::TimedOut {
+                return err;
             }
-            2 => pending_tx = false,
-            _ => {}
+            fabric::Error::new(
+                err.kind(),
+                format!(
+                    "{} ({} at {size} B, round {seq}, waiting for {}; {} completions seen, {:?} of contexts 0, 1, 2 and others at this size, the last contexts {:?})",
+                    err.detail(),
+                    if client { "client" } else { "server" },
+                    match (got_rx, pending_tx) {
+                        (false, true) => "the message and the send",
+                        (false, false) => "the message",
+                        _ => "the send",
+                    },
+                    track.seen,
+                    track.by_ctx,
+                    track.last(),
+                ),
+            )
+        })
+    };
+    let on_rx = || -> fabric::Result<bool> {
+        if args.common.verify {
+            let seed = if client { seq * 2 + 1 } else { seq * 2 };
+            perf::check(&bufs.rx[..size], seed, size)?;
         }
+        if more {
+            post_recv(args, s, bufs, size)?;
+        }
+        if client {
+            Ok(false)
+        } else {
+            send(bufs, seq * 2 + 1)
+        }
+    };
+    drive(track, pending_tx, next, on_rx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs rounds over a scripted completion stream; returns each
+    /// round's number for every `on_rx`, and the completions left.
+    fn play(rounds: u64, client: bool, stream: &[u64]) -> fabric::Result<(Vec<u64>, usize)> {
+        let mut track = Track::default();
+        let mut it = stream.iter().copied();
+        let mut handled = Vec::new();
+        for seq in 0..rounds {
+            let next = |_: &Track, _: bool, _: bool| {
+                it.next()
+                    .ok_or_else(|| fabric::Error::new(fabric::ErrorKind::TimedOut, "no completion"))
+            };
+            drive(&mut track, client, next, || {
+                handled.push(seq);
+                Ok(!client)
+            })?;
+        }
+        assert!(!track.early_rx, "a message left over");
+        Ok((handled, it.count()))
     }
-    Ok(())
+
+    #[test]
+    fn rounds_in_order() -> fabric::Result<()> {
+        assert_eq!(
+            play(3, false, &[RX, TX, RX, TX, RX, TX])?,
+            (vec![0, 1, 2], 0)
+        );
+        assert_eq!(play(2, true, &[TX, RX, RX, TX])?, (vec![0, 1], 0));
+        Ok(())
+    }
+
+    #[test]
+    fn an_answer_before_the_own_send_completion_is_the_next_round_message() -> fabric::Result<()> {
+        // The server's send of round 0 completes after the client's
+        // message of round 1 arrived: round 1 must not wait for another.
+        assert_eq!(
+            play(3, false, &[RX, RX, TX, TX, RX, TX])?,
+            (vec![0, 1, 2], 0)
+        );
+        // Twice in a row.
+        assert_eq!(
+            play(3, false, &[RX, RX, TX, RX, TX, TX])?,
+            (vec![0, 1, 2], 0)
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn other_contexts_are_ignored() -> fabric::Result<()> {
+        assert_eq!(play(2, false, &[0, RX, 0, TX, 7, RX, TX])?, (vec![0, 1], 0));
+        Ok(())
+    }
 }

@@ -23,6 +23,8 @@ pub(super) struct Plan<'a> {
     pub(super) test_args: &'a [String],
     /// Instead of the tests, compare latencies ([`BENCH`]).
     pub(super) bench: bool,
+    /// Instead of the tests, this shell script (`--script`).
+    pub(super) script: Option<&'a str>,
 }
 
 /// Sizes of the latency comparison (`--bench`), 1 B to 4 KiB.
@@ -248,6 +250,12 @@ pub(super) fn init_script(plan: &Plan<'_>) -> String {
         bench(&mut s, &plan.tests);
         return s;
     }
+    if let Some(script) = plan.script {
+        s.push_str("say \"running the --script\"\n(\n");
+        s.push_str(script);
+        s.push_str("\n) && finish PASS\nfinish FAIL\n");
+        return s;
+    }
     let args: Vec<String> = plan.test_args.iter().map(|a| quote(a)).collect();
     for t in &plan.tests {
         let _ = writeln!(s, "run_test {} {}", quote(t), args.join(" "));
@@ -352,6 +360,7 @@ mod tests {
             tests: vec!["/rxe/tests/one".into(), "/rxe/tests/two".into()],
             test_args: &args,
             bench: false,
+            script: None,
         };
         let s = init_script(&plan);
         assert!(s.starts_with("#!/bin/busybox sh\n"));
@@ -365,6 +374,24 @@ mod tests {
     }
 
     #[test]
+    fn a_script_of_ones_own_replaces_the_tests() {
+        let plan = Plan {
+            marker: "m-1",
+            modules: vec![],
+            fabric: "/usr/bin/fabric",
+            tests: vec!["/rxe/tests/one".into()],
+            test_args: &[],
+            bench: false,
+            script: Some("\"$FABRIC\" pingpong --self -p verbs"),
+        };
+        let s = init_script(&plan);
+        assert!(!s.contains("run_test '/rxe/tests/one'"));
+        assert!(!s.contains("run_perf "));
+        assert!(s.contains("(\n\"$FABRIC\" pingpong --self -p verbs\n) && finish PASS\n"));
+        assert!(s.trim_end().ends_with("finish FAIL"));
+    }
+
+    #[test]
     fn the_bench_script_runs_every_tool_and_no_test() {
         let plan = Plan {
             marker: "m-1",
@@ -373,6 +400,7 @@ mod tests {
             tests: vec!["/rxe/tests/one".into()],
             test_args: &[],
             bench: true,
+            script: None,
         };
         let s = init_script(&plan);
         assert!(!s.contains("run_test '/rxe/tests/one'"));
