@@ -46,7 +46,7 @@ pub const ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: SPLIT_MIN_VAR,
         kind: "Integer",
-        help: "Smallest rendezvous message whose copy is split between receiver and sender (default 65536).",
+        help: "Smallest rendezvous message whose copy is split between receiver and sender (default 32768).",
     },
     EnvVar {
         name: EAGER_MAX_VAR,
@@ -103,12 +103,12 @@ pub fn eager_max() -> usize {
 pub const SPLIT_MIN_VAR: &str = "FI_SHM_SPLIT_MIN";
 
 /// The default smallest split rendezvous: from this size on, a message
-/// pulled with cross-memory attach is copied half by the receiver and
-/// half by the sender, at once. See the [crate docs](crate#thresholds).
-pub const SPLIT_MIN: usize = 64 * 1024;
+/// pulled with cross-memory attach is copied partly by the receiver and
+/// partly by the sender, at once. See the [crate docs](crate#thresholds).
+pub const SPLIT_MIN: usize = 32 * 1024;
 
 /// The split threshold in effect: [`SPLIT_MIN_VAR`] when set to a number,
-/// else [`SPLIT_MIN`]; never below 8 KiB (two pages per side).
+/// else [`SPLIT_MIN`]; never below 8 KiB.
 pub fn split_min() -> usize {
     std::env::var(SPLIT_MIN_VAR)
         .ok()

@@ -64,7 +64,7 @@
 //! | message, inject | ≤ 1 KiB | `MSG`, payload inline in the slot | 2 |
 //! | message | ≤ [eager limit](getinfo::EAGER_MAX) (4 KiB) | `MSG`, payload in one bounce buffer | 2 |
 //! | message | larger | `RTS` with the sender's iovecs; the receiver pulls with `process_vm_readv` into the matched buffer, then `ACK` | 1 |
-//! | message | ≥ [split limit](getinfo::SPLIT_MIN) (64 KiB) | `RTS`; the receiver sends `SPLIT` with its buffer's second half, pulls the first half while the sender writes the second with `process_vm_writev` (`PUT_DONE`), then `ACK` | 1, on two cores at once |
+//! | message | ≥ [split limit](getinfo::SPLIT_MIN) (32 KiB) | `RTS`; the receiver sends `SPLIT` with the tail of its buffer, pulls the head (6 KiB more than half) and sends `ACK` (flag HEAD) while the sender writes the tail with `process_vm_writev` and sends `PUT_DONE` | 1, on two cores at once |
 //! | message, no CMA | larger | `RTS`; receiver answers `CTS` once matched; sender pushes `DATA` chunks of one bounce buffer each; `ACK` | 2 |
 //! | RMA write | ≤ eager limit | `WRITE` with the data after the descriptor; `ACK` | 2 |
 //! | RMA write | larger | `WRITE` with the initiator's iovecs; target pulls into the checked ranges; `ACK` | 1 |
@@ -75,7 +75,9 @@
 //!
 //! Sends complete when their data left the user buffer: eager messages at
 //! once (the data is in the target's memory, FI_TRANSMIT_COMPLETE),
-//! rendezvous messages on the receiver's `ACK`. With
+//! rendezvous messages on the receiver's `ACK` (split ones on the early
+//! `ACK` once the sender's own write worked; when it failed, the receiver
+//! pulls the tail itself and acknowledges again at the end). With
 //! FI_DELIVERY_COMPLETE an eager message asks for an `ACK` once it is in
 //! the receive buffer. RMA and atomics complete on the target's `ACK`
 //! (writes once applied). `inject_write` and injected atomics report no
@@ -106,17 +108,31 @@
 //!   rendezvous from 8 KiB (6.7-7.8 GB/s against 4.8-5.3). The bounce
 //!   copies are slower than `memcpy` because they use volatile accesses
 //!   (see [`region`], "Soundness").
-//! - **Split limit: 64 KiB** ([`getinfo::SPLIT_MIN`], `FI_SHM_SPLIT_MIN`):
+//! - **Split limit: 32 KiB** ([`getinfo::SPLIT_MIN`], `FI_SHM_SPLIT_MIN`):
 //!   from it on (once a cross-memory attach with the peer has worked), the
-//!   copy of a rendezvous message is split at half (on a page) between
-//!   the receiver and the sender, which is idle waiting for its `ACK`
-//!   anyway; it costs one more command each way. Same setup, one-way
-//!   latency in us, receiver-only / split:
+//!   copy of a rendezvous message is split between the receiver and the
+//!   sender, which is idle waiting for its `ACK` anyway; it costs one more
+//!   command each way (`SPLIT`, `PUT_DONE`). The sender starts about one
+//!   command later and its `PUT_DONE` takes one more to arrive, so the
+//!   receiver takes 12 KiB (`SPLIT_BIAS`) more than the sender, at most
+//!   three quarters, on a cache line (64 KiB: 38 KiB / 26 KiB); its
+//!   `ACK` leaves as soon as its own part is in place, so that the
+//!   completion of the receive is not behind it. Same setup (2-vCPU KVM
+//!   guest, 2026-11-25), medians of 5 alternating runs, one-way latency
+//!   in us, receiver-only (`FI_SHM_SPLIT_MIN=1073741824`) / split:
 //!
 //!   | size | 32 KiB | 48 KiB | 64 KiB | 128 KiB | 256 KiB | 1 MiB | 4 MiB |
 //!   |---|---|---|---|---|---|---|---|
-//!   | receiver pulls all | 2.98-3.38 | 3.52-3.62 | 4.13 | 6.50-6.53 | 11.1 | 62.6 | 429 |
-//!   | split | 3.43-3.87 | 3.61-3.66 | 4.04-4.06 | 5.19-5.30 | 7.65 | 33.8 | 232 |
+//!   | receiver pulls all | 2.51 | 2.92 | 3.44 | 5.59 | 10.1 | 53.0 | 360 |
+//!   | split | 2.45 | 2.71 | 2.96 | 4.07 | 6.28 | 28.5 | 202 |
+//!
+//!   In `fabric pingpong` (pinned to cores 1 and 0, medians of 5 runs
+//!   alternating with `fi_pingpong -p shm`), the even split on a page with
+//!   the `ACK` at the end took 3.42 us at 64 KiB, this one 2.98
+//!   (`fi_pingpong`: 3.92). The bias was chosen there among 0, 8, 10, 12,
+//!   14 and 16 KiB at 64 KiB (3.12, 3.08, 3.06, 3.05, 3.02, 3.02 us: flat
+//!   from 8 KiB; 12 KiB also suits 32 KiB). A split does not pay below
+//!   32 KiB: 16 KiB took 1.97 us split against 1.80 whole.
 //! - **Inject size: 1 KiB** (`tx_attr.inject_size`): injects always travel
 //!   inline.
 //! - **Chunks** of pushed data: one bounce buffer (32 KiB).
@@ -134,14 +150,16 @@
 //! | `RTS` | 3 | TAGGED, CQ_DATA, PUSH | tag | CQ data | \[length, op id\] | (address, length) × 1..4 |
 //! | `CTS` | 4 | - | op id | transfer id | \[bytes accepted\] | - |
 //! | `DATA` | 5 | TO_TX | destination id | offset | - | a chunk |
-//! | `ACK` | 6 | - | op id | 0 or errno | - | results (reads, fetches) |
+//! | `ACK` | 6 | HEAD | op id | 0 or errno | - | results (reads, fetches) |
 //! | `WRITE` | 7 | CQ_DATA, PUSH, INLINE | op id | CQ data | - | descriptor \[+ data\] |
 //! | `READ` | 8 | PUSH | op id | - | - | descriptor |
 //! | `ATOMIC` | 9 | CQ_DATA | op id | CQ data | - | descriptor, operands, compare values |
 //! | `SPLIT` | 10 | - | op id | transfer id | \[split offset, bytes accepted\] | the receiver's buffer from the split on, (address, length) × 1..4 |
 //! | `PUT_DONE` | 11 | - | transfer id | 0 or errno | - | - |
 //!
-//! Flags: TAGGED 1, CQ_DATA 2, ACK_REQ 4, TO_TX 8, PUSH 16, INLINE 32.
+//! Flags: TAGGED 1, CQ_DATA 2, ACK_REQ 4, TO_TX 8, PUSH 16, INLINE 32,
+//! HEAD 64 (an `ACK` of a split rendezvous sent once the receiver's part
+//! is in place: it finishes the send unless the sender's write failed).
 //! The descriptor is little-endian `u64`s: a head word (bits 0-7 remote
 //! ranges 1..4, 8-15 local pieces 0..4, 16-23 atomic 0/1, 24-31 datatype,
 //! 32-39 operation, 40-47 atomic form; the rest zero), then (address,
@@ -196,7 +214,12 @@
 //! the engine and receives travel through lock-free queues. The engine of
 //! a domain ([`progress`]) runs under one mutex taken with `try_lock` by
 //! CQ / counter reads (a thread that finds it held leaves the work to the
-//! holder). See [`progress`] for how blocking reads sleep and are woken.
+//! holder). An operation handed to the engine (a rendezvous send, RMA,
+//! atomics) is started by the call that queued it when that `try_lock`
+//! succeeds, so its first command does not wait for the next CQ read
+//! (0.27 us from the send call to the `RTS` in the ring became 0.23 us
+//! at 64 KiB, traced). See [`progress`] for how blocking reads sleep and
+//! are woken.
 //!
 //! # Region layout
 //!
@@ -208,7 +231,7 @@
 //! | offset | size | field | written by |
 //! |---|---|---|---|
 //! | 0 | 8 | magic `b"fabrshm1"` | owner, at creation |
-//! | 8 | 4 | version (1) | owner, at creation |
+//! | 8 | 4 | version (2) | owner, at creation |
 //! | 12 | 4 | header size (512) | owner, at creation |
 //! | 16 | 8 | total size = file length | owner, at creation |
 //! | 24 | 4 | ring slots (power of two) | owner, at creation |

@@ -184,6 +184,19 @@ impl Engine {
         st.eps.iter_mut().find(|e| e.shared.id == id).map(f)
     }
 
+    /// Starts the operations endpoint `id` queued, at once, unless another
+    /// thread progresses the engine right now (it will start them): a
+    /// rendezvous announcement then leaves with the call that made it,
+    /// not with the next CQ read.
+    #[inline]
+    pub(crate) fn try_start(&self, id: u32) {
+        if let Ok(mut st) = self.state.try_lock() {
+            if let Some(ep) = st.eps.iter_mut().find(|e| e.shared.id == id) {
+                ep.start_queued();
+            }
+        }
+    }
+
     /// Wakes the auto-progress thread if it sleeps (after work was queued
     /// for it). Nothing under manual progress.
     #[inline]

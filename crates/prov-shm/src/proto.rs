@@ -66,8 +66,12 @@ pub(crate) mod flag {
     pub(crate) const PUSH: u16 = 16;
     /// `WRITE` carries its data after the descriptor.
     pub(crate) const INLINE: u16 = 32;
+    /// `ACK` of a split rendezvous sent as soon as the receiver's own part
+    /// is in place: it finishes the send only if the sender wrote its part
+    /// (otherwise the receiver pulls that part and acknowledges again).
+    pub(crate) const HEAD: u16 = 64;
     /// Every flag this version knows.
-    pub(crate) const ALL: u16 = TAGGED | CQ_DATA | ACK_REQ | TO_TX | PUSH | INLINE;
+    pub(crate) const ALL: u16 = TAGGED | CQ_DATA | ACK_REQ | TO_TX | PUSH | INLINE | HEAD;
 }
 
 /// The op id of an injected RMA write or atomic: no completion, the ACK

@@ -211,9 +211,9 @@ fn forged_headers_are_refused() {
         ),
         (
             "version",
-            W32(offsets::VERSION, 2),
+            W32(offsets::VERSION, 7),
             ErrorKind::Inval,
-            "version 2",
+            "version 7",
         ),
         (
             "header size",

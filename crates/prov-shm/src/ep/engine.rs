@@ -38,6 +38,12 @@ pub(crate) const MIN_MULTI_RECV: usize = 64;
 /// Most elements of one atomic operation.
 pub(crate) const MAX_ATOMIC_COUNT: usize = 1024;
 
+/// How many more bytes than the sender the receiver copies in a split
+/// rendezvous: about what it copies while the `SPLIT` travels to the
+/// sender and the `PUT_DONE` comes back. Measured: see the
+/// [crate docs](crate#thresholds).
+pub(crate) const SPLIT_BIAS: usize = 12 * 1024;
+
 /// Spare buffers for unexpected messages kept for reuse.
 const SPARE_BUFS: usize = 64;
 
@@ -134,6 +140,9 @@ pub(crate) struct RxXfer {
     pub got: usize,
     /// A part of a split transfer failed (reported once both are done).
     pub failed: Option<ErrorKind>,
+    /// The sender already had its `ACK` (split rendezvous: our part was in
+    /// place and the sender wrote its own): none is sent at the end.
+    pub acked: bool,
 }
 
 /// The engine's state of one endpoint.
@@ -203,6 +212,14 @@ impl EpRx {
         }
     }
 
+    /// Starts the operations handed over (from the call that queued them).
+    pub(crate) fn start_queued(&mut self) {
+        let sh = &*self.shared;
+        if let Some(b) = sh.bound.get() {
+            self.st.start_ops(sh, b);
+        }
+    }
+
     /// One pass: posted receives, the ring, operations to start, pushes,
     /// backlogs. Returns whether anything happened.
     pub(crate) fn progress(&mut self) -> bool {
@@ -212,9 +229,13 @@ impl EpRx {
         };
         let st = &mut self.st;
         let mut work = false;
-        while let Some(r) = sh.posted.pop() {
-            work = true;
-            st.take_post(sh, b, r);
+        // `is_empty` first: an empty `pop` costs a full fence, and this
+        // runs on every look of a polling reader.
+        if !sh.posted.is_empty() {
+            while let Some(r) = sh.posted.pop() {
+                work = true;
+                st.take_post(sh, b, r);
+            }
         }
         for _ in 0..RING_BUDGET {
             match self.rx.try_recv(|m, p| st.on_command(sh, b, m, &p)) {
@@ -667,6 +688,7 @@ impl RxState {
             want: accept,
             got: 0,
             failed: None,
+            acked: false,
         });
         self.reply(
             sh,
@@ -708,6 +730,7 @@ impl RxState {
             want: accept,
             got: 0,
             failed: None,
+            acked: false,
         });
         self.reply(
             sh,
@@ -725,6 +748,15 @@ impl RxState {
         // contract; the sender writes only the tail); the remote ranges are
         // interpreted by the kernel in the sender's address space.
         let res = unsafe { cma::transfer(pid, local.pieces(), &remote[..k], true) };
+        if res.is_ok() {
+            // Acknowledge now, while waiting for the sender's part: the
+            // sender finishes once its own write worked, and the ACK is off
+            // the path to our completion.
+            if let Some(x) = self.xfers.get_mut(xid) {
+                x.acked = true;
+            }
+            self.reply(sh, r.peer, Reply::AckHead { id: r.id });
+        }
         self.split_progress(sh, b, xid, split, res.err());
     }
 
@@ -804,6 +836,11 @@ impl RxState {
             ..crate::ring::Command::default()
         };
         let peer = op.peer.clone();
+        if status.is_some() {
+            if let Some(op) = self.ops.get_mut(c.tag) {
+                op.put_failed = true;
+            }
+        }
         if peer.sender.try_send(&cmd, &[]).is_err() {
             // The receiver's ring is full: queue it with the operations
             // to start (it only ever waits behind them).
@@ -816,7 +853,7 @@ impl RxState {
     fn on_put_done(&mut self, sh: &EpShared, b: &Binds, m: &Message) {
         let c = &m.cmd;
         let pi = self.peer_of(m);
-        let Some(x) = self.xfers.get(c.tag) else {
+        let Some(x) = self.xfers.get_mut(c.tag) else {
             return tracing::debug!("shm: PUT_DONE for an unknown transfer dropped");
         };
         let Some(r) = x.split.filter(|_| pi == Some(x.peer)) else {
@@ -826,6 +863,8 @@ impl RxState {
         let err = match proto::kind_of_status(c.data) {
             None => None,
             Some(_) => {
+                // The sender waits for a final ACK even after an early one.
+                x.acked = false;
                 // Pull the tail ourselves.
                 let tail = match &x.dest {
                     XferDest::Recv { op, .. } => op.buf.sub(split, want - split),
@@ -1301,7 +1340,9 @@ impl RxState {
                 }
             }
         }
-        self.reply(sh, x.peer, Reply::ack(x.op_id, err));
+        if !x.acked {
+            self.reply(sh, x.peer, Reply::ack(x.op_id, err));
+        }
     }
 
     // -----------------------------------------------------------------
@@ -1397,6 +1438,7 @@ impl RxState {
                     want: total,
                     got: 0,
                     failed: None,
+                    acked: false,
                 };
                 if total == 0 {
                     return self.finish_xfer(sh, b, x, None);
@@ -1623,9 +1665,13 @@ fn refusal(k: ErrorKind) -> ErrorKind {
     }
 }
 
-/// Where a split rendezvous of `len` bytes splits: half, on a page.
+/// Where a split rendezvous of `len` bytes splits: the receiver pulls
+/// the bytes before this point, the sender writes the rest. The sender
+/// starts one command later than the receiver and its `PUT_DONE` takes
+/// another to arrive, so the receiver takes [`SPLIT_BIAS`] more than half
+/// (at most three quarters), on a cache line.
 fn split_point(len: usize) -> usize {
-    (len / 2) & !4095
+    ((len + SPLIT_BIAS) / 2).min(len - len / 4) & !63
 }
 
 /// The first `len` bytes of a list of (address, length) pieces.

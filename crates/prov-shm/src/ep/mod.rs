@@ -95,6 +95,7 @@ impl ShmEndpoint {
             sh.outstanding.fetch_sub(1, Ordering::AcqRel);
             return Err(Error::again());
         }
+        self.engine.try_start(sh.id);
         self.engine.nudge();
         Ok(())
     }

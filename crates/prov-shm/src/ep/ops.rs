@@ -24,6 +24,8 @@ use crate::ring::{Command, Message, Payload, Sender};
 pub(crate) enum Reply<'a> {
     /// An operation is finished.
     Ack { id: u64, status: u64 },
+    /// The receiver's part of a split rendezvous is in place.
+    AckHead { id: u64 },
     /// An operation is finished and its results are these bytes.
     AckData { id: u64, bytes: &'a [u8] },
     /// Clear to send (push mode).
@@ -56,6 +58,16 @@ impl Reply<'_> {
                     src,
                     tag: id,
                     data: status,
+                    ..Command::default()
+                },
+                &[],
+            ),
+            Reply::AckHead { id } => (
+                Command {
+                    op: op::ACK,
+                    flags: flag::HEAD,
+                    src,
+                    tag: id,
                     ..Command::default()
                 },
                 &[],
@@ -123,6 +135,10 @@ pub(crate) struct TxOp {
     /// The target moves the data itself (cross-memory attach): its `ACK`
     /// means all of it is in place.
     pub cma: bool,
+    /// A split rendezvous whose part we were asked to write failed: the
+    /// target pulls it itself, so its early `ACK` (flag HEAD) does not
+    /// finish the operation.
+    pub put_failed: bool,
 }
 
 /// Where pushed data comes from.
@@ -169,7 +185,12 @@ impl RxState {
     pub(crate) fn start_ops(&mut self, sh: &EpShared, b: &Binds) -> bool {
         let mut work = false;
         loop {
-            let Some(req) = self.pending.pop_front().or_else(|| sh.txq.pop()) else {
+            // (`is_empty` first: an empty `pop` costs a full fence.)
+            let Some(req) = self
+                .pending
+                .pop_front()
+                .or_else(|| (!sh.txq.is_empty()).then(|| sh.txq.pop()).flatten())
+            else {
                 break;
             };
             if req.flags.contains(OpFlags::FENCE) && self.ops.len() > 0 {
@@ -358,6 +379,7 @@ impl RxState {
             expect,
             got: 0,
             cma: false,
+            put_failed: false,
         })
     }
 
@@ -407,6 +429,15 @@ impl RxState {
         };
         if op.peer.pid != m.sender_pid {
             return tracing::debug!("shm: ACK from a process that is not the target dropped");
+        }
+        if c.flags & flag::HEAD != 0 {
+            // The target's part of a split rendezvous is in place; ours is
+            // too unless our write failed (then the target pulls it and
+            // acknowledges again).
+            if !op.put_failed {
+                self.finish_op(sh, b, c.tag, None);
+            }
+            return;
         }
         if !p.is_empty() && status.is_none() {
             if p.len() > op.expect {

@@ -78,8 +78,10 @@ pub const NAME_PREFIX: &str = "fabric-shm-";
 /// The header's magic number: the bytes `fabrshm1` read as a little-endian
 /// `u64`.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"fabrshm1");
-/// The layout version this library writes and accepts.
-pub const VERSION: u32 = 1;
+/// The layout and protocol version this library writes and accepts: 2
+/// since the split rendezvous's early `ACK` (flag `HEAD`), which a version 1
+/// peer would not understand.
+pub const VERSION: u32 = 2;
 /// Size of the header area; the bounce metadata starts right after it.
 pub const HEADER_SIZE: usize = 512;
 /// A cache line on the machines we target.
