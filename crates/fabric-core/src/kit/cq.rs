@@ -113,7 +113,14 @@ impl CqCore {
         }
         let mut n = 0;
         while n < out.len() {
-            let next = match self.ring.pop() {
+            // `is_empty` first: an empty `pop` costs a full fence, and a
+            // polling reader mostly finds the queue empty.
+            let popped = if self.ring.is_empty() {
+                None
+            } else {
+                self.ring.pop()
+            };
+            let next = match popped {
                 Some(c) => Some(c),
                 None if self.overflow_len.load(Ordering::Acquire) > 0 => {
                     let mut o = lock(&self.overflow);
