@@ -861,7 +861,7 @@ fn report(
     }
     let _ = writeln!(
         m,
-        "## Streaming bandwidth (MB/s)\n\n`fabric bw` keeps 64 sends in flight (about {} MiB per run) from 64 buffers; the raw TCP stream writes the same sizes from the same number of buffers with `write_all` on one blocking socket, and the receiver reads them into 64 buffers (all pages touched before timing on both). Ratios: tcp against the raw stream, shm against single-thread memcpy at 1 MiB.\n",
+        "## Streaming bandwidth (MB/s)\n\n`fabric bw` keeps 64 sends in flight (about {} MiB per run) from 64 buffers; the raw TCP stream writes the same sizes from the same number of buffers with `write_all` on one blocking socket, and the receiver reads them into 64 buffers (all pages touched before timing on both). Ratios: tcp against the raw stream; shm against single-thread memcpy of one 1 MiB buffer, which stays in cache while the window's 64 buffers do not (so this ratio understates shm; the ping-pong bandwidth above reuses one buffer and compares with memcpy directly).\n",
         if o.quick { 256 } else { 1024 }
     );
     let memcpy = median(&floors.memcpy_mbps);
