@@ -21,7 +21,7 @@ pub(super) struct Plan<'a> {
     pub(super) tests: Vec<String>,
     /// Arguments given to every test binary.
     pub(super) test_args: &'a [String],
-    /// Instead of the tests, compare latencies ([`BENCH`]).
+    /// Instead of the tests, compare latencies (`--bench`).
     pub(super) bench: bool,
     /// Instead of the tests, this shell script (`--script`).
     pub(super) script: Option<&'a str>,
