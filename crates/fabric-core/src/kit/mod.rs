@@ -12,6 +12,7 @@
 #[allow(unsafe_code)]
 pub mod atomic;
 pub mod av;
+pub mod binds;
 pub mod cntr;
 pub mod cq;
 pub mod mr;

@@ -28,7 +28,7 @@ use fabric_core::objects::{
 };
 use fabric_core::{Address, Error, ErrorKind, Info, OpFlags, Result};
 
-use self::binds::{TxDone, msg_flags};
+use self::binds::{TxDone, TxReport, msg_flags};
 use self::engine::{EpRx, MAX_ATOMIC_COUNT};
 use self::shared::{EpShared, RecvOp, RmaList, RxReq, TxKind, TxReq, lock, register_own};
 use crate::getinfo::INJECT_SIZE;
@@ -163,7 +163,7 @@ impl ShmEndpoint {
             let (parts, n) = unsafe { buf.slices() };
             match peer.sender.try_send_parts(&cmd, &parts[..n]) {
                 Ok(()) => {
-                    b.tx_done(&done);
+                    b.tx_op_done(&done);
                     return Ok(());
                 }
                 Err(e) if e.kind() == ErrorKind::Again && !inject => {}
@@ -577,7 +577,7 @@ impl Endpoint for ShmEndpoint {
         if self.shared.enabled.load(Ordering::Acquire) {
             return Err(Error::new(ErrorKind::OpBadState, "bind after enable"));
         }
-        lock(&self.shared.binds).bind(what)
+        binds::bind(&mut lock(&self.shared.binds), what)
     }
 
     fn enable(&self) -> Result<()> {

@@ -11,7 +11,7 @@ use fabric_core::kit::atomic::AtomicKind;
 use fabric_core::objects::{MrAccess, RmaIov};
 use fabric_core::{Error, ErrorKind, OpFlags, Result};
 
-use super::binds::{Binds, TxDone};
+use super::binds::{Binds, TxDone, TxReport};
 use super::engine::RxState;
 use super::shared::{EpShared, TxKind, TxPeer, TxReq, peer_gone};
 use crate::pieces::{IOV_LIMIT, Pieces};
@@ -267,7 +267,7 @@ impl RxState {
                     }
                     if id.is_none() {
                         sh.outstanding.fetch_sub(1, Ordering::AcqRel);
-                        b.tx_done(&req.done);
+                        b.tx_op_done(&req.done);
                     }
                     return Ok(());
                 }
@@ -405,7 +405,7 @@ impl RxState {
         sh.outstanding.fetch_sub(1, Ordering::AcqRel);
         self.pushes.retain(|p| p.op != Some(id));
         match err {
-            None => b.tx_done(&op.done),
+            None => b.tx_op_done(&op.done),
             Some(e) => b.tx_failed(&op.done, &e),
         }
     }

@@ -13,13 +13,11 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use fabric_core::kit::cntr::CntrCore;
-use fabric_core::kit::cq::CqCore;
 use fabric_core::kit::mr::MrTable;
-use fabric_core::kit::objects::{Av, Cntr, Cq, Eq, EqCore, Progress};
+use fabric_core::kit::objects::Progress;
 use fabric_core::objects::{
-    AtomicMsg, AtomicOp, AtomicOps, Bind, CmOps, CompletionFlags, CqEntry, CqErrEntry, Datatype,
-    Endpoint, FiAddr, Msg, MsgOps, RmaIov, RmaMsg, RmaOps, TaggedOps,
+    AtomicMsg, AtomicOp, AtomicOps, Bind, CmOps, Datatype, Endpoint, FiAddr, Msg, MsgOps, RmaIov,
+    RmaMsg, RmaOps, TaggedOps,
 };
 use fabric_core::{Address, Caps, Error, ErrorKind, Info, OpFlags, Result};
 
@@ -28,179 +26,22 @@ use crate::conn::{Pieces, Src};
 use crate::progress::{Poller, token};
 use crate::wire::AtomicKind;
 
-/// What an endpoint is bound to.
-#[derive(Debug, Default, Clone)]
-pub(crate) struct Binds {
-    pub tx_cq: Option<Arc<CqCore>>,
-    pub tx_selective: bool,
-    pub rx_cq: Option<Arc<CqCore>>,
-    pub rx_selective: bool,
-    pub av: Option<Arc<fabric_core::kit::av::AvTable>>,
-    pub eq: Option<Arc<EqCore>>,
-    pub cntr_send: Option<Arc<CntrCore>>,
-    pub cntr_recv: Option<Arc<CntrCore>>,
-    pub cntr_read: Option<Arc<CntrCore>>,
-    pub cntr_write: Option<Arc<CntrCore>>,
-    pub cntr_remote_read: Option<Arc<CntrCore>>,
-    pub cntr_remote_write: Option<Arc<CntrCore>>,
-}
+use fabric_core::kit::binds::Accepts;
+pub(crate) use fabric_core::kit::binds::{Binds, msg_flags};
 
-impl Binds {
-    /// Applies one `fi_ep_bind`.
-    fn bind(&mut self, what: Bind<'_>, kind: Kind) -> Result<()> {
-        match what {
-            Bind::Cq {
-                cq,
-                transmit,
-                recv,
-                selective,
-            } => {
-                let cq = cq
-                    .as_any()
-                    .downcast_ref::<Cq>()
-                    .ok_or_else(|| Error::inval("bind: the CQ belongs to another provider"))?;
-                if !transmit && !recv {
-                    return Err(Error::bad_flags(
-                        "bind: a CQ needs FI_TRANSMIT and/or FI_RECV",
-                    ));
-                }
-                if transmit {
-                    self.tx_cq = Some(cq.core().clone());
-                    self.tx_selective = selective;
-                }
-                if recv {
-                    self.rx_cq = Some(cq.core().clone());
-                    self.rx_selective = selective;
-                }
-            }
-            Bind::Av(av) => {
-                if kind == Kind::Msg {
-                    return Err(Error::new(
-                        ErrorKind::OpNotSupp,
-                        "bind: MSG endpoints take no address vector",
-                    ));
-                }
-                let av = av
-                    .as_any()
-                    .downcast_ref::<Av>()
-                    .ok_or_else(|| Error::inval("bind: the AV belongs to another provider"))?;
-                self.av = Some(av.table().clone());
-            }
-            Bind::Cntr(c, events) => {
-                let c = c
-                    .as_any()
-                    .downcast_ref::<Cntr>()
-                    .ok_or_else(|| Error::inval("bind: the counter belongs to another provider"))?;
-                let all = Caps::SEND
-                    | Caps::RECV
-                    | Caps::READ
-                    | Caps::WRITE
-                    | Caps::REMOTE_READ
-                    | Caps::REMOTE_WRITE;
-                if events.is_empty() || !all.contains(events) {
-                    return Err(Error::bad_flags(format!(
-                        "bind: counter events {events} are not supported"
-                    )));
-                }
-                let slots = [
-                    (Caps::SEND, &mut self.cntr_send),
-                    (Caps::RECV, &mut self.cntr_recv),
-                    (Caps::READ, &mut self.cntr_read),
-                    (Caps::WRITE, &mut self.cntr_write),
-                    (Caps::REMOTE_READ, &mut self.cntr_remote_read),
-                    (Caps::REMOTE_WRITE, &mut self.cntr_remote_write),
-                ];
-                for (ev, slot) in slots {
-                    if events.contains(ev) {
-                        *slot = Some(c.core().clone());
-                    }
-                }
-            }
-            Bind::Eq(eq) => {
-                if kind == Kind::Rdm {
-                    return Err(Error::new(
-                        ErrorKind::OpNotSupp,
-                        "bind: RDM endpoints take no event queue",
-                    ));
-                }
-                let eq = eq
-                    .as_any()
-                    .downcast_ref::<Eq>()
-                    .ok_or_else(|| Error::inval("bind: the EQ belongs to another provider"))?;
-                self.eq = Some(eq.core().clone());
-            }
-        }
-        Ok(())
-    }
-
-    /// The counter a transmit operation counts in.
-    fn tx_counter(&self, flags: CompletionFlags) -> Option<&Arc<CntrCore>> {
-        if flags.contains(CompletionFlags::READ) {
-            self.cntr_read.as_ref()
-        } else if flags.contains(CompletionFlags::WRITE) {
-            self.cntr_write.as_ref()
-        } else {
-            self.cntr_send.as_ref()
-        }
-    }
-
-    /// Reports a finished transmit.
-    pub(crate) fn tx_done(&self, entry: CqEntry, report: bool) {
-        if let Some(c) = self.tx_counter(entry.flags) {
-            c.add(1);
-        }
-        if let (Some(cq), true) = (&self.tx_cq, report) {
-            cq.push(entry, FiAddr::NOTAVAIL);
-        }
-    }
-
-    /// Reports a finished receive (or remote CQ data).
-    pub(crate) fn rx_done(&self, entry: CqEntry, src: FiAddr, report: bool) {
-        if entry.flags.contains(CompletionFlags::RECV) {
-            if let Some(c) = &self.cntr_recv {
-                c.add(1);
-            }
-        }
-        if let (Some(cq), true) = (&self.rx_cq, report) {
-            cq.push(entry, src);
-        }
-    }
-
-    /// Reports a failed transmit or receive.
-    pub(crate) fn failed(&self, rx: bool, entry: CqEntry, err: &Error, olen: usize) {
-        let c = if rx {
-            self.cntr_recv.as_ref()
-        } else {
-            self.tx_counter(entry.flags)
-        };
-        if let Some(c) = c {
-            c.add_err(1);
-        }
-        let cq = if rx { &self.rx_cq } else { &self.tx_cq };
-        if let Some(cq) = cq {
-            cq.push_err(CqErrEntry {
-                entry,
-                olen,
-                err: err.kind(),
-                prov_errno: err.kind().errno(),
-                err_text: err.detail().to_string(),
-                src_addr: None,
-            });
-        }
-    }
-}
-
-/// Completion flags of a message operation.
-pub(crate) fn msg_flags(tagged: bool, rx: bool) -> CompletionFlags {
-    let kind = if tagged {
-        CompletionFlags::TAGGED
-    } else {
-        CompletionFlags::MSG
-    };
-    kind | if rx {
-        CompletionFlags::RECV
-    } else {
-        CompletionFlags::SEND
+/// What endpoints of `kind` take besides CQs and counters.
+fn accepts(kind: Kind) -> Accepts {
+    match kind {
+        Kind::Msg => Accepts {
+            av: false,
+            eq: true,
+            name: "MSG endpoints",
+        },
+        Kind::Rdm => Accepts {
+            av: true,
+            eq: false,
+            name: "RDM endpoints",
+        },
     }
 }
 
@@ -503,7 +344,7 @@ impl Endpoint for TcpEndpoint {
         if self.inner.enabled.load(Ordering::Acquire) {
             return Err(Error::new(ErrorKind::OpBadState, "bind after enable"));
         }
-        lock(&self.inner.binds).bind(what, self.inner.kind)
+        lock(&self.inner.binds).bind(what, accepts(self.inner.kind))
     }
 
     fn enable(&self) -> Result<()> {
