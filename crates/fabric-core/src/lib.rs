@@ -60,6 +60,10 @@ pub mod matching;
 #[allow(unsafe_code)]
 pub mod objects;
 pub mod resolve;
+// A forwarding global allocator for tests needs `unsafe impl GlobalAlloc`.
+#[cfg(feature = "testing")]
+#[allow(unsafe_code)]
+pub mod testing;
 pub mod version;
 
 pub use addr::{Address, SockaddrIb};
