@@ -211,9 +211,9 @@ impl Counter for ShmCntr {
         use fabric_core::kit::objects::Progress as _;
         let core = self.inner.core();
         let errs = core.read_err();
-        let mut fds = Vec::new();
+        let mut fds = fabric_core::kit::wait::FdSet::new(core.signal().fd());
         self.engine.wait_fds(&mut |fd| fds.push(fd));
-        let r = core.signal().wait(&fds, timeout, || {
+        let r = core.signal().wait(fds.as_slice(), timeout, || {
             self.engine.progress()?;
             if core.read_err() != errs {
                 return Err(Error::from_kind(ErrorKind::Avail));

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use fabric_core::kit::cq::CqCore;
 use fabric_core::kit::objects::Progress;
+use fabric_core::kit::wait::FdSet;
 use fabric_core::objects::{
     CompletionQueue, CqAttr, CqEntry, CqErrEntry, CqFormat, FiAddr, WaitObj,
 };
@@ -340,7 +341,7 @@ impl CqShared {
                     return Err(e);
                 }
             }
-            let mut extra: Vec<BorrowedFd<'_>> = Vec::new();
+            let mut extra = FdSet::new(self.hw.fd());
             for e in &engines {
                 e.wait_fds(&mut |fd| extra.push(fd));
             }
@@ -363,7 +364,7 @@ impl CqShared {
                 }
                 None => None,
             };
-            let r = self.block(&extra, left);
+            let r = self.block(extra.as_slice(), left);
             self.sleepers.fetch_sub(1, Ordering::SeqCst);
             r?;
             if self.hw.consume_events() > 0 {
