@@ -221,8 +221,16 @@ fn run(o: &Options) -> Result<(), String> {
         let table = bench_table(&fs::read_to_string(&log).unwrap_or_default());
         println!("{table}");
         let out = dir.join("bench.txt");
-        fs::write(&out, &table).map_err(|e| format!("cannot write {}: {e}", out.display()))?;
-        println!("rxe: wrote {}", out.display());
+        if matches!(outcome, Outcome::Pass) {
+            fs::write(&out, &table).map_err(|e| format!("cannot write {}: {e}", out.display()))?;
+            println!("rxe: wrote {}", out.display());
+        } else {
+            // Keep the last good table rather than an empty or partial one.
+            println!(
+                "rxe: {} left as it was (the guest did not pass)",
+                out.display()
+            );
+        }
     }
     match outcome {
         Outcome::Pass => Ok(()),
