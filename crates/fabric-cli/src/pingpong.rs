@@ -123,32 +123,26 @@ fn session(args: &PingpongArgs) -> fabric::Result<()> {
         track.by_ctx = [0; 4];
         post_recv(args, &s, &mut bufs, size)?;
         s.ctl.sync(s.client, &format!("size {size}"))?;
-        for i in 0..warmup {
-            round(
-                args,
-                &s,
-                &mut bufs,
-                &mut track,
-                size,
-                i as u64,
-                i + 1 < rounds,
-            )?;
-        }
+        let mut rounds_in = |range: std::ops::Range<usize>| -> fabric::Result<()> {
+            for i in range {
+                round(
+                    args,
+                    &s,
+                    &mut bufs,
+                    &mut track,
+                    size,
+                    i as u64,
+                    i + 1 < rounds,
+                )?;
+            }
+            Ok(())
+        };
+        rounds_in(0..warmup)?;
         // One clock reading at each end, as fi_pingpong: where reading the
         // clock is slow (a system call in some virtual machines), a
         // reading per round would count in the latency.
         let t = Instant::now();
-        for i in warmup..rounds {
-            round(
-                args,
-                &s,
-                &mut bufs,
-                &mut track,
-                size,
-                i as u64,
-                i + 1 < rounds,
-            )?;
-        }
+        rounds_in(warmup..rounds)?;
         let elapsed = t.elapsed();
         let row = Row {
             size,

@@ -1,6 +1,8 @@
 //! What an endpoint is bound to (`fi_ep_bind`) and how its finished
 //! operations are reported to those CQs and counters, for providers whose
-//! CQs, counters, AVs and EQs are the kit's ([`super::objects`]).
+//! counters, AVs and EQs are the kit's ([`super::objects`]). The CQs are
+//! the kit's too ([`Binds`] with its default parameter), or the
+//! provider's own ([`Binds::bind_with`] names how to find them).
 
 use std::sync::Arc;
 
@@ -8,16 +10,14 @@ use super::av::AvTable;
 use super::cntr::CntrCore;
 use super::cq::CqCore;
 use super::objects::{Av, Cntr, Cq, Eq, EqCore};
-use crate::objects::{Bind, CompletionFlags, CqEntry, CqErrEntry, FiAddr};
+use crate::objects::{Bind, CompletionFlags, CompletionQueue, CqEntry, CqErrEntry, FiAddr};
 use crate::{Caps, Error, ErrorKind, Result};
 
-/// The counter events an endpoint can count (`fi_ep_bind` with a counter).
-const CNTR_EVENTS: Caps = Caps::SEND
+/// The counter events of an endpoint's own operations.
+const LOCAL_EVENTS: Caps = Caps::SEND
     .union(Caps::RECV)
     .union(Caps::READ)
-    .union(Caps::WRITE)
-    .union(Caps::REMOTE_READ)
-    .union(Caps::REMOTE_WRITE);
+    .union(Caps::WRITE);
 
 /// Which optional objects an endpoint type takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,19 +26,23 @@ pub struct Accepts {
     pub av: bool,
     /// An event queue (connected endpoints).
     pub eq: bool,
+    /// Counters of peers' RMA into this endpoint (FI_REMOTE_READ,
+    /// FI_REMOTE_WRITE): not where the NIC does RMA without the target.
+    pub remote_cntr: bool,
     /// The endpoints, as error messages name them (`"RDM endpoints"`).
     pub name: &'static str,
 }
 
-/// The CQs, counters, AV and EQ of an endpoint.
-#[derive(Debug, Default, Clone)]
-pub struct Binds {
+/// The CQs, counters, AV and EQ of an endpoint; `C` is what the provider
+/// keeps of a bound CQ.
+#[derive(Debug)]
+pub struct Binds<C = CqCore> {
     /// The CQ of transmit operations.
-    pub tx_cq: Option<Arc<CqCore>>,
+    pub tx_cq: Option<Arc<C>>,
     /// Transmits report only when asked (FI_SELECTIVE_COMPLETION).
     pub tx_selective: bool,
     /// The CQ of receives.
-    pub rx_cq: Option<Arc<CqCore>>,
+    pub rx_cq: Option<Arc<C>>,
     /// Receives report only when asked (FI_SELECTIVE_COMPLETION).
     pub rx_selective: bool,
     /// The address vector.
@@ -59,9 +63,63 @@ pub struct Binds {
     pub cntr_remote_write: Option<Arc<CntrCore>>,
 }
 
+// By hand: derived impls would ask `C: Default` and `C: Clone`, which an
+// `Arc<C>` does not need.
+impl<C> Default for Binds<C> {
+    fn default() -> Self {
+        Binds {
+            tx_cq: None,
+            tx_selective: false,
+            rx_cq: None,
+            rx_selective: false,
+            av: None,
+            eq: None,
+            cntr_send: None,
+            cntr_recv: None,
+            cntr_read: None,
+            cntr_write: None,
+            cntr_remote_read: None,
+            cntr_remote_write: None,
+        }
+    }
+}
+
+impl<C> Clone for Binds<C> {
+    fn clone(&self) -> Self {
+        Binds {
+            tx_cq: self.tx_cq.clone(),
+            rx_cq: self.rx_cq.clone(),
+            av: self.av.clone(),
+            eq: self.eq.clone(),
+            cntr_send: self.cntr_send.clone(),
+            cntr_recv: self.cntr_recv.clone(),
+            cntr_read: self.cntr_read.clone(),
+            cntr_write: self.cntr_write.clone(),
+            cntr_remote_read: self.cntr_remote_read.clone(),
+            cntr_remote_write: self.cntr_remote_write.clone(),
+            ..*self
+        }
+    }
+}
+
 impl Binds {
     /// Applies one `fi_ep_bind` of a kit CQ, counter, AV or EQ.
     pub fn bind(&mut self, what: Bind<'_>, accepts: Accepts) -> Result<()> {
+        self.bind_with(what, accepts, |cq| {
+            cq.as_any().downcast_ref::<Cq>().map(|c| c.core().clone())
+        })
+    }
+}
+
+impl<C> Binds<C> {
+    /// Applies one `fi_ep_bind`; `cq_of` gives what to keep of a CQ of
+    /// this provider (`None`: another provider's).
+    pub fn bind_with(
+        &mut self,
+        what: Bind<'_>,
+        accepts: Accepts,
+        cq_of: impl FnOnce(&dyn CompletionQueue) -> Option<Arc<C>>,
+    ) -> Result<()> {
         match what {
             Bind::Cq {
                 cq,
@@ -69,9 +127,7 @@ impl Binds {
                 recv,
                 selective,
             } => {
-                let cq = cq
-                    .as_any()
-                    .downcast_ref::<Cq>()
+                let cq = cq_of(cq)
                     .ok_or_else(|| Error::inval("bind: the CQ belongs to another provider"))?;
                 if !transmit && !recv {
                     return Err(Error::bad_flags(
@@ -79,11 +135,11 @@ impl Binds {
                     ));
                 }
                 if transmit {
-                    self.tx_cq = Some(cq.core().clone());
+                    self.tx_cq = Some(cq.clone());
                     self.tx_selective = selective;
                 }
                 if recv {
-                    self.rx_cq = Some(cq.core().clone());
+                    self.rx_cq = Some(cq);
                     self.rx_selective = selective;
                 }
             }
@@ -105,7 +161,7 @@ impl Binds {
                     .as_any()
                     .downcast_ref::<Cntr>()
                     .ok_or_else(|| Error::inval("bind: the counter belongs to another provider"))?;
-                self.bind_cntr(c.core(), events)?;
+                self.bind_cntr(c.core(), events, accepts)?;
             }
             Bind::Eq(eq) => {
                 if !accepts.eq {
@@ -125,11 +181,21 @@ impl Binds {
     }
 
     /// Binds a counter to `events` (FI_SEND, FI_RECV, FI_READ, FI_WRITE,
-    /// FI_REMOTE_READ, FI_REMOTE_WRITE).
-    pub fn bind_cntr(&mut self, core: &Arc<CntrCore>, events: Caps) -> Result<()> {
-        if events.is_empty() || !CNTR_EVENTS.contains(events) {
+    /// and FI_REMOTE_READ, FI_REMOTE_WRITE where `accepts` says so).
+    pub fn bind_cntr(
+        &mut self,
+        core: &Arc<CntrCore>,
+        events: Caps,
+        accepts: Accepts,
+    ) -> Result<()> {
+        let supported = if accepts.remote_cntr {
+            LOCAL_EVENTS | Caps::REMOTE_READ | Caps::REMOTE_WRITE
+        } else {
+            LOCAL_EVENTS
+        };
+        if events.is_empty() || !supported.contains(events) {
             return Err(Error::bad_flags(format!(
-                "bind: counter events {events} are not supported"
+                "bind: counter events {events} are not supported ({supported} are)"
             )));
         }
         for (ev, slot) in [
@@ -157,7 +223,9 @@ impl Binds {
             self.cntr_send.as_ref()
         }
     }
+}
 
+impl Binds {
     /// A transmit operation finished well: counted, and reported when
     /// `report` (not an inject, not suppressed by selective completion).
     #[inline]

@@ -10,6 +10,7 @@ use fabric_core::{Error, Result};
 const ACCEPTS: Accepts = Accepts {
     av: true,
     eq: false,
+    remote_cntr: true,
     name: "shm RDM endpoints",
 };
 
@@ -18,7 +19,7 @@ const ACCEPTS: Accepts = Accepts {
 pub(crate) fn bind(b: &mut Binds, what: Bind<'_>) -> Result<()> {
     if let Bind::Cntr(c, events) = what {
         if let Some(c) = c.as_any().downcast_ref::<crate::domain::ShmCntr>() {
-            return b.bind_cntr(c.core(), events);
+            return b.bind_cntr(c.core(), events, ACCEPTS);
         }
     }
     b.bind(what, ACCEPTS)

@@ -35,11 +35,13 @@ fn accepts(kind: Kind) -> Accepts {
         Kind::Msg => Accepts {
             av: false,
             eq: true,
+            remote_cntr: true,
             name: "MSG endpoints",
         },
         Kind::Rdm => Accepts {
             av: true,
             eq: false,
+            remote_cntr: true,
             name: "RDM endpoints",
         },
     }

@@ -636,7 +636,7 @@ impl Endpoint for DgramEndpoint {
         if self.inner.binds.get().is_some() {
             return Err(Error::new(ErrorKind::OpBadState, "bind after enable"));
         }
-        lock(&self.inner.pending).bind(what, false)
+        super::bind(&mut lock(&self.inner.pending), what, super::DGRAM_ACCEPTS)
     }
 
     fn enable(&self) -> Result<()> {

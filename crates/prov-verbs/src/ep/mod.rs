@@ -12,10 +12,9 @@ pub(crate) mod rdm;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use fabric_core::kit::cntr::CntrCore;
-use fabric_core::kit::objects::{Cntr, Eq, EqCore};
+use fabric_core::kit::binds::Accepts;
 use fabric_core::objects::{Bind, CompletionFlags, CqEntry, CqErrEntry, FiAddr, IoVec, MrDesc};
-use fabric_core::{Caps, Error, ErrorKind, Result};
+use fabric_core::{Error, ErrorKind, Result};
 use fabric_sys::ffi::{
     ibv_qp, ibv_recv_wr, ibv_send_flags, ibv_send_wr, ibv_sge, ibv_wc, ibv_wc_flags, ibv_wc_opcode,
     ibv_wc_status, ibv_wr_opcode,
@@ -46,112 +45,40 @@ pub(crate) fn next_fid() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
-/// What an endpoint is bound to.
-#[derive(Debug, Default, Clone)]
-pub(crate) struct Binds {
-    pub tx_cq: Option<Arc<CqShared>>,
-    pub tx_selective: bool,
-    pub rx_cq: Option<Arc<CqShared>>,
-    pub rx_selective: bool,
-    pub eq: Option<Arc<EqCore>>,
-    pub av: Option<Arc<fabric_core::kit::av::AvTable>>,
-    pub cntr_send: Option<Arc<CntrCore>>,
-    pub cntr_recv: Option<Arc<CntrCore>>,
-    pub cntr_read: Option<Arc<CntrCore>>,
-    pub cntr_write: Option<Arc<CntrCore>>,
-}
+/// What an endpoint is bound to: the kit's record, keeping verbs' own CQs.
+pub(crate) type Binds = fabric_core::kit::binds::Binds<CqShared>;
 
-impl Binds {
-    /// Applies one `fi_ep_bind`; `msg`: the endpoint is a MSG endpoint
-    /// (takes an EQ, no AV).
-    pub(crate) fn bind(&mut self, what: Bind<'_>, msg: bool) -> Result<()> {
-        match what {
-            Bind::Cq {
-                cq,
-                transmit,
-                recv,
-                selective,
-            } => {
-                let cq = cq
-                    .as_any()
-                    .downcast_ref::<VerbsCq>()
-                    .ok_or_else(|| Error::inval("bind: the CQ belongs to another provider"))?;
-                if !transmit && !recv {
-                    return Err(Error::bad_flags(
-                        "bind: a CQ needs FI_TRANSMIT and/or FI_RECV",
-                    ));
-                }
-                if transmit {
-                    self.tx_cq = Some(cq.shared().clone());
-                    self.tx_selective = selective;
-                }
-                if recv {
-                    self.rx_cq = Some(cq.shared().clone());
-                    self.rx_selective = selective;
-                }
-            }
-            Bind::Eq(eq) => {
-                if !msg {
-                    return Err(Error::new(
-                        ErrorKind::OpNotSupp,
-                        "bind: RDM endpoints take no event queue",
-                    ));
-                }
-                let eq = eq
-                    .as_any()
-                    .downcast_ref::<Eq>()
-                    .ok_or_else(|| Error::inval("bind: the EQ belongs to another provider"))?;
-                self.eq = Some(eq.core().clone());
-            }
-            Bind::Av(av) => {
-                if msg {
-                    return Err(Error::new(
-                        ErrorKind::OpNotSupp,
-                        "bind: MSG endpoints take no address vector",
-                    ));
-                }
-                let av = av
-                    .as_any()
-                    .downcast_ref::<fabric_core::kit::objects::Av>()
-                    .ok_or_else(|| Error::inval("bind: the AV belongs to another provider"))?;
-                self.av = Some(av.table().clone());
-            }
-            Bind::Cntr(c, events) => {
-                let c = c
-                    .as_any()
-                    .downcast_ref::<Cntr>()
-                    .ok_or_else(|| Error::inval("bind: the counter belongs to another provider"))?;
-                let all = Caps::SEND | Caps::RECV | Caps::READ | Caps::WRITE;
-                if events.is_empty() || !all.contains(events) {
-                    return Err(Error::bad_flags(format!(
-                        "bind: counter events {events} are not supported (FI_SEND, FI_RECV, FI_READ, FI_WRITE are)"
-                    )));
-                }
-                for (ev, slot) in [
-                    (Caps::SEND, &mut self.cntr_send),
-                    (Caps::RECV, &mut self.cntr_recv),
-                    (Caps::READ, &mut self.cntr_read),
-                    (Caps::WRITE, &mut self.cntr_write),
-                ] {
-                    if events.contains(ev) {
-                        *slot = Some(c.core().clone());
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
+/// What endpoints of each type take besides CQs and counters. Counters of
+/// peers' RMA (FI_REMOTE_READ / FI_REMOTE_WRITE) are not offered: the NIC
+/// serves that RMA without this process.
+pub(crate) const MSG_ACCEPTS: Accepts = Accepts {
+    av: false,
+    eq: true,
+    remote_cntr: false,
+    name: "MSG endpoints",
+};
+/// See [`MSG_ACCEPTS`].
+pub(crate) const RDM_ACCEPTS: Accepts = Accepts {
+    av: true,
+    eq: false,
+    remote_cntr: false,
+    name: "RDM endpoints",
+};
+/// See [`MSG_ACCEPTS`].
+pub(crate) const DGRAM_ACCEPTS: Accepts = Accepts {
+    av: true,
+    eq: false,
+    remote_cntr: false,
+    name: "DGRAM endpoints",
+};
 
-    /// The counter a transmit operation with these flags counts in.
-    pub(crate) fn tx_counter(&self, flags: CompletionFlags) -> Option<&Arc<CntrCore>> {
-        if flags.contains(CompletionFlags::READ) {
-            self.cntr_read.as_ref()
-        } else if flags.contains(CompletionFlags::WRITE) {
-            self.cntr_write.as_ref()
-        } else {
-            self.cntr_send.as_ref()
-        }
-    }
+/// Applies one `fi_ep_bind` to `b`, with this provider's CQs.
+pub(crate) fn bind(b: &mut Binds, what: Bind<'_>, accepts: Accepts) -> Result<()> {
+    b.bind_with(what, accepts, |cq| {
+        cq.as_any()
+            .downcast_ref::<VerbsCq>()
+            .map(|c| c.shared().clone())
+    })
 }
 
 /// The fabric error kind of a work completion status.

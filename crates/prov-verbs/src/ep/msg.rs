@@ -814,7 +814,7 @@ impl Endpoint for MsgEndpoint {
             return Err(Error::new(ErrorKind::OpBadState, "bind after enable"));
         }
         let mut b = lock(&self.inner.binds);
-        b.bind(what, true)?;
+        super::bind(&mut b, what, super::MSG_ACCEPTS)?;
         if let Some(eq) = &b.eq {
             if self.inner.eq.set(eq.clone()).is_err()
                 && self.inner.eq.get().is_some_and(|e| !Arc::ptr_eq(e, eq))

@@ -2245,7 +2245,7 @@ impl Endpoint for RdmEndpoint {
         if self.inner.binds.get().is_some() {
             return Err(Error::new(ErrorKind::OpBadState, "bind after enable"));
         }
-        lock(&self.inner.pending).bind(what, false)
+        super::bind(&mut lock(&self.inner.pending), what, super::RDM_ACCEPTS)
     }
 
     fn enable(&self) -> Result<()> {
