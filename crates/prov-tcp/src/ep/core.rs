@@ -1766,7 +1766,13 @@ impl EpInner {
                 match st.rx.matcher(tagged).arrive(tag, src) {
                     Some(p) => {
                         let rop = self.carve(st, p, plen, tagged);
-                        if plen == 0 {
+                        // SAFETY: the receive contract keeps the buffer
+                        // valid and unaliased until its completion.
+                        let whole = plen == 0
+                            || take_inline(st, cid, plen, |d| unsafe {
+                                rop.buf.write_at(0, d);
+                            })?;
+                        if whole {
                             self.msg_done(st, b, cid, &f, Sink::Recv(rop))?;
                         } else {
                             self.set_cur(st, cid, f, Sink::Recv(rop));
@@ -1775,9 +1781,11 @@ impl EpInner {
                     None => {
                         let cost = usize_of(plen).saturating_add(UNEXP_COST);
                         if plen == 0 || st.rx.unexp_bytes.saturating_add(cost) <= UNEXP_BUDGET {
-                            let v = st.rx.take_buf(usize_of(plen));
+                            let mut v = st.rx.take_buf(usize_of(plen));
                             st.rx.unexp_bytes += v.capacity() + UNEXP_COST;
-                            if plen == 0 {
+                            if plen > 0 && take_inline(st, cid, plen, |d| v.extend_from_slice(d))? {
+                                self.msg_done(st, b, cid, &f, Sink::Unexp(v))?;
+                            } else if plen == 0 {
                                 self.msg_done(st, b, cid, &f, Sink::Unexp(v))?;
                                 if st.rx.unexp_bytes > UNEXP_BUDGET {
                                     // Empty messages cost an entry each:
@@ -2398,6 +2406,27 @@ impl EpInner {
 struct WriteNote {
     connected: bool,
     close: bool,
+}
+
+/// When the whole payload of the frame just decoded is in the connection's
+/// read buffer (small messages, usually): hands it to `put` and consumes
+/// it, so that the frame completes without a payload pass. `false`: the
+/// payload is still (partly) in the socket.
+fn take_inline(st: &mut State, cid: u32, plen: u64, put: impl FnOnce(&[u8])) -> Result<bool> {
+    let Some(rx) = st.conns.get_mut(&cid).map(|c| &mut c.rx) else {
+        return Ok(false);
+    };
+    let end = usize::try_from(plen)
+        .ok()
+        .and_then(|n| rx.pos.checked_add(n))
+        .filter(|&end| end <= rx.len);
+    let Some(data) = end.and_then(|end| rx.buf.get(rx.pos..end)) else {
+        return Ok(false);
+    };
+    put(data);
+    rx.pos += data.len();
+    rx.dec.consume_payload(plen)?;
+    Ok(true)
 }
 
 /// The status a refused remote access travels back with: a bad key is
