@@ -798,8 +798,11 @@ pub(crate) struct Conn {
     /// Reusable buffers: atomic operands and results.
     pub scratch: Vec<u8>,
     pub results: Vec<u8>,
-    /// EPOLLOUT is registered.
+    /// Frames wait for room in the socket (EPOLLOUT while watched).
     pub want_write: bool,
+    /// The socket is in the engine's epoll set (it starts there; busy
+    /// polling takes it out while nobody can block on the set).
+    pub watched: bool,
 }
 
 impl Conn {
@@ -831,6 +834,7 @@ impl Conn {
             scratch: Vec::new(),
             results: Vec::new(),
             want_write: false,
+            watched: true,
         }
     }
 

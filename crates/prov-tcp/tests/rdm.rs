@@ -322,6 +322,64 @@ fn sread_blocks_until_the_peer_sends() {
 }
 
 #[test]
+fn sread_wakes_after_busy_polling() {
+    // Busy polling takes established connections out of the epoll set; a
+    // blocking read must put them back, or it sleeps through the message.
+    let (a, b, b_at_a, _) = pair();
+    let mut r = vec![0u8; 8];
+    let riov = iov(&mut r);
+    let mut e = [CqEntry::default()];
+    // SAFETY: r outlives the completion.
+    unsafe {
+        b.ep.recvmsg(&msg(&riov, FiAddr::UNSPEC, 0, 0, 1, 0), OpFlags::empty())
+            .unwrap()
+    };
+    a.ep.inject(b"ping", b_at_a, None).unwrap();
+    let mut got = false;
+    for _ in 0..200_000 {
+        let _ = a.cq.read(&mut e);
+        if b.cq.read(&mut e).is_ok() {
+            got = true;
+            break;
+        }
+    }
+    assert!(
+        got && e[0].context == 1,
+        "the first message arrived by polling"
+    );
+    // More polling: the established connections are read directly now.
+    for _ in 0..100 {
+        let _ = a.cq.read(&mut e);
+        assert!(b.cq.read(&mut e).is_err());
+    }
+    // SAFETY: as above.
+    unsafe {
+        b.ep.recvmsg(&msg(&riov, FiAddr::UNSPEC, 0, 0, 2, 0), OpFlags::empty())
+            .unwrap()
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(50));
+            a.ep.inject(b"wake", b_at_a, None).unwrap();
+            let mut e = [CqEntry::default()];
+            for _ in 0..100 {
+                let _ = a.cq.read(&mut e);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+        // A sleep that misses the message still finds it at the timeout:
+        // the wake must come long before.
+        let start = std::time::Instant::now();
+        let n = b.cq.sread(&mut e, Some(Duration::from_secs(30))).unwrap();
+        assert_eq!((n, e[0].context, e[0].len), (1, 2, 4));
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "sread slept through the message"
+        );
+    });
+}
+
+#[test]
 fn peer_gone_fails_pending_sends() {
     let (a, b, b_at_a, _) = pair();
     // Establish the connection, then drop b (its listener and sockets close).

@@ -24,6 +24,32 @@ pub trait Progress: Send + Sync {
     /// Calls `f` with every fd whose readiness means progress can be made
     /// (for example the provider's sockets), so that blocking waits wake up.
     fn wait_fds<'a>(&'a self, f: &mut dyn FnMut(BorrowedFd<'a>));
+
+    /// A thread is about to wait on [`Progress::wait_fds`] until the
+    /// matching [`Progress::disarm`]. A provider that keeps fds out of its
+    /// wait set while readers busy-poll (a watched socket costs every
+    /// arriving packet a wake-up walk) watches them all again here. The
+    /// default does nothing.
+    fn arm(&self) {}
+
+    /// The wait that [`Progress::arm`] announced is over.
+    fn disarm(&self) {}
+}
+
+/// Arms a progress source for as long as it lives.
+struct Armed<'a>(&'a dyn Progress);
+
+impl<'a> Armed<'a> {
+    fn new(p: &'a dyn Progress) -> Self {
+        p.arm();
+        Armed(p)
+    }
+}
+
+impl Drop for Armed<'_> {
+    fn drop(&mut self) {
+        self.0.disarm();
+    }
 }
 
 /// A completion queue: [`CqCore`] plus the domain's progress.
@@ -89,6 +115,7 @@ impl Cq {
         let signal = self.core.signal();
         let mut fds = FdSet::new(signal.fd());
         self.progress.wait_fds(&mut |fd| fds.push(fd));
+        let _armed = Armed::new(&*self.progress);
         let r = signal.wait(fds.as_slice(), timeout, || {
             match self.read_now(out, src.as_deref_mut()) {
                 Ok(n) => Ok(Some(n)),
@@ -467,6 +494,7 @@ impl crate::objects::EventQueue for Eq {
         for p in &sources {
             p.wait_fds(&mut |fd| fds.push(fd));
         }
+        let _armed: Vec<Armed<'_>> = sources.iter().map(|p| Armed::new(&**p)).collect();
         let r = self.core.signal.wait(fds.as_slice(), timeout, || {
             for p in &sources {
                 p.progress()?;

@@ -328,6 +328,9 @@ pub(crate) struct EpInner {
     /// A send was posted since the last progress call (a burst of sends:
     /// not a lone message).
     pub sent_since_progress: AtomicBool,
+    /// Busy polling took some connection out of the epoll set: the epoll
+    /// path must read it directly (or watch it again).
+    pub unwatched: AtomicBool,
     pub poller: Arc<Poller>,
     pub mr: Arc<MrTable>,
     pub ep_no: u32,
@@ -406,6 +409,7 @@ impl EpInner {
             outstanding: AtomicUsize::new(0),
             tx_waiting: AtomicBool::new(false),
             sent_since_progress: AtomicBool::new(false),
+            unwatched: AtomicBool::new(false),
             poller: poller.clone(),
             mr,
             ep_no,
@@ -435,6 +439,16 @@ impl EpInner {
     // Completions.
 
     /// A transmit operation finished.
+    /// Tells epoll what a watched connection waits for: reading unless
+    /// paused, writing while frames wait.
+    fn rewatch(&self, c: &Conn, cid: u32) {
+        if c.watched {
+            let _ = self
+                .poller
+                .interest(c.fd(), self.token(cid), !c.rx.stalled, c.want_write);
+        }
+    }
+
     pub(crate) fn tx_complete(&self, b: &Binds, done: TxDone, err: Option<&Error>) {
         self.outstanding.fetch_sub(1, Ordering::AcqRel);
         let e = CqEntry {
@@ -705,9 +719,7 @@ impl EpInner {
                 self.tx_waiting.store(true, Ordering::Release);
                 if !conn.want_write {
                     conn.want_write = true;
-                    let _ =
-                        self.poller
-                            .interest(conn.fd(), self.token(cid), !conn.rx.stalled, true);
+                    self.rewatch(conn, cid);
                 }
             }
             Err(e) => st.dead.push((cid, e)),
@@ -788,9 +800,7 @@ impl EpInner {
         }
         if want != conn.want_write {
             conn.want_write = want;
-            let _ = self
-                .poller
-                .interest(conn.fd(), self.token(cid), !conn.rx.stalled, want);
+            self.rewatch(conn, cid);
         }
         let idle = conn.tx.is_empty() && !conn.connecting;
         if let Err(e) = r {
@@ -1543,9 +1553,7 @@ impl EpInner {
         while !st.resume.is_empty() || !st.dead.is_empty() {
             while let Some(cid) = st.resume.pop() {
                 if let Some(c) = st.conns.get(&cid) {
-                    let _ =
-                        self.poller
-                            .interest(c.fd(), self.token(cid), !c.rx.stalled, c.want_write);
+                    self.rewatch(c, cid);
                 }
                 self.read_conn(st, b, cid);
             }
@@ -2048,9 +2056,7 @@ impl EpInner {
     fn pause(&self, st: &mut State, cid: u32) {
         if let Some(c) = st.conns.get_mut(&cid) {
             c.rx.stalled = true;
-            let _ = self
-                .poller
-                .interest(c.fd(), self.token(cid), false, c.want_write);
+            self.rewatch(c, cid);
         }
     }
 
@@ -2453,7 +2459,38 @@ impl EpInner {
     }
 }
 
+/// Whether an endpoint's connections can be progressed by reading them
+/// directly: a few, all established.
+fn direct_ok(st: &State) -> bool {
+    st.conns.len() <= DIRECT_CONNS
+        && st.orphans == 0
+        && st
+            .conns
+            .values()
+            .all(|c| !c.connecting && c.phase == Phase::Ready)
+}
+
+impl EpInner {
+    /// Puts the connections busy polling took out back into the epoll set.
+    fn watch_conns(&self, st: &mut State) {
+        for (cid, c) in st.conns.iter_mut() {
+            if !c.watched {
+                c.watched = true;
+                let _ = self
+                    .poller
+                    .watch(c.fd(), self.token(*cid), !c.rx.stalled, c.want_write);
+            }
+        }
+        self.unwatched.store(false, Ordering::Relaxed);
+    }
+}
+
 impl EpProgress for EpInner {
+    fn watch_all(&self) {
+        let mut st = self.lock();
+        self.watch_conns(&mut st);
+    }
+
     fn progress_direct(&self) -> Option<()> {
         let b = self.bound.get()?;
         self.progressed();
@@ -2462,14 +2499,17 @@ impl EpProgress for EpInner {
             Err(_) => return None,
         };
         let st = &mut *guard;
-        if st.conns.len() > DIRECT_CONNS
-            || st.orphans > 0
-            || st
-                .conns
-                .values()
-                .any(|c| c.connecting || c.phase != Phase::Ready)
-        {
+        if !direct_ok(st) {
             return None;
+        }
+        if self.poller.may_unwatch() {
+            for c in st.conns.values_mut() {
+                if c.watched && !c.want_write {
+                    c.watched = false;
+                    self.unwatched.store(true, Ordering::Relaxed);
+                    let _ = self.poller.remove(c.fd());
+                }
+            }
         }
         if self.tx_waiting.swap(false, Ordering::AcqRel) {
             let mut ids = std::mem::take(&mut st.flush_ids);
@@ -2494,7 +2534,10 @@ impl EpProgress for EpInner {
     fn progress(&self, ready: &[u64]) -> Result<()> {
         self.progressed();
         let mine = ready.iter().any(|t| ep_of(*t) == self.ep_no);
-        if !mine && !self.tx_waiting.load(Ordering::Acquire) {
+        if !mine
+            && !self.tx_waiting.load(Ordering::Acquire)
+            && !self.unwatched.load(Ordering::Relaxed)
+        {
             return Ok(());
         }
         let Some(b) = self.bound.get() else {
@@ -2521,6 +2564,26 @@ impl EpProgress for EpInner {
                 self.flush_one(st, b, *cid);
             }
             st.flush_ids = ids;
+        }
+        if self.unwatched.load(Ordering::Relaxed) {
+            if direct_ok(st) && self.poller.may_unwatch() {
+                // Not in the epoll set: read like busy polling does.
+                let mut ids = std::mem::take(&mut st.flush_ids);
+                ids.clear();
+                ids.extend(
+                    st.conns
+                        .iter()
+                        .filter(|(_, c)| !c.watched)
+                        .map(|(id, _)| *id),
+                );
+                for cid in ids.iter() {
+                    self.read_conn(st, b, *cid);
+                }
+                st.flush_ids = ids;
+            } else {
+                // What is already waiting shows at the next epoll_wait.
+                self.watch_conns(st);
+            }
         }
         for t in ready.iter().filter(|t| ep_of(**t) == self.ep_no) {
             let cid = conn_of(*t);
