@@ -56,6 +56,28 @@ pub(crate) unsafe fn send_iov(fd: BorrowedFd<'_>, iov: &[libc::iovec]) -> io::Re
     }
 }
 
+/// Sends `buf` (non-blocking, no SIGPIPE); the bytes the socket took.
+pub(crate) fn send_buf(fd: BorrowedFd<'_>, buf: &[u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: `buf` is a live slice; the kernel only reads it.
+        let r = unsafe {
+            libc::send(
+                fd.as_raw_fd(),
+                buf.as_ptr().cast(),
+                buf.len(),
+                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+            )
+        };
+        if r >= 0 {
+            return Ok(r.unsigned_abs());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 /// Reads up to `len` bytes into `ptr` without blocking; `Ok(0)` is the end
 /// of the stream, `WouldBlock` when nothing is there.
 ///
