@@ -56,6 +56,8 @@ const EVENTS: usize = 256;
 struct State {
     eps: Vec<Weak<dyn EpProgress>>,
     ready: Vec<u64>,
+    /// Progress calls, for [`EPOLL_EVERY`].
+    calls: u32,
 }
 
 /// The engine of one domain (or passive endpoint): its endpoints and one
@@ -74,7 +76,6 @@ pub(crate) struct Poller {
     epoll: OwnedFd,
     state: Mutex<State>,
     tokens: AtomicU64,
-    calls: AtomicU32,
     /// Threads inside an [`Progress::arm`]ed wait.
     waiters: AtomicU32,
     /// Someone else waits on the epoll fd at any time: every socket stays
@@ -107,12 +108,12 @@ impl Poller {
         let state = State {
             eps: Vec::new(),
             ready: Vec::with_capacity(EVENTS),
+            calls: 0,
         };
         Ok(Poller {
             epoll,
             state: Mutex::new(state),
             tokens: AtomicU64::new(1),
-            calls: AtomicU32::new(0),
             waiters: AtomicU32::new(0),
             pinned: AtomicBool::new(false),
         })
@@ -232,7 +233,8 @@ impl Progress for Poller {
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
         };
         let st = &mut *guard;
-        if self.calls.fetch_add(1, Ordering::Relaxed) % EPOLL_EVERY != 0 {
+        st.calls = st.calls.wrapping_add(1);
+        if st.calls % EPOLL_EVERY != 0 {
             let mut direct = !st.eps.is_empty();
             for w in st.eps.iter() {
                 if let Some(ep) = w.upgrade() {

@@ -438,7 +438,6 @@ impl EpInner {
     // ---------------------------------------------------------------
     // Completions.
 
-    /// A transmit operation finished.
     /// Tells epoll what a watched connection waits for: reading unless
     /// paused, writing while frames wait.
     fn rewatch(&self, c: &Conn, cid: u32) {
@@ -449,6 +448,7 @@ impl EpInner {
         }
     }
 
+    /// A transmit operation finished.
     pub(crate) fn tx_complete(&self, b: &Binds, done: TxDone, err: Option<&Error>) {
         self.outstanding.fetch_sub(1, Ordering::AcqRel);
         let e = CqEntry {
@@ -927,7 +927,13 @@ impl EpInner {
         let n = u64_of(len);
         // Lone: nothing in flight and no other send since the last
         // progress call (a stream posts its sends back to back).
-        let burst = self.sent_since_progress.swap(true, Ordering::Relaxed);
+        // A load and a store, not a swap: a race between two senders only
+        // blurs the heuristic, and an uncontended swap still costs a locked
+        // instruction.
+        let burst = self.sent_since_progress.load(Ordering::Relaxed);
+        if !burst {
+            self.sent_since_progress.store(true, Ordering::Relaxed);
+        }
         let lone = !burst && self.outstanding.load(Ordering::Acquire) == 0;
         let eager = len <= EAGER_MAX || (lone && len <= EAGER_LONE_MAX);
         let (frame, src, now, pending) = if eager {
@@ -1605,7 +1611,7 @@ impl EpInner {
                     None => {}
                     Some(Event::Frame(f)) => {
                         rx.last_large = f.header.payload_len >= DIRECT_READ_MIN;
-                        self.on_frame(st, b, cid, f)?;
+                        self.on_frame(st, b, cid, &f)?;
                     }
                     Some(Event::Payload { data, remaining }) => {
                         let Some(cur) = rx.cur.as_mut() else {
@@ -1732,10 +1738,10 @@ impl EpInner {
         }
     }
 
-    fn set_cur(&self, st: &mut State, cid: u32, frame: Frame, sink: Sink) {
+    fn set_cur(&self, st: &mut State, cid: u32, frame: &Frame, sink: Sink) {
         if let Some(c) = st.conns.get_mut(&cid) {
             c.rx.cur = Some(Cur {
-                frame,
+                frame: *frame,
                 sink,
                 got: 0,
             });
@@ -1744,7 +1750,7 @@ impl EpInner {
 
     /// The headers of a frame arrived: act on it, or say where its payload
     /// goes.
-    fn on_frame(&self, st: &mut State, b: &Binds, cid: u32, f: Frame) -> Result<()> {
+    fn on_frame(&self, st: &mut State, b: &Binds, cid: u32, f: &Frame) -> Result<()> {
         let Some(conn) = st.conns.get_mut(&cid) else {
             return Ok(());
         };
@@ -1781,7 +1787,7 @@ impl EpInner {
                                 rop.buf.write_at(0, d);
                             })?;
                         if whole {
-                            self.msg_done(st, b, cid, &f, Sink::Recv(rop))?;
+                            self.msg_done(st, b, cid, f, Sink::Recv(rop))?;
                         } else {
                             self.set_cur(st, cid, f, Sink::Recv(rop));
                         }
@@ -1792,9 +1798,9 @@ impl EpInner {
                             let mut v = st.rx.take_buf(usize_of(plen));
                             st.rx.unexp_bytes += v.capacity() + UNEXP_COST;
                             if plen > 0 && take_inline(st, cid, plen, |d| v.extend_from_slice(d))? {
-                                self.msg_done(st, b, cid, &f, Sink::Unexp(v))?;
+                                self.msg_done(st, b, cid, f, Sink::Unexp(v))?;
                             } else if plen == 0 {
-                                self.msg_done(st, b, cid, &f, Sink::Unexp(v))?;
+                                self.msg_done(st, b, cid, f, Sink::Unexp(v))?;
                                 if st.rx.unexp_bytes > UNEXP_BUDGET {
                                     // Empty messages cost an entry each:
                                     // pause until the budget has room.
@@ -1961,7 +1967,7 @@ impl EpInner {
                 }
                 let sink = Sink::Region { rma, status };
                 if plen == 0 {
-                    self.write_done(st, b, cid, &f, status);
+                    self.write_done(st, b, cid, f, status);
                 } else {
                     self.set_cur(st, cid, f, sink);
                 }
@@ -2017,7 +2023,7 @@ impl EpInner {
                 v.clear();
                 v.reserve(usize_of(plen));
                 if plen == 0 {
-                    self.atomic_done(st, b, cid, &f, v);
+                    self.atomic_done(st, b, cid, f, v);
                 } else {
                     self.set_cur(st, cid, f, Sink::Scratch(v));
                 }
@@ -2040,13 +2046,13 @@ impl EpInner {
             Op::ConnReq | Op::ConnAccept | Op::ConnReject => {
                 let v = Vec::with_capacity(usize_of(plen));
                 if plen == 0 {
-                    self.cm_frame(st, b, cid, &f, v)?;
+                    self.cm_frame(st, b, cid, f, v)?;
                 } else {
                     self.set_cur(st, cid, f, Sink::Private(v));
                 }
             }
-            Op::Hello => self.rdm_on_hello(st, b, cid, &f)?,
-            Op::HelloAck => self.rdm_on_hello_ack(st, b, cid, &f)?,
+            Op::Hello => self.rdm_on_hello(st, b, cid, f)?,
+            Op::HelloAck => self.rdm_on_hello_ack(st, b, cid, f)?,
         }
         Ok(())
     }
@@ -2511,7 +2517,8 @@ impl EpProgress for EpInner {
                 }
             }
         }
-        if self.tx_waiting.swap(false, Ordering::AcqRel) {
+        if self.tx_waiting.load(Ordering::Acquire) && self.tx_waiting.swap(false, Ordering::AcqRel)
+        {
             let mut ids = std::mem::take(&mut st.flush_ids);
             ids.clear();
             ids.extend(st.conns.keys().copied());
