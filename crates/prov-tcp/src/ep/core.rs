@@ -171,11 +171,62 @@ struct MultiRecv {
     released: bool,
 }
 
+/// Posted receives, kept in place while they wait: the matchers queue
+/// their slot numbers, so posting and matching move a few words instead of
+/// a receive's iovec array.
+#[derive(Debug, Default)]
+pub(crate) struct RecvSlab {
+    ops: Vec<Option<RecvOp>>,
+    free: Vec<u32>,
+}
+
+impl RecvSlab {
+    /// Keeps `op`; its slot number.
+    fn put(&mut self, op: RecvOp) -> u32 {
+        if let Some(i) = self.free.pop() {
+            if let Some(slot) = self.ops.get_mut(i as usize) {
+                *slot = Some(op);
+                return i;
+            }
+        }
+        self.ops.push(Some(op));
+        u32::try_from(self.ops.len() - 1).unwrap_or(u32::MAX)
+    }
+
+    /// The receive in slot `i`.
+    fn get(&self, i: u32) -> Option<&RecvOp> {
+        self.ops.get(i as usize).and_then(Option::as_ref)
+    }
+
+    /// Takes the receive out of slot `i`. Every queued slot number holds
+    /// one; an empty slot (a bug) gives an empty receive, which completes
+    /// as truncated rather than writing anywhere.
+    pub(crate) fn take(&mut self, i: u32) -> RecvOp {
+        match self.ops.get_mut(i as usize).and_then(Option::take) {
+            Some(op) => {
+                self.free.push(i);
+                op
+            }
+            None => {
+                debug_assert!(false, "posted receive slot {i} is empty");
+                RecvOp {
+                    buf: Pieces::EMPTY,
+                    context: 0,
+                    flags: OpFlags::empty(),
+                    mrecv: None,
+                }
+            }
+        }
+    }
+}
+
 /// Receive queues of an endpoint.
 #[derive(Debug)]
 pub(crate) struct RxQueues {
-    pub msg: Matcher<RecvOp, Unexp>,
-    pub tagged: Matcher<RecvOp, Unexp>,
+    pub msg: Matcher<u32, Unexp>,
+    pub tagged: Matcher<u32, Unexp>,
+    /// The posted receives the matchers' slot numbers name.
+    pub ops: RecvSlab,
     pub unexp_bytes: usize,
     mrecv: Vec<Option<MultiRecv>>,
     spare: Vec<Vec<u8>>,
@@ -185,12 +236,29 @@ pub(crate) struct RxQueues {
 const SPARE_BUFS: usize = 64;
 
 impl RxQueues {
-    fn matcher(&mut self, tagged: bool) -> &mut Matcher<RecvOp, Unexp> {
+    fn matcher(&mut self, tagged: bool) -> &mut Matcher<u32, Unexp> {
         if tagged {
             &mut self.tagged
         } else {
             &mut self.msg
         }
+    }
+
+    /// Takes the oldest posted receive for which `pred` holds out of a
+    /// matcher (its slot stays filled).
+    fn cancel_where(
+        &mut self,
+        tagged: bool,
+        pred: impl Fn(&RecvOp) -> bool,
+    ) -> Option<Posted<u32>> {
+        let RxQueues {
+            msg,
+            tagged: t,
+            ops,
+            ..
+        } = self;
+        let m = if tagged { t } else { msg };
+        m.cancel(|i| ops.get(*i).is_some_and(&pred))
     }
 
     /// An empty buffer for `len` bytes of an unexpected message: a spare
@@ -268,6 +336,7 @@ impl State {
             rx: RxQueues {
                 msg: Matcher::new(directed),
                 tagged: Matcher::new(directed),
+                ops: RecvSlab::default(),
                 unexp_bytes: 0,
                 mrecv: Vec::new(),
                 spare: Vec::new(),
@@ -552,16 +621,17 @@ impl EpInner {
     /// whole receive, or for a multi-receive buffer the next `len` bytes
     /// (the rest goes back to the head of the posted queue while at least
     /// [`MIN_MULTI_RECV`] bytes are left).
-    fn carve(&self, st: &mut State, p: Posted<RecvOp>, len: u64, tagged: bool) -> RecvOp {
-        let Some(slot) = p.recv.mrecv else {
-            return p.recv;
+    fn carve(&self, st: &mut State, p: Posted<u32>, len: u64, tagged: bool) -> RecvOp {
+        let recv = st.rx.ops.take(p.recv);
+        let Some(slot) = recv.mrecv else {
+            return recv;
         };
-        let cap = p.recv.buf.len();
+        let cap = recv.buf.len();
         let take = usize_of(len).min(cap);
         let slice = RecvOp {
-            buf: p.recv.buf.sub(0, take),
-            context: p.recv.context,
-            flags: p.recv.flags,
+            buf: recv.buf.sub(0, take),
+            context: recv.context,
+            flags: recv.flags,
             mrecv: Some(slot),
         };
         let rest = cap - take;
@@ -575,12 +645,12 @@ impl EpInner {
                 tag: p.tag,
                 ignore: p.ignore,
                 src: p.src,
-                recv: RecvOp {
-                    buf: p.recv.buf.sub(take, rest),
-                    context: p.recv.context,
-                    flags: p.recv.flags,
+                recv: st.rx.ops.put(RecvOp {
+                    buf: recv.buf.sub(take, rest),
+                    context: recv.context,
+                    flags: recv.flags,
                     mrecv: Some(slot),
-                },
+                }),
             };
             st.rx.matcher(tagged).repost_front(again);
         }
@@ -1268,11 +1338,12 @@ impl EpInner {
             tag,
             ignore,
             src: msg.addr,
-            recv: op,
+            recv: st.rx.ops.put(op),
         };
         while let Some((p, u)) = st.rx.matcher(tagged).post(posted) {
             let len = u.msg.len;
-            let (ptag, pignore, psrc, slot) = (p.tag, p.ignore, p.src, p.recv.mrecv);
+            let slot = st.rx.ops.get(p.recv).and_then(|r| r.mrecv);
+            let (ptag, pignore, psrc) = (p.tag, p.ignore, p.src);
             let op = self.carve(st, p, len, tagged);
             self.deliver(st, b, op, u, tagged);
             // A multi-receive buffer with room left takes more: carve put
@@ -1283,7 +1354,7 @@ impl EpInner {
             if !open {
                 break;
             }
-            let Some(rest) = st.rx.matcher(tagged).cancel(|r| r.mrecv == Some(slot)) else {
+            let Some(rest) = st.rx.cancel_where(tagged, |r| r.mrecv == Some(slot)) else {
                 break;
             };
             posted = Posted {
@@ -1517,9 +1588,9 @@ impl EpInner {
         let b = self.bound()?;
         let mut guard = self.lock();
         let st = &mut *guard;
-        let (found, tagged) = match st.rx.msg.cancel(|op| op.context == context) {
+        let (found, tagged) = match st.rx.cancel_where(false, |op| op.context == context) {
             Some(p) => (Some(p), false),
-            None => (st.rx.tagged.cancel(|op| op.context == context), true),
+            None => (st.rx.cancel_where(true, |op| op.context == context), true),
         };
         let Some(p) = found else {
             return Err(Error::new(
@@ -1527,8 +1598,9 @@ impl EpInner {
                 "no posted receive has this context",
             ));
         };
+        let recv = st.rx.ops.take(p.recv);
         let mut flags = msg_flags(tagged, true);
-        if let Some(slot) = p.recv.mrecv {
+        if let Some(slot) = recv.mrecv {
             if let Some(Some(m)) = st.rx.mrecv.get_mut(slot) {
                 m.released = true;
                 if m.inflight == 0 {
@@ -1540,7 +1612,7 @@ impl EpInner {
             }
         }
         let e = CqEntry {
-            context: p.recv.context,
+            context: recv.context,
             flags,
             ..CqEntry::default()
         };

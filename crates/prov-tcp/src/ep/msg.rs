@@ -341,9 +341,10 @@ impl EpInner {
             };
             let posted: Vec<_> = m.drain_posted().collect();
             for p in posted {
+                let recv = st.rx.ops.take(p.recv);
                 let flags = super::msg_flags(tagged, true);
                 let e = fabric_core::objects::CqEntry {
-                    context: p.recv.context,
+                    context: recv.context,
                     flags,
                     ..Default::default()
                 };
