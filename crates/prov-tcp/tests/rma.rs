@@ -212,6 +212,45 @@ fn inject_write_and_counters() {
 }
 
 #[test]
+fn counter_wait_wakes_on_a_remote_write() {
+    // A blocking counter wait sleeps on the provider's sockets too: a
+    // write that arrives while it sleeps wakes it, also after busy polling
+    // took the connection out of the epoll set.
+    let info = rdm_info();
+    let (a, _) = side_counting(&info, &[]);
+    let (b, bc) = side_counting(&info, &[Caps::REMOTE_WRITE]);
+    let remote_cntr = &bc[0];
+    let b_at_a = insert(&a, &b.ep.getname().unwrap());
+    let mut target = vec![0u8; 8];
+    let _mr = reg(b.domain.as_ref(), &mut target, MrAccess::REMOTE_WRITE, 3);
+    a.ep.inject_write(&[1; 4], b_at_a, at(0, 4, 3), None)
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while remote_cntr.read() < 1 {
+        settle(&[a.cq.as_ref(), b.cq.as_ref()], 1);
+        assert!(std::time::Instant::now() < deadline);
+    }
+    settle(&[a.cq.as_ref(), b.cq.as_ref()], 20);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            a.ep.inject_write(&[2; 4], b_at_a, at(4, 4, 3), None)
+                .unwrap();
+            settle(&[a.cq.as_ref()], 100);
+        });
+        let start = std::time::Instant::now();
+        remote_cntr
+            .wait(2, Some(std::time::Duration::from_secs(30)))
+            .unwrap();
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(15),
+            "the counter wait slept through the write"
+        );
+    });
+    assert_eq!(target[4..8], [2; 4]);
+}
+
+#[test]
 fn refused_accesses_fail_and_change_nothing() {
     let (a, b, b_at_a, _) = pair();
     let mut ro = vec![1u8; 256];

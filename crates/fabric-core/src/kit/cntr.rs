@@ -1,5 +1,6 @@
 //! The counter core: success and error counts with a blocking wait.
 
+use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -64,16 +65,18 @@ impl CntrCore {
     }
 
     /// Waits until the success count reaches `threshold`; `progress` is
-    /// called while waiting (manual progress). `TimedOut` on timeout,
-    /// `Avail` if the error count rose while waiting.
+    /// called while waiting (manual progress), and a sleep also ends when
+    /// one of `extra` (the provider's wait fds) becomes readable.
+    /// `TimedOut` on timeout, `Avail` if the error count rose while waiting.
     pub fn wait(
         &self,
         threshold: u64,
+        extra: &[BorrowedFd<'_>],
         timeout: Option<Duration>,
         mut progress: impl FnMut() -> Result<()>,
     ) -> Result<()> {
         let errs = self.read_err();
-        let r = self.signal.wait(&[], timeout, || {
+        let r = self.signal.wait(extra, timeout, || {
             progress()?;
             if self.read_err() != errs {
                 return Err(Error::from_kind(ErrorKind::Avail));
@@ -94,14 +97,17 @@ mod tests {
         c.add(2);
         c.add_err(1);
         assert_eq!((c.read(), c.read_err()), (2, 1));
-        assert!(c.wait(2, Some(Duration::from_millis(1)), || Ok(())).is_ok());
+        assert!(
+            c.wait(2, &[], Some(Duration::from_millis(1)), || Ok(()))
+                .is_ok()
+        );
         let e = c
-            .wait(3, Some(Duration::from_millis(5)), || Ok(()))
+            .wait(3, &[], Some(Duration::from_millis(5)), || Ok(()))
             .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::TimedOut);
         let mut n = 0;
         assert!(
-            c.wait(5, None, || {
+            c.wait(5, &[], None, || {
                 n += 1;
                 if n == 3 {
                     c.add(3);

@@ -237,8 +237,14 @@ impl Counter for Cntr {
         Ok(())
     }
     fn wait(&self, threshold: u64, timeout: Option<Duration>) -> Result<()> {
-        self.core
-            .wait(threshold, timeout, || self.progress.progress())
+        // The provider's fds wake a sleep when IO is ready (the counter's
+        // own signal only fills unused slots).
+        let mut fds = FdSet::new(self.core.signal().fd());
+        self.progress.wait_fds(&mut |fd| fds.push(fd));
+        let _armed = Armed::new(&*self.progress);
+        self.core.wait(threshold, fds.as_slice(), timeout, || {
+            self.progress.progress()
+        })
     }
 }
 
