@@ -64,7 +64,7 @@
 //! | message, inject | ≤ 1 KiB | `MSG`, payload inline in the slot | 2 |
 //! | message | ≤ [eager limit](getinfo::EAGER_MAX) (4 KiB) | `MSG`, payload in one bounce buffer | 2 |
 //! | message | larger | `RTS` with the sender's iovecs; the receiver pulls with `process_vm_readv` into the matched buffer, then `ACK` | 1 |
-//! | message | ≥ [split limit](getinfo::SPLIT_MIN) (32 KiB) | `RTS`; the receiver sends `SPLIT` with the tail of its buffer, pulls the head (6 KiB more than half) and sends `ACK` (flag HEAD) while the sender writes the tail with `process_vm_writev` and sends `PUT_DONE` | 1, on two cores at once |
+//! | message | ≥ [split limit](getinfo::SPLIT_MIN) (32 KiB) | `RTS`; the receiver sends `SPLIT` with the tail of its buffer, pulls the head (2 KiB more than half) and sends `ACK` (flag HEAD) while the sender writes the tail with `process_vm_writev` and sends `PUT_DONE` | 1, on two cores at once |
 //! | message, no CMA | larger | `RTS`; receiver answers `CTS` once matched; sender pushes `DATA` chunks of one bounce buffer each; `ACK` | 2 |
 //! | RMA write | ≤ eager limit | `WRITE` with the data after the descriptor; `ACK` | 2 |
 //! | RMA write | larger | `WRITE` with the initiator's iovecs; target pulls into the checked ranges; `ACK` | 1 |
@@ -114,8 +114,8 @@
 //!   sender, which is idle waiting for its `ACK` anyway; it costs one more
 //!   command each way (`SPLIT`, `PUT_DONE`). The sender starts about one
 //!   command later and its `PUT_DONE` takes one more to arrive, so the
-//!   receiver takes 12 KiB (`SPLIT_BIAS`) more than the sender, at most
-//!   three quarters, on a cache line (64 KiB: 38 KiB / 26 KiB); its
+//!   receiver takes 4 KiB (`SPLIT_BIAS`) more than the sender, at most
+//!   three quarters, on a cache line (64 KiB: 34 KiB / 30 KiB); its
 //!   `ACK` leaves as soon as its own part is in place, so that the
 //!   completion of the receive is not behind it. Same setup (2-vCPU KVM
 //!   guest, 2026-11-25), medians of 5 alternating runs, one-way latency
@@ -129,10 +129,14 @@
 //!   In `fabric pingpong` (pinned to cores 1 and 0, medians of 5 runs
 //!   alternating with `fi_pingpong -p shm`), the even split on a page with
 //!   the `ACK` at the end took 3.42 us at 64 KiB, this one 2.98
-//!   (`fi_pingpong`: 3.92). The bias was chosen there among 0, 8, 10, 12,
-//!   14 and 16 KiB at 64 KiB (3.12, 3.08, 3.06, 3.05, 3.02, 3.02 us: flat
-//!   from 8 KiB; 12 KiB also suits 32 KiB). A split does not pay below
-//!   32 KiB: 16 KiB took 1.97 us split against 1.80 whole.
+//!   (`fi_pingpong`: 3.92). On that host (Intel) the bias hardly mattered
+//!   among 0, 8, 10, 12, 14 and 16 KiB at 64 KiB (3.12, 3.08, 3.06, 3.05,
+//!   3.02, 3.02 us). On a 2-vCPU AMD EPYC guest (8 alternating runs of
+//!   `fabric pingpong`, medians) it does: 0, 4, 8 and 12 KiB took 5.32,
+//!   5.10, 5.27 and 5.48 us at 64 KiB, and 4 against 12 KiB took 4.03
+//!   against 4.68 us at 32 KiB and the same at 1 MiB (44.7 against 44.9),
+//!   so the bias is 4 KiB. A split does not pay below 32 KiB: 16 KiB took
+//!   1.97 us split against 1.80 whole.
 //! - **Inject size: 1 KiB** (`tx_attr.inject_size`): injects always travel
 //!   inline.
 //! - **Chunks** of pushed data: one bounce buffer (32 KiB).

@@ -42,7 +42,7 @@ pub(crate) const MAX_ATOMIC_COUNT: usize = 1024;
 /// rendezvous: about what it copies while the `SPLIT` travels to the
 /// sender and the `PUT_DONE` comes back. Measured: see the
 /// [crate docs](crate#thresholds).
-pub(crate) const SPLIT_BIAS: usize = 12 * 1024;
+pub(crate) const SPLIT_BIAS: usize = 4 * 1024;
 
 /// Spare buffers for unexpected messages kept for reuse.
 const SPARE_BUFS: usize = 64;
@@ -1668,8 +1668,8 @@ fn refusal(k: ErrorKind) -> ErrorKind {
 /// Where a split rendezvous of `len` bytes splits: the receiver pulls
 /// the bytes before this point, the sender writes the rest. The sender
 /// starts one command later than the receiver and its `PUT_DONE` takes
-/// another to arrive, so the receiver takes [`SPLIT_BIAS`] more than half
-/// (at most three quarters), on a cache line.
+/// another to arrive, so the receiver takes [`SPLIT_BIAS`] more than the
+/// sender (at most three quarters), on a cache line.
 fn split_point(len: usize) -> usize {
     ((len + SPLIT_BIAS) / 2).min(len - len / 4) & !63
 }
