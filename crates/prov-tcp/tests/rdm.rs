@@ -380,6 +380,78 @@ fn sread_wakes_after_busy_polling() {
 }
 
 #[test]
+fn wait_fd_turns_readable_after_busy_polling() {
+    // The endpoint's wait fd (the domain's epoll set) must report a message
+    // that arrives after busy polling took the connection out of the set:
+    // asking for the fd puts every socket back, for good.
+    let (a, b, b_at_a, _) = pair();
+    let mut r = vec![0u8; 8];
+    let riov = iov(&mut r);
+    let mut e = [CqEntry::default()];
+    // SAFETY: r outlives the completions.
+    unsafe {
+        b.ep.recvmsg(&msg(&riov, FiAddr::UNSPEC, 0, 0, 1, 0), OpFlags::empty())
+            .unwrap()
+    };
+    a.ep.inject(b"ping", b_at_a, None).unwrap();
+    let mut got = false;
+    for _ in 0..200_000 {
+        let _ = a.cq.read(&mut e);
+        if b.cq.read(&mut e).is_ok() {
+            got = true;
+            break;
+        }
+    }
+    assert!(
+        got && e[0].context == 1,
+        "the first message arrived by polling"
+    );
+    for _ in 0..100 {
+        let _ = a.cq.read(&mut e);
+        assert!(b.cq.read(&mut e).is_err());
+    }
+    let fd =
+        b.ep.as_any()
+            .downcast_ref::<prov_tcp::TcpEndpoint>()
+            .unwrap()
+            .wait_fd();
+    // SAFETY: as above.
+    unsafe {
+        b.ep.recvmsg(&msg(&riov, FiAddr::UNSPEC, 0, 0, 2, 0), OpFlags::empty())
+            .unwrap()
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(50));
+            a.ep.inject(b"wake", b_at_a, None).unwrap();
+            let mut e = [CqEntry::default()];
+            for _ in 0..100 {
+                let _ = a.cq.read(&mut e);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+        let mut fds = [rustix::event::PollFd::new(
+            &fd,
+            rustix::event::PollFlags::IN,
+        )];
+        let limit = rustix::event::Timespec {
+            tv_sec: 30,
+            tv_nsec: 0,
+        };
+        let n = rustix::event::poll(&mut fds, Some(&limit)).unwrap();
+        assert_eq!(n, 1, "the wait fd did not turn readable");
+    });
+    let mut got = false;
+    for _ in 0..10_000 {
+        if b.cq.read(&mut e).is_ok() {
+            got = true;
+            break;
+        }
+    }
+    assert!(got && e[0].context == 2 && e[0].len == 4);
+}
+
+#[test]
 fn peer_gone_fails_pending_sends() {
     let (a, b, b_at_a, _) = pair();
     // Establish the connection, then drop b (its listener and sockets close).
