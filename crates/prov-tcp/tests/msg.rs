@@ -374,6 +374,48 @@ fn shutdown_reaches_the_peer_and_fails_pending_operations() {
 }
 
 #[test]
+fn eq_sread_sees_a_shutdown_after_busy_polling() {
+    // Busy polling takes the established connection out of the epoll set;
+    // a blocking EQ read must put it back and wake for the peer's shutdown.
+    let l = listener();
+    let (server, client, _ceq) = connected(&l);
+    let mut r = vec![0u8; 16];
+    let riov = iov(&mut r);
+    // SAFETY: r outlives the completion, read below.
+    unsafe {
+        server
+            .ep
+            .recvmsg(&msg(&riov, 0, 5), OpFlags::empty())
+            .unwrap()
+    };
+    client.ep.inject(b"ping", FiAddr::UNSPEC, None).unwrap();
+    assert_eq!(
+        next(server.cq.as_ref(), client.cq.as_ref())
+            .unwrap()
+            .context,
+        5
+    );
+    let mut e = [CqEntry::default()];
+    for _ in 0..100 {
+        let _ = client.cq.read(&mut e);
+        assert!(server.cq.read(&mut e).is_err());
+    }
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(50));
+            client.ep.shutdown().unwrap();
+        });
+        let start = Instant::now();
+        let ev = l.eq.sread(Some(Duration::from_secs(30))).unwrap();
+        assert!(matches!(ev, EqEvent::Shutdown { .. }), "{ev:?}");
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "the EQ read slept through the shutdown"
+        );
+    });
+}
+
+#[test]
 fn a_bad_handle_and_bad_binds() {
     let info = msg_info();
     let fabric = TcpProvider.fabric(&info.fabric_attr).unwrap();
