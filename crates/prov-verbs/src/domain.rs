@@ -106,8 +106,10 @@ impl Progress for DomainCore {
     }
 
     fn wait_fds<'a>(&'a self, _f: &mut dyn FnMut(BorrowedFd<'a>)) {
-        // Counters wait with short sleeps of their own signal; completions
-        // arrive through CQ progress, which `progress` drives.
+        // No fds: the CQs' channels are armed and drained by their own
+        // reads. A counter wait therefore sleeps in short slices
+        // (`kit::cntr::POLL_SLICE`) and drives `progress` between them;
+        // completions arrive through CQ progress.
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::wait::Signal;
 use crate::error::{Error, ErrorKind, Result};
@@ -66,8 +66,11 @@ impl CntrCore {
 
     /// Waits until the success count reaches `threshold`; `progress` is
     /// called while waiting (manual progress), and a sleep also ends when
-    /// one of `extra` (the provider's wait fds) becomes readable.
-    /// `TimedOut` on timeout, `Avail` if the error count rose while waiting.
+    /// one of `extra` (the provider's wait fds) becomes readable. Without
+    /// any (a provider with nothing to sleep on), a sleep would end only
+    /// when another thread's progress adds to the counter, so it lasts at
+    /// most [`POLL_SLICE`] before progress is driven again. `TimedOut` on
+    /// timeout, `Avail` if the error count rose while waiting.
     pub fn wait(
         &self,
         threshold: u64,
@@ -76,16 +79,34 @@ impl CntrCore {
         mut progress: impl FnMut() -> Result<()>,
     ) -> Result<()> {
         let errs = self.read_err();
-        let r = self.signal.wait(extra, timeout, || {
-            progress()?;
-            if self.read_err() != errs {
-                return Err(Error::from_kind(ErrorKind::Avail));
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let slice = if extra.is_empty() {
+                Some(left.map_or(POLL_SLICE, |l| l.min(POLL_SLICE)))
+            } else {
+                left
+            };
+            let r = self.signal.wait(extra, slice, || {
+                progress()?;
+                if self.read_err() != errs {
+                    return Err(Error::from_kind(ErrorKind::Avail));
+                }
+                Ok((self.read() >= threshold).then_some(()))
+            })?;
+            if r.is_some() {
+                return Ok(());
             }
-            Ok((self.read() >= threshold).then_some(()))
-        })?;
-        r.ok_or_else(|| Error::new(ErrorKind::TimedOut, "counter wait timed out"))
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(Error::new(ErrorKind::TimedOut, "counter wait timed out"));
+            }
+        }
     }
 }
+
+/// The longest sleep of a counter wait that has no provider fds to sleep
+/// on (see [`CntrCore::wait`]).
+pub const POLL_SLICE: Duration = Duration::from_millis(1);
 
 #[cfg(test)]
 mod tests {
@@ -115,6 +136,26 @@ mod tests {
                 Ok(())
             })
             .is_ok()
+        );
+    }
+
+    #[test]
+    fn a_wait_without_fds_keeps_driving_progress() {
+        // The provider gives nothing to sleep on, and its progress finds
+        // the work 50 ms in: the wait must notice it long before its
+        // 30 s timeout.
+        let c = CntrCore::new().unwrap();
+        let start = Instant::now();
+        let r = c.wait(1, &[], Some(Duration::from_secs(30)), || {
+            if start.elapsed() > Duration::from_millis(50) && c.read() == 0 {
+                c.add(1);
+            }
+            Ok(())
+        });
+        assert!(r.is_ok());
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "the wait slept through the progress"
         );
     }
 }
