@@ -321,17 +321,15 @@ fn sread_blocks_until_the_peer_sends() {
     });
 }
 
-#[test]
-fn sread_wakes_after_busy_polling() {
-    // Busy polling takes established connections out of the epoll set; a
-    // blocking read must put them back, or it sleeps through the message.
-    let (a, b, b_at_a, _) = pair();
-    let mut r = vec![0u8; 8];
-    let riov = iov(&mut r);
+/// Exchanges one message into `riov` (context 1) by polling both sides,
+/// then polls on, so that the established connections are read directly
+/// (out of the epoll set); leaves a receive into `riov` (context 2)
+/// posted. The caller's buffer outlives both completions.
+fn busy_poll_a_message(a: &Side, b: &Side, b_at_a: FiAddr, riov: &[IoVec]) {
     let mut e = [CqEntry::default()];
-    // SAFETY: r outlives the completion.
+    // SAFETY: the caller's buffer outlives the completion.
     unsafe {
-        b.ep.recvmsg(&msg(&riov, FiAddr::UNSPEC, 0, 0, 1, 0), OpFlags::empty())
+        b.ep.recvmsg(&msg(riov, FiAddr::UNSPEC, 0, 0, 1, 0), OpFlags::empty())
             .unwrap()
     };
     a.ep.inject(b"ping", b_at_a, None).unwrap();
@@ -347,26 +345,39 @@ fn sread_wakes_after_busy_polling() {
         got && e[0].context == 1,
         "the first message arrived by polling"
     );
-    // More polling: the established connections are read directly now.
     for _ in 0..100 {
         let _ = a.cq.read(&mut e);
         assert!(b.cq.read(&mut e).is_err());
     }
     // SAFETY: as above.
     unsafe {
-        b.ep.recvmsg(&msg(&riov, FiAddr::UNSPEC, 0, 0, 2, 0), OpFlags::empty())
+        b.ep.recvmsg(&msg(riov, FiAddr::UNSPEC, 0, 0, 2, 0), OpFlags::empty())
             .unwrap()
     };
+}
+
+/// Sends "wake" to `b_at_a` 50 ms from now, then drives `a` until it is out.
+fn send_later(a: &Side, b_at_a: FiAddr) {
+    std::thread::sleep(Duration::from_millis(50));
+    a.ep.inject(b"wake", b_at_a, None).unwrap();
+    let mut e = [CqEntry::default()];
+    for _ in 0..100 {
+        let _ = a.cq.read(&mut e);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn sread_wakes_after_busy_polling() {
+    // Busy polling takes established connections out of the epoll set; a
+    // blocking read must put them back, or it sleeps through the message.
+    let (a, b, b_at_a, _) = pair();
+    let mut r = vec![0u8; 8];
+    let riov = iov(&mut r);
+    let mut e = [CqEntry::default()];
+    busy_poll_a_message(&a, &b, b_at_a, &riov);
     std::thread::scope(|s| {
-        s.spawn(|| {
-            std::thread::sleep(Duration::from_millis(50));
-            a.ep.inject(b"wake", b_at_a, None).unwrap();
-            let mut e = [CqEntry::default()];
-            for _ in 0..100 {
-                let _ = a.cq.read(&mut e);
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        });
+        s.spawn(|| send_later(&a, b_at_a));
         // A sleep that misses the message still finds it at the timeout:
         // the wake must come long before.
         let start = std::time::Instant::now();
@@ -388,48 +399,14 @@ fn wait_fd_turns_readable_after_busy_polling() {
     let mut r = vec![0u8; 8];
     let riov = iov(&mut r);
     let mut e = [CqEntry::default()];
-    // SAFETY: r outlives the completions.
-    unsafe {
-        b.ep.recvmsg(&msg(&riov, FiAddr::UNSPEC, 0, 0, 1, 0), OpFlags::empty())
-            .unwrap()
-    };
-    a.ep.inject(b"ping", b_at_a, None).unwrap();
-    let mut got = false;
-    for _ in 0..200_000 {
-        let _ = a.cq.read(&mut e);
-        if b.cq.read(&mut e).is_ok() {
-            got = true;
-            break;
-        }
-    }
-    assert!(
-        got && e[0].context == 1,
-        "the first message arrived by polling"
-    );
-    for _ in 0..100 {
-        let _ = a.cq.read(&mut e);
-        assert!(b.cq.read(&mut e).is_err());
-    }
+    busy_poll_a_message(&a, &b, b_at_a, &riov);
     let fd =
         b.ep.as_any()
             .downcast_ref::<prov_tcp::TcpEndpoint>()
             .unwrap()
             .wait_fd();
-    // SAFETY: as above.
-    unsafe {
-        b.ep.recvmsg(&msg(&riov, FiAddr::UNSPEC, 0, 0, 2, 0), OpFlags::empty())
-            .unwrap()
-    };
     std::thread::scope(|s| {
-        s.spawn(|| {
-            std::thread::sleep(Duration::from_millis(50));
-            a.ep.inject(b"wake", b_at_a, None).unwrap();
-            let mut e = [CqEntry::default()];
-            for _ in 0..100 {
-                let _ = a.cq.read(&mut e);
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        });
+        s.spawn(|| send_later(&a, b_at_a));
         let mut fds = [rustix::event::PollFd::new(
             &fd,
             rustix::event::PollFlags::IN,

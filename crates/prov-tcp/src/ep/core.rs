@@ -1869,11 +1869,11 @@ impl EpInner {
                         if plen == 0 || st.rx.unexp_bytes.saturating_add(cost) <= UNEXP_BUDGET {
                             let mut v = st.rx.take_buf(usize_of(plen));
                             st.rx.unexp_bytes += v.capacity() + UNEXP_COST;
-                            if plen > 0 && take_inline(st, cid, plen, |d| v.extend_from_slice(d))? {
+                            let whole = plen == 0
+                                || take_inline(st, cid, plen, |d| v.extend_from_slice(d))?;
+                            if whole {
                                 self.msg_done(st, b, cid, f, Sink::Unexp(v))?;
-                            } else if plen == 0 {
-                                self.msg_done(st, b, cid, f, Sink::Unexp(v))?;
-                                if st.rx.unexp_bytes > UNEXP_BUDGET {
+                                if plen == 0 && st.rx.unexp_bytes > UNEXP_BUDGET {
                                     // Empty messages cost an entry each:
                                     // pause until the budget has room.
                                     st.budget_stalled.push(cid);
