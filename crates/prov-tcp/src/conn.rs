@@ -66,6 +66,29 @@ impl Pieces {
         Ok(p)
     }
 
+    /// `Inval` for more than `IOV_LIMIT` pieces.
+    pub(crate) fn check(iov: &[IoVec]) -> Result<()> {
+        if iov.len() > IOV_LIMIT {
+            return Err(Error::inval(format!(
+                "{} iov pieces, more than the limit {IOV_LIMIT}",
+                iov.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Replaces the pieces with `iov` (in place: only the pieces given are
+    /// written); none when there are more than `IOV_LIMIT`.
+    pub(crate) fn set(&mut self, iov: &[IoVec]) {
+        match self.iov.get_mut(..iov.len()) {
+            Some(dst) => {
+                dst.copy_from_slice(iov);
+                self.n = iov.len();
+            }
+            None => self.n = 0,
+        }
+    }
+
     /// Appends pieces (atomic operands followed by compare values).
     pub(crate) fn extend(&mut self, iov: &[IoVec]) -> Result<()> {
         let end = self.n + iov.len();
@@ -204,13 +227,47 @@ impl Pieces {
 
 /// A posted receive (or the part of a multi-receive buffer one message
 /// takes).
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct RecvOp {
     pub buf: Pieces,
     pub context: u64,
     pub flags: OpFlags,
     /// The multi-receive buffer this is a slice of.
     pub mrecv: Option<usize>,
+}
+
+/// What completing a receive needs of it once its data is in place: a
+/// few words, where the receive itself carries its iovec array.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RecvDone {
+    /// The buffer's size.
+    pub cap: u64,
+    /// The buffer's first byte (reported for multi-receive slices).
+    pub base: u64,
+    pub context: u64,
+    pub flags: OpFlags,
+    pub mrecv: Option<usize>,
+}
+
+impl RecvOp {
+    /// What its completion needs.
+    pub(crate) fn done(&self) -> RecvDone {
+        RecvDone {
+            cap: self.buf.len() as u64,
+            base: self.buf.base(),
+            context: self.context,
+            flags: self.flags,
+            mrecv: self.mrecv,
+        }
+    }
+
+    /// A receive with no buffer.
+    pub(crate) const EMPTY: RecvOp = RecvOp {
+        buf: Pieces::EMPTY,
+        context: 0,
+        flags: OpFlags::empty(),
+        mrecv: None,
+    };
 }
 
 /// What a finished transmit operation reports.
@@ -467,7 +524,7 @@ impl Tx {
                 )),
             ),
             Ok(k) => (k, None),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => (0, None),
+            Err(e) if sys::would_block(&e) => (0, None),
             Err(e) => (0, Some(e.into())),
         };
         let body = self.body(src);
@@ -525,7 +582,7 @@ impl Tx {
                     ));
                 }
                 Ok(k) => self.advance(k, done),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if sys::would_block(&e) => return Ok(()),
                 Err(e) => return Err(e.into()),
             }
         }
@@ -679,7 +736,27 @@ pub(crate) enum Sink {
     Private(Vec<u8>),
 }
 
+/// Where a message frame's payload went, once all of it is read.
+#[derive(Debug)]
+pub(crate) enum Landed {
+    /// Into a matched receive.
+    Recv(RecvDone),
+    /// Buffered as unexpected.
+    Unexp(Vec<u8>),
+    /// Nowhere (dropped, or left in the socket).
+    Elsewhere,
+}
+
 impl Sink {
+    /// Where the payload went, for a message frame.
+    pub(crate) fn landed(self) -> Landed {
+        match self {
+            Sink::Recv(op) => Landed::Recv(op.done()),
+            Sink::Unexp(v) => Landed::Unexp(v),
+            _ => Landed::Elsewhere,
+        }
+    }
+
     /// Stores payload bytes that arrived at offset `at` of the payload.
     pub(crate) fn write(&mut self, at: u64, data: &[u8], mr: &MrTable) {
         let at = usize::try_from(at).unwrap_or(usize::MAX);

@@ -24,6 +24,13 @@ pub(crate) fn iov(ptr: *const u8, len: usize) -> libc::iovec {
     }
 }
 
+/// Whether `e` says the socket would block (EAGAIN): checked on the raw
+/// errno, which costs a compare where `kind()` decodes the error.
+#[inline]
+pub(crate) fn would_block(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EAGAIN))
+}
+
 /// Writes what the socket takes of `iov` without blocking; `WouldBlock`
 /// when it takes nothing.
 ///
@@ -50,7 +57,7 @@ pub(crate) unsafe fn send_iov(fd: BorrowedFd<'_>, iov: &[libc::iovec]) -> io::Re
             return Ok(r.unsigned_abs());
         }
         let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
+        if e.raw_os_error() != Some(libc::EINTR) {
             return Err(e);
         }
     }
@@ -72,7 +79,7 @@ pub(crate) fn send_buf(fd: BorrowedFd<'_>, buf: &[u8]) -> io::Result<usize> {
             return Ok(r.unsigned_abs());
         }
         let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
+        if e.raw_os_error() != Some(libc::EINTR) {
             return Err(e);
         }
     }
@@ -92,7 +99,7 @@ pub(crate) unsafe fn recv_raw(fd: BorrowedFd<'_>, ptr: *mut u8, len: usize) -> i
             return Ok(r.unsigned_abs());
         }
         let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
+        if e.raw_os_error() != Some(libc::EINTR) {
             return Err(e);
         }
     }

@@ -17,15 +17,16 @@ use std::time::Instant;
 use fabric_core::kit::mr::MrTable;
 use fabric_core::kit::tag::{Matcher, Posted, Unexpected};
 use fabric_core::objects::{
-    AtomicMsg, AtomicOp, CompletionFlags, CqEntry, FiAddr, MrAccess, Msg, RmaIov, RmaMsg,
+    AtomicMsg, AtomicOp, CompletionFlags, CqEntry, FiAddr, IoVec, MrAccess, Msg, RmaIov, RmaMsg,
 };
 use fabric_core::{Address, Error, ErrorKind, Info, Mode, OpFlags, Result};
 
+use super::conns::Conns;
 use super::{Binds, msg_flags};
 use crate::atomic;
 use crate::conn::{
-    Conn, Cur, DIRECT_READ_MIN, Done, Pending, Phase, Pieces, RecvOp, RndvRecv, Sink, Src, TxDone,
-    TxItem, locate,
+    Conn, Cur, DIRECT_READ_MIN, Done, Landed, Pending, Phase, Pieces, RecvDone, RecvOp, RndvRecv,
+    Sink, Src, TxDone, TxItem, locate,
 };
 use crate::progress::{EpProgress, Poller, conn_of, ep_of, token};
 use crate::sys;
@@ -173,48 +174,90 @@ struct MultiRecv {
 
 /// Posted receives, kept in place while they wait: the matchers queue
 /// their slot numbers, so posting and matching move a few words instead of
-/// a receive's iovec array.
+/// a receive's iovec array. A freed slot keeps its (stale) receive, so
+/// that posting fills the slot's fields where they are.
 #[derive(Debug, Default)]
 pub(crate) struct RecvSlab {
-    ops: Vec<Option<RecvOp>>,
+    ops: Vec<RecvOp>,
+    live: Vec<bool>,
     free: Vec<u32>,
 }
 
 impl RecvSlab {
+    /// A free slot's number, the slot grown when none is free.
+    fn vacant(&mut self) -> usize {
+        if let Some(i) = self.free.pop() {
+            return i as usize;
+        }
+        self.ops.push(RecvOp::EMPTY);
+        self.live.push(false);
+        self.ops.len() - 1
+    }
+
     /// Keeps `op`; its slot number.
     fn put(&mut self, op: RecvOp) -> u32 {
-        if let Some(i) = self.free.pop() {
-            if let Some(slot) = self.ops.get_mut(i as usize) {
-                *slot = Some(op);
-                return i;
-            }
+        let i = self.vacant();
+        if let (Some(slot), Some(live)) = (self.ops.get_mut(i), self.live.get_mut(i)) {
+            *slot = op;
+            *live = true;
         }
-        self.ops.push(Some(op));
-        u32::try_from(self.ops.len() - 1).unwrap_or(u32::MAX)
+        u32::try_from(i).unwrap_or(u32::MAX)
+    }
+
+    /// Keeps a receive into `iov`, written in place; its slot number.
+    /// `iov` must hold at most `IOV_LIMIT` pieces (else the receive has
+    /// none).
+    fn post(&mut self, iov: &[IoVec], context: u64, flags: OpFlags, mrecv: Option<usize>) -> u32 {
+        let i = self.vacant();
+        if let (Some(op), Some(live)) = (self.ops.get_mut(i), self.live.get_mut(i)) {
+            op.buf.set(iov);
+            op.context = context;
+            op.flags = flags;
+            op.mrecv = mrecv;
+            *live = true;
+        }
+        u32::try_from(i).unwrap_or(u32::MAX)
     }
 
     /// The receive in slot `i`.
     fn get(&self, i: u32) -> Option<&RecvOp> {
-        self.ops.get(i as usize).and_then(Option::as_ref)
+        let i = i as usize;
+        if !self.live.get(i).copied().unwrap_or(false) {
+            return None;
+        }
+        self.ops.get(i)
+    }
+
+    /// Frees slot `i`, whose data is in place: what its completion needs.
+    fn finish(&mut self, i: u32) -> RecvDone {
+        let k = i as usize;
+        match (self.ops.get(k), self.live.get_mut(k)) {
+            (Some(op), Some(live)) if *live => {
+                *live = false;
+                self.free.push(i);
+                op.done()
+            }
+            _ => {
+                debug_assert!(false, "posted receive slot {i} is empty");
+                RecvOp::EMPTY.done()
+            }
+        }
     }
 
     /// Takes the receive out of slot `i`. Every queued slot number holds
     /// one; an empty slot (a bug) gives an empty receive, which completes
     /// as truncated rather than writing anywhere.
     pub(crate) fn take(&mut self, i: u32) -> RecvOp {
-        match self.ops.get_mut(i as usize).and_then(Option::take) {
-            Some(op) => {
+        let k = i as usize;
+        match (self.ops.get(k), self.live.get_mut(k)) {
+            (Some(op), Some(live)) if *live => {
+                *live = false;
                 self.free.push(i);
-                op
+                *op
             }
-            None => {
+            _ => {
                 debug_assert!(false, "posted receive slot {i} is empty");
-                RecvOp {
-                    buf: Pieces::EMPTY,
-                    context: 0,
-                    flags: OpFlags::empty(),
-                    mrecv: None,
-                }
+                RecvOp::EMPTY
             }
         }
     }
@@ -305,8 +348,7 @@ pub(crate) struct MsgState {
 /// The mutable state of an endpoint.
 #[derive(Debug)]
 pub(crate) struct State {
-    pub conns: IdMap<u32, Conn>,
-    next_conn: u32,
+    pub conns: Conns<Conn>,
     next_op: u64,
     pub rx: RxQueues,
     pub peers: HashMap<SocketAddr, Peer>,
@@ -330,8 +372,7 @@ pub(crate) struct State {
 impl State {
     pub(crate) fn new(directed: bool) -> Self {
         State {
-            conns: IdMap::default(),
-            next_conn: 0,
+            conns: Conns::default(),
             next_op: 0,
             rx: RxQueues {
                 msg: Matcher::new(directed),
@@ -350,16 +391,6 @@ impl State {
             orphans: 0,
             dead: Vec::new(),
             flush_ids: Vec::new(),
-        }
-    }
-
-    /// A fresh connection number (never 0, the listener's token).
-    pub(crate) fn new_conn_id(&mut self) -> u32 {
-        loop {
-            self.next_conn = self.next_conn.wrapping_add(1);
-            if self.next_conn != 0 && !self.conns.contains_key(&self.next_conn) {
-                return self.next_conn;
-            }
         }
     }
 
@@ -504,6 +535,26 @@ impl EpInner {
         token(self.ep_no, cid)
     }
 
+    /// Keeps a new connection and adds its socket to the epoll set; its
+    /// number.
+    pub(crate) fn add_conn(&self, st: &mut State, conn: Conn) -> Result<u32> {
+        let cid = st.conns.insert(conn).ok_or_else(|| {
+            Error::new(
+                ErrorKind::Again,
+                "tcp: the endpoint has as many connections as it can number",
+            )
+        })?;
+        let added = match st.conns.get(&cid) {
+            Some(c) => self.poller.add(c.fd(), self.token(cid)),
+            None => Ok(()),
+        };
+        if let Err(e) = added {
+            st.conns.remove(&cid);
+            return Err(e);
+        }
+        Ok(cid)
+    }
+
     // ---------------------------------------------------------------
     // Completions.
 
@@ -554,15 +605,15 @@ impl EpInner {
 
     /// Completes a receive whose data is in its buffer (or fails it with
     /// `Trunc` when the message was longer).
-    fn complete_recv(&self, st: &mut State, b: &Binds, op: RecvOp, m: RecvMeta) {
-        let cap = u64_of(op.buf.len());
+    fn complete_recv(&self, st: &mut State, b: &Binds, op: RecvDone, m: RecvMeta) {
+        let cap = op.cap;
         let mut flags = msg_flags(m.tagged, true);
         if m.data.is_some() {
             flags |= CompletionFlags::REMOTE_CQ_DATA;
         }
         let mut buf = 0;
         if let Some(slot) = op.mrecv {
-            buf = op.buf.base();
+            buf = op.base;
             if let Some(Some(mr)) = st.rx.mrecv.get_mut(slot) {
                 mr.inflight = mr.inflight.saturating_sub(1);
                 if mr.released && mr.inflight == 0 {
@@ -622,18 +673,25 @@ impl EpInner {
     /// (the rest goes back to the head of the posted queue while at least
     /// [`MIN_MULTI_RECV`] bytes are left).
     fn carve(&self, st: &mut State, p: Posted<u32>, len: u64, tagged: bool) -> RecvOp {
-        let recv = st.rx.ops.take(p.recv);
-        let Some(slot) = recv.mrecv else {
-            return recv;
+        let slot = self.carve_slot(st, p, len, tagged);
+        st.rx.ops.take(slot)
+    }
+
+    /// [`carve`](Self::carve), leaving the part in the receive slab: its
+    /// slot number. A whole receive stays where it is (nothing moves).
+    fn carve_slot(&self, st: &mut State, p: Posted<u32>, len: u64, tagged: bool) -> u32 {
+        let Some(slot) = st.rx.ops.get(p.recv).and_then(|r| r.mrecv) else {
+            return p.recv;
         };
+        let recv = st.rx.ops.take(p.recv);
         let cap = recv.buf.len();
         let take = usize_of(len).min(cap);
-        let slice = RecvOp {
+        let slice = st.rx.ops.put(RecvOp {
             buf: recv.buf.sub(0, take),
             context: recv.context,
             flags: recv.flags,
             mrecv: Some(slot),
-        };
+        });
         let rest = cap - take;
         let released = rest < MIN_MULTI_RECV;
         if let Some(Some(mr)) = st.rx.mrecv.get_mut(slot) {
@@ -1288,7 +1346,7 @@ impl EpInner {
                 "FI_MULTI_RECV applies to untagged receives only",
             ));
         }
-        let buf = Pieces::new(msg.iov)?;
+        Pieces::check(msg.iov)?;
         let mut guard = self.lock();
         let st = &mut *guard;
         if st.msg.closed && self.kind == Kind::Msg {
@@ -1318,13 +1376,13 @@ impl EpInner {
         } else {
             None
         };
-        let op = RecvOp {
-            buf,
-            context: msg.context,
-            flags,
-            mrecv,
-        };
         if tagged && flags.intersects(OpFlags::PEEK | OpFlags::CLAIM | OpFlags::DISCARD) {
+            let op = RecvOp {
+                buf: Pieces::new(msg.iov)?,
+                context: msg.context,
+                flags,
+                mrecv,
+            };
             let r = self.peek_claim(st, b, msg, op, flags);
             self.finish_pass(st, b);
             return r;
@@ -1338,7 +1396,7 @@ impl EpInner {
             tag,
             ignore,
             src: msg.addr,
-            recv: st.rx.ops.put(op),
+            recv: st.rx.ops.post(msg.iov, msg.context, flags, mrecv),
         };
         while let Some((p, u)) = st.rx.matcher(tagged).post(posted) {
             let len = u.msg.len;
@@ -1384,7 +1442,7 @@ impl EpInner {
                 // SAFETY: the receive contract of recvmsg / trecvmsg.
                 unsafe { op.buf.write_at(0, &bytes) };
                 st.rx.give_buf(bytes);
-                self.complete_recv(st, b, op, meta);
+                self.complete_recv(st, b, op.done(), meta);
                 if let Some((cid, id)) = ack {
                     self.push_frame(st, b, cid, &Frame::ack(id, None), Src::None, Done::None);
                 }
@@ -1488,7 +1546,7 @@ impl EpInner {
             Done::None,
         );
         if accept == 0 {
-            self.complete_recv(st, b, op, meta);
+            self.complete_recv(st, b, op.done(), meta);
             if !ack.is_empty() {
                 self.push_frame(st, b, cid, &Frame::ack(id, None), Src::None, Done::None);
             }
@@ -1760,7 +1818,7 @@ impl EpInner {
                                 }
                                 continue;
                             }
-                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            Err(e) if sys::would_block(&e) => {
                                 return Ok(());
                             }
                             Err(e) => return Err(e.into()),
@@ -1785,7 +1843,7 @@ impl EpInner {
                     rx.len = k;
                     drained = k < want;
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if sys::would_block(&e) => return Ok(()),
                 Err(e) => return Err(e.into()),
             }
         }
@@ -1851,16 +1909,23 @@ impl EpInner {
                 let src = self.source(st, b, cid);
                 match st.rx.matcher(tagged).arrive(tag, src) {
                     Some(p) => {
-                        let rop = self.carve(st, p, plen, tagged);
-                        // SAFETY: the receive contract keeps the buffer
-                        // valid and unaliased until its completion.
-                        let whole = plen == 0
-                            || take_inline(st, cid, plen, |d| unsafe {
-                                rop.buf.write_at(0, d);
-                            })?;
+                        let slot = self.carve_slot(st, p, plen, tagged);
+                        let whole = plen == 0 || {
+                            let State { conns, rx, .. } = &mut *st;
+                            let buf = rx.ops.get(slot).map(|r| &r.buf);
+                            // SAFETY: the receive contract keeps the buffer
+                            // valid and unaliased until its completion.
+                            take_inline(conns, cid, plen, |d| unsafe {
+                                if let Some(buf) = buf {
+                                    buf.write_at(0, d);
+                                }
+                            })?
+                        };
                         if whole {
-                            self.msg_done(st, b, cid, f, Sink::Recv(rop))?;
+                            let done = st.rx.ops.finish(slot);
+                            self.msg_done(st, b, cid, f, Landed::Recv(done))?;
                         } else {
+                            let rop = st.rx.ops.take(slot);
                             self.set_cur(st, cid, f, Sink::Recv(rop));
                         }
                     }
@@ -1870,9 +1935,11 @@ impl EpInner {
                             let mut v = st.rx.take_buf(usize_of(plen));
                             st.rx.unexp_bytes += v.capacity() + UNEXP_COST;
                             let whole = plen == 0
-                                || take_inline(st, cid, plen, |d| v.extend_from_slice(d))?;
+                                || take_inline(&mut st.conns, cid, plen, |d| {
+                                    v.extend_from_slice(d)
+                                })?;
                             if whole {
-                                self.msg_done(st, b, cid, f, Sink::Unexp(v))?;
+                                self.msg_done(st, b, cid, f, Landed::Unexp(v))?;
                                 if plen == 0 && st.rx.unexp_bytes > UNEXP_BUDGET {
                                     // Empty messages cost an entry each:
                                     // pause until the budget has room.
@@ -2145,7 +2212,7 @@ impl EpInner {
         };
         let f = cur.frame;
         match (f.header.op, cur.sink) {
-            (Op::Msg | Op::Tagged, sink) => self.msg_done(st, b, cid, &f, sink)?,
+            (Op::Msg | Op::Tagged, sink) => self.msg_done(st, b, cid, &f, sink.landed())?,
             (Op::RndvData, Sink::Rndv(mut r)) => {
                 r.got = r.got.saturating_add(f.header.payload_len);
                 if r.got >= r.accept {
@@ -2158,7 +2225,7 @@ impl EpInner {
                         data: r.data,
                         src: self.source(st, b, cid),
                     };
-                    self.complete_recv(st, b, r.op, meta);
+                    self.complete_recv(st, b, r.op.done(), meta);
                     if !ack.is_empty() {
                         self.push_frame(st, b, cid, &Frame::ack(id, None), Src::None, Done::None);
                     }
@@ -2182,7 +2249,14 @@ impl EpInner {
     }
 
     /// A message frame is complete.
-    fn msg_done(&self, st: &mut State, b: &Binds, cid: u32, f: &Frame, sink: Sink) -> Result<()> {
+    fn msg_done(
+        &self,
+        st: &mut State,
+        b: &Binds,
+        cid: u32,
+        f: &Frame,
+        landed: Landed,
+    ) -> Result<()> {
         let tagged = f.header.op == Op::Tagged;
         let data = f
             .header
@@ -2200,9 +2274,9 @@ impl EpInner {
         };
         let id = f.header.id;
         let mut acked = false;
-        match sink {
-            Sink::Recv(op) => self.complete_recv(st, b, op, meta),
-            Sink::Unexp(bytes) => {
+        match landed {
+            Landed::Recv(op) => self.complete_recv(st, b, op, meta),
+            Landed::Unexp(bytes) => {
                 // A receive may have been posted while the data arrived.
                 match st.rx.matcher(tagged).arrive(f.header.tag, src) {
                     Some(p) => {
@@ -2214,7 +2288,7 @@ impl EpInner {
                         // SAFETY: the receive contract.
                         unsafe { op.buf.write_at(0, &bytes) };
                         st.rx.give_buf(bytes);
-                        self.complete_recv(st, b, op, meta);
+                        self.complete_recv(st, b, op.done(), meta);
                         self.budget_freed(st);
                     }
                     None => {
@@ -2496,8 +2570,13 @@ struct WriteNote {
 /// read buffer (small messages, usually): hands it to `put` and consumes
 /// it, so that the frame completes without a payload pass. `false`: the
 /// payload is still (partly) in the socket.
-fn take_inline(st: &mut State, cid: u32, plen: u64, put: impl FnOnce(&[u8])) -> Result<bool> {
-    let Some(rx) = st.conns.get_mut(&cid).map(|c| &mut c.rx) else {
+fn take_inline(
+    conns: &mut Conns<Conn>,
+    cid: u32,
+    plen: u64,
+    put: impl FnOnce(&[u8]),
+) -> Result<bool> {
+    let Some(rx) = conns.get_mut(&cid).map(|c| &mut c.rx) else {
         return Ok(false);
     };
     let end = usize::try_from(plen)
@@ -2556,7 +2635,7 @@ impl EpInner {
                 c.watched = true;
                 let _ = self
                     .poller
-                    .watch(c.fd(), self.token(*cid), !c.rx.stalled, c.want_write);
+                    .watch(c.fd(), self.token(cid), !c.rx.stalled, c.want_write);
             }
         }
         self.unwatched.store(false, Ordering::Relaxed);
@@ -2593,7 +2672,7 @@ impl EpProgress for EpInner {
         {
             let mut ids = std::mem::take(&mut st.flush_ids);
             ids.clear();
-            ids.extend(st.conns.keys().copied());
+            ids.extend(st.conns.keys());
             for cid in ids.iter() {
                 self.flush_one(st, b, *cid);
             }
@@ -2601,7 +2680,7 @@ impl EpProgress for EpInner {
         }
         let mut ids = std::mem::take(&mut st.flush_ids);
         ids.clear();
-        ids.extend(st.conns.keys().copied());
+        ids.extend(st.conns.keys());
         for cid in ids.iter() {
             self.read_conn(st, b, *cid);
         }
@@ -2637,7 +2716,7 @@ impl EpProgress for EpInner {
                 st.conns
                     .iter()
                     .filter(|(_, c)| c.connecting || !c.tx.is_empty())
-                    .map(|(id, _)| *id),
+                    .map(|(id, _)| id),
             );
             for cid in ids.iter() {
                 self.flush_one(st, b, *cid);
@@ -2653,7 +2732,7 @@ impl EpProgress for EpInner {
                     st.conns
                         .iter()
                         .filter(|(_, c)| !c.watched)
-                        .map(|(id, _)| *id),
+                        .map(|(id, _)| id),
                 );
                 for cid in ids.iter() {
                     self.read_conn(st, b, *cid);

@@ -3,6 +3,7 @@
 //! RDM and MSG endpoints are one type, [`TcpEndpoint`], over one engine
 //! (`core`); they differ in how connections are made (`rdm`, `msg`).
 
+pub(crate) mod conns;
 pub(crate) mod core;
 pub(crate) mod msg;
 pub(crate) mod passive;

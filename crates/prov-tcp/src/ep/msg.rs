@@ -6,7 +6,6 @@
 //! both sides report `Shutdown` and fail what was pending.
 
 use std::net::{SocketAddr, TcpStream};
-use std::os::fd::AsFd;
 
 use fabric_core::Address;
 use fabric_core::objects::{EqErrEntry, EqEvent};
@@ -49,15 +48,13 @@ impl EpInner {
     /// with a ConnReq event's info).
     pub(crate) fn msg_adopt(&self, pc: PendingConn) -> Result<()> {
         let mut st = self.lock();
-        let cid = st.new_conn_id();
-        self.poller.add(pc.sock.as_fd(), self.token(cid))?;
         let mut conn = Conn::new(pc.sock, false, Phase::AwaitAccept, self.limits);
         conn.peer = Some(pc.peer);
         if let Some(dst) = conn.rx.buf.get_mut(..pc.leftover.len()) {
             dst.copy_from_slice(&pc.leftover);
             conn.rx.len = pc.leftover.len();
         }
-        st.conns.insert(cid, conn);
+        let cid = self.add_conn(&mut st, conn)?;
         st.msg.conn = Some(cid);
         st.msg.peer = Some(pc.peer);
         st.msg.version = pc.cm.negotiate();
@@ -107,11 +104,9 @@ impl EpInner {
             }
         };
         let stream: TcpStream = sock.into();
-        let cid = st.new_conn_id();
-        self.poller.add(stream.as_fd(), self.token(cid))?;
         let mut conn = Conn::new(stream, connecting, Phase::ConnReqSent, self.limits);
         conn.peer = Some(key);
-        st.conns.insert(cid, conn);
+        let cid = self.add_conn(st, conn)?;
         st.msg.conn = Some(cid);
         st.msg.peer = Some(key);
         st.peers.insert(

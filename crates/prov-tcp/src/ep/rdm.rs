@@ -8,7 +8,6 @@
 //! survivor ([`wire::resolve_simultaneous`]).
 
 use std::net::{SocketAddr, TcpStream};
-use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use fabric_core::objects::FiAddr;
@@ -68,12 +67,9 @@ impl EpInner {
                 Err(e) => return Err(e.into()),
             };
             let stream: TcpStream = sock.into();
-            let cid = st.new_conn_id();
-            self.poller.add(stream.as_fd(), self.token(cid))?;
             let mut conn = Conn::new(stream, connecting, Phase::HelloSent, self.limits);
             conn.peer = Some(key);
-            st.conns.insert(cid, conn);
-            Ok(cid)
+            self.add_conn(st, conn)
         })();
         match r {
             Ok(cid) => {
@@ -100,10 +96,7 @@ impl EpInner {
                 Ok((sock, _)) => {
                     sock.set_nonblocking(true)?;
                     sock.set_nodelay(true)?;
-                    let cid = st.new_conn_id();
-                    self.poller.add(sock.as_fd(), self.token(cid))?;
-                    st.conns
-                        .insert(cid, Conn::new(sock, false, Phase::AwaitHello, self.limits));
+                    self.add_conn(st, Conn::new(sock, false, Phase::AwaitHello, self.limits))?;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
