@@ -56,6 +56,13 @@ pub struct Matcher<R, M> {
     directed: bool,
 }
 
+/// Removes entry `i`: the head (the usual match) by `pop_front`, which
+/// is a few instructions where `remove` first works out which half to
+/// shift.
+fn take<T>(q: &mut VecDeque<T>, i: usize) -> Option<T> {
+    if i == 0 { q.pop_front() } else { q.remove(i) }
+}
+
 impl<R, M> Matcher<R, M> {
     /// Empty queues. `directed`: FI_DIRECTED_RECV is enabled, so a
     /// receive's source takes part in matching; otherwise it is ignored.
@@ -74,12 +81,16 @@ impl<R, M> Matcher<R, M> {
     /// Posts a receive. If an unclaimed unexpected message matches, it is
     /// taken and returned with the receive instead of queueing it.
     pub fn post(&mut self, p: Posted<R>) -> Option<(Posted<R>, Unexpected<M>)> {
+        if self.unexpected.is_empty() {
+            self.posted.push_back(p);
+            return None;
+        }
         let want = self.want(p.src);
         let found = self
             .unexpected
             .iter()
             .position(|u| u.claimed_by.is_none() && matches(p.tag, p.ignore, want, u.tag, u.src));
-        match found.and_then(|i| self.unexpected.remove(i)) {
+        match found.and_then(|i| take(&mut self.unexpected, i)) {
             Some(u) => Some((p, u)),
             None => {
                 self.posted.push_back(p);
@@ -97,7 +108,7 @@ impl<R, M> Matcher<R, M> {
             let want = if directed { p.src } else { FiAddr::UNSPEC };
             matches(p.tag, p.ignore, want, tag, src)
         })?;
-        self.posted.remove(i)
+        take(&mut self.posted, i)
     }
 
     /// Keeps a message that matched no receive.
@@ -147,7 +158,7 @@ impl<R, M> Matcher<R, M> {
             .unexpected
             .iter()
             .position(|u| u.claimed_by.is_none() && matches(tag, ignore, want, u.tag, u.src))?;
-        self.unexpected.remove(i)
+        take(&mut self.unexpected, i)
     }
 
     /// Removes the first posted receive for which `pred` holds (fi_cancel).
