@@ -45,7 +45,6 @@ use fabric_core::kit::objects::Progress;
 use fabric_core::{Error, ErrorKind, Result};
 
 use crate::ep::engine::EpRx;
-use crate::ep::shared::RxReq;
 use crate::region::{self, process_gone};
 
 /// Idle time after which progress announces that it may block.
@@ -195,19 +194,6 @@ impl Engine {
             if let Some(ep) = st.eps.iter_mut().find(|e| e.shared.id == id) {
                 ep.start_queued();
             }
-        }
-    }
-
-    /// Posts a receive of endpoint `id` at once when the engine is free
-    /// and no receive of that endpoint waits in its queue (so that order
-    /// holds); otherwise gives the request back, to be queued.
-    pub(crate) fn try_post(&self, id: u32, req: RxReq) -> std::result::Result<(), RxReq> {
-        let Ok(mut st) = self.state.try_lock() else {
-            return Err(req);
-        };
-        match st.eps.iter_mut().find(|e| e.shared.id == id) {
-            Some(ep) if ep.shared.posted.is_empty() => ep.post_now(req),
-            _ => Err(req),
         }
     }
 

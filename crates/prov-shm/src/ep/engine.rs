@@ -212,17 +212,6 @@ impl EpRx {
         }
     }
 
-    /// Posts a receive now (the engine's lock is held); the request back
-    /// when the endpoint is not bound.
-    pub(crate) fn post_now(&mut self, r: RxReq) -> std::result::Result<(), RxReq> {
-        let sh = &*self.shared;
-        let Some(b) = sh.bound.get() else {
-            return Err(r);
-        };
-        self.st.take_post(sh, b, r);
-        Ok(())
-    }
-
     /// Starts the operations handed over (from the call that queued them).
     pub(crate) fn start_queued(&mut self) {
         let sh = &*self.shared;

@@ -9,8 +9,7 @@
 //! FI_FENCE) and eager messages that found the ring full are handed to
 //! the domain's engine through a lock-free queue; while such operations
 //! are queued, later sends queue behind them, which keeps send-after-send
-//! order. Receives go into the engine's matcher directly when its lock is
-//! free, and through a queue when a progress call holds it.
+//! order. Receives reach the engine the same way.
 
 pub(crate) mod binds;
 pub(crate) mod engine;
@@ -249,13 +248,6 @@ impl ShmEndpoint {
                 src: msg.addr,
                 op,
             }
-        };
-        // Straight into the matcher when the engine is free: the queue
-        // (and its moves of the request) is for posts that race with a
-        // progress call.
-        let req = match self.engine.try_post(sh.id, req) {
-            Ok(()) => return Ok(()),
-            Err(req) => req,
         };
         sh.posted.push(req).map_err(|_| Error::again())?;
         self.engine.nudge();
