@@ -136,6 +136,11 @@ fn run(o: &Opts) -> Result<(), String> {
     let root = std::env::var("CARGO_MANIFEST_DIR")
         .map(|d| PathBuf::from(d).join(".."))
         .unwrap_or_else(|_| PathBuf::from("."));
+    // The output's folder first: a bad `--out` fails now, not after the
+    // runs.
+    if let Some(dir) = o.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    }
     println!("==> building fabric-cli (release)");
     let st = Command::new("cargo")
         .args(["build", "--quiet", "--release", "-p", "fabric-cli"])
