@@ -279,6 +279,24 @@ pub(crate) struct RxQueues {
 const SPARE_BUFS: usize = 64;
 
 impl RxQueues {
+    /// A message placed in multi-receive buffer `slot` completes: once the
+    /// buffer is released and none of its messages is left in flight, it
+    /// is freed and the completion carries FI_MULTI_RECV.
+    fn slice_done(&mut self, slot: usize) -> CompletionFlags {
+        let Some(entry) = self.mrecv.get_mut(slot) else {
+            return CompletionFlags::empty();
+        };
+        let Some(mr) = entry.as_mut() else {
+            return CompletionFlags::empty();
+        };
+        mr.inflight = mr.inflight.saturating_sub(1);
+        if mr.released && mr.inflight == 0 {
+            *entry = None;
+            return CompletionFlags::MULTI_RECV;
+        }
+        CompletionFlags::empty()
+    }
+
     fn matcher(&mut self, tagged: bool) -> &mut Matcher<u32, Unexp> {
         if tagged {
             &mut self.tagged
@@ -614,15 +632,7 @@ impl EpInner {
         let mut buf = 0;
         if let Some(slot) = op.mrecv {
             buf = op.base;
-            if let Some(Some(mr)) = st.rx.mrecv.get_mut(slot) {
-                mr.inflight = mr.inflight.saturating_sub(1);
-                if mr.released && mr.inflight == 0 {
-                    flags |= CompletionFlags::MULTI_RECV;
-                    if let Some(s) = st.rx.mrecv.get_mut(slot) {
-                        *s = None;
-                    }
-                }
-            }
+            flags |= st.rx.slice_done(slot);
         }
         let e = CqEntry {
             context: op.context,
@@ -650,15 +660,7 @@ impl EpInner {
     fn fail_recv(&self, st: &mut State, b: &Binds, op: RecvOp, tagged: bool, err: &Error) {
         let mut flags = msg_flags(tagged, true);
         if let Some(slot) = op.mrecv {
-            if let Some(Some(mr)) = st.rx.mrecv.get_mut(slot) {
-                mr.inflight = mr.inflight.saturating_sub(1);
-                if mr.released && mr.inflight == 0 {
-                    flags |= CompletionFlags::MULTI_RECV;
-                    if let Some(s) = st.rx.mrecv.get_mut(slot) {
-                        *s = None;
-                    }
-                }
-            }
+            flags |= st.rx.slice_done(slot);
         }
         let e = CqEntry {
             context: op.context,

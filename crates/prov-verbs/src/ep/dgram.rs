@@ -633,29 +633,22 @@ impl Endpoint for DgramEndpoint {
     }
 
     fn bind(&self, what: Bind<'_>) -> Result<()> {
-        if self.inner.binds.get().is_some() {
-            return Err(Error::new(ErrorKind::OpBadState, "bind after enable"));
-        }
-        super::bind(&mut lock(&self.inner.pending), what, super::DGRAM_ACCEPTS)
+        super::bind_pending(
+            &self.inner.binds,
+            &self.inner.pending,
+            what,
+            super::DGRAM_ACCEPTS,
+        )
     }
 
     fn enable(&self) -> Result<()> {
-        if self.inner.binds.get().is_some() {
-            return Ok(());
-        }
-        let b = lock(&self.inner.pending).clone();
-        if b.tx_cq.is_none() || b.rx_cq.is_none() {
-            return Err(Error::new(
-                ErrorKind::NoCq,
-                "verbs: a DGRAM endpoint needs transmit and receive CQs",
-            ));
-        }
         let me: Arc<dyn Progress> = self.inner.clone();
-        for cq in [&b.tx_cq, &b.rx_cq].into_iter().flatten() {
-            cq.add_engine(Arc::downgrade(&me));
-        }
-        let _ = self.inner.binds.set(b);
-        Ok(())
+        super::enable_pending(
+            &self.inner.binds,
+            &self.inner.pending,
+            me,
+            "a DGRAM endpoint",
+        )
     }
 
     fn cancel(&self, context: u64) -> Result<()> {

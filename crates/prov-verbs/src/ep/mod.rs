@@ -10,9 +10,10 @@ pub(crate) mod passive;
 pub(crate) mod rdm;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use fabric_core::kit::binds::Accepts;
+use fabric_core::kit::objects::Progress;
 use fabric_core::objects::{Bind, CompletionFlags, CqEntry, CqErrEntry, FiAddr, IoVec, MrDesc};
 use fabric_core::{Error, ErrorKind, Result};
 use fabric_sys::ffi::{
@@ -79,6 +80,45 @@ pub(crate) fn bind(b: &mut Binds, what: Bind<'_>, accepts: Accepts) -> Result<()
             .downcast_ref::<VerbsCq>()
             .map(|c| c.shared().clone())
     })
+}
+
+/// `fi_ep_bind` on an endpoint whose bindings are `pending` until
+/// `fi_enable` fixes them in `fixed` (RDM and DGRAM endpoints).
+pub(crate) fn bind_pending(
+    fixed: &OnceLock<Binds>,
+    pending: &Mutex<Binds>,
+    what: Bind<'_>,
+    accepts: Accepts,
+) -> Result<()> {
+    if fixed.get().is_some() {
+        return Err(Error::new(ErrorKind::OpBadState, "bind after enable"));
+    }
+    bind(&mut lock(pending), what, accepts)
+}
+
+/// `fi_enable` of such an endpoint: both CQs are required (`kind` names
+/// the endpoint in the error), and `engine` is progressed by their reads.
+pub(crate) fn enable_pending(
+    fixed: &OnceLock<Binds>,
+    pending: &Mutex<Binds>,
+    engine: Arc<dyn Progress>,
+    kind: &str,
+) -> Result<()> {
+    if fixed.get().is_some() {
+        return Ok(());
+    }
+    let b = lock(pending).clone();
+    if b.tx_cq.is_none() || b.rx_cq.is_none() {
+        return Err(Error::new(
+            ErrorKind::NoCq,
+            format!("verbs: {kind} needs transmit and receive CQs"),
+        ));
+    }
+    for cq in [&b.tx_cq, &b.rx_cq].into_iter().flatten() {
+        cq.add_engine(Arc::downgrade(&engine));
+    }
+    let _ = fixed.set(b);
+    Ok(())
 }
 
 /// The fabric error kind of a work completion status.
