@@ -203,3 +203,107 @@ fn wait(p: Peer<'_>, other: Peer<'_>) -> crate::Result<crate::objects::CqEntry> 
         }
     }
 }
+
+/// The next completion of `cq` (or its error entry, as `Err`), reading
+/// the CQs of `drive` meanwhile to drive their progress; panics after 30 s.
+// The error entry is an answer tests inspect, not a failure to propagate.
+#[allow(clippy::result_large_err)]
+pub fn next(
+    cq: &dyn crate::objects::CompletionQueue,
+    drive: &[&dyn crate::objects::CompletionQueue],
+) -> std::result::Result<crate::objects::CqEntry, crate::objects::CqErrEntry> {
+    next_from(cq, drive).map(|(e, _)| e)
+}
+
+/// [`next`], with the completion's source address (`fi_cq_readfrom`).
+#[allow(clippy::result_large_err)]
+pub fn next_from(
+    cq: &dyn crate::objects::CompletionQueue,
+    drive: &[&dyn crate::objects::CompletionQueue],
+) -> std::result::Result<
+    (crate::objects::CqEntry, crate::objects::FiAddr),
+    crate::objects::CqErrEntry,
+> {
+    use crate::ErrorKind;
+    let mut e = [crate::objects::CqEntry::default()];
+    let mut s = [crate::objects::FiAddr(0)];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        for d in drive {
+            let _ = d.read(&mut []);
+        }
+        match cq.readfrom(&mut e, &mut s) {
+            Ok(_) => return Ok((e[0], s[0])),
+            Err(err) if err.kind() == ErrorKind::Again => {}
+            Err(err) if err.kind() == ErrorKind::Avail => {
+                return match cq.readerr() {
+                    Ok(entry) => Err(entry),
+                    Err(e) => panic!("cq readerr after FI_EAVAIL: {e}"),
+                };
+            }
+            Err(err) => panic!("cq read: {err}"),
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no completion within 30 s"
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// Reads every CQ of `cqs` (driving progress) `rounds` times, 200 µs apart.
+pub fn settle(cqs: &[&dyn crate::objects::CompletionQueue], rounds: usize) {
+    for _ in 0..rounds {
+        for c in cqs {
+            let _ = c.read(&mut []);
+        }
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+}
+
+/// Panics unless `cq` stays empty for a while (driving `drive`).
+pub fn nothing(
+    cq: &dyn crate::objects::CompletionQueue,
+    drive: &[&dyn crate::objects::CompletionQueue],
+) {
+    settle(drive, 10);
+    let mut e = [crate::objects::CqEntry::default()];
+    match cq.read(&mut e) {
+        Err(err) if err.kind() == crate::ErrorKind::Again => {}
+        other => panic!("expected no completion, got {other:?} {:?}", e[0]),
+    }
+}
+
+/// `b` as one iovec.
+pub fn iov(b: &mut [u8]) -> [crate::objects::IoVec; 1] {
+    [crate::objects::IoVec {
+        addr: b.as_mut_ptr(),
+        len: b.len(),
+    }]
+}
+
+/// Registers `buf` with `access` under `key`; panics on failure.
+///
+/// The caller keeps `buf` alive and unmoved while the region lives.
+pub fn reg(
+    d: &dyn crate::objects::Domain,
+    buf: &mut [u8],
+    access: crate::objects::MrAccess,
+    key: u64,
+) -> Box<dyn crate::objects::MemoryRegion> {
+    let v = iov(buf);
+    // SAFETY: the callers keep the buffer alive until the region drops.
+    let r = unsafe {
+        d.mr_reg(&crate::objects::MrAttr {
+            iov: &v,
+            access,
+            offset: 0,
+            requested_key: key,
+            context: 0,
+        })
+    };
+    match r {
+        Ok(mr) => mr,
+        Err(e) => panic!("mr_reg: {e}"),
+    }
+}

@@ -9,14 +9,13 @@
     clippy::field_reassign_with_default
 )]
 
-use std::time::{Duration, Instant};
-
 use fabric_core::matching::Request;
 use fabric_core::objects::{
-    AddressVector, AvAttr, Bind, CntrAttr, CompletionQueue, Counter, CqAttr, CqEntry, CqErrEntry,
-    CqFormat, Domain, Endpoint, Fabric, FiAddr, IoVec, MemoryRegion, MrAccess, MrAttr, Msg,
-    Provider, WaitObj,
+    AddressVector, AvAttr, Bind, CntrAttr, CompletionQueue, Counter, CqAttr, CqFormat, Domain,
+    Endpoint, Fabric, FiAddr, IoVec, Msg, Provider, WaitObj,
 };
+#[allow(unused_imports)]
+pub use fabric_core::testing::{iov, next, next_from, nothing, reg, settle};
 use fabric_core::*;
 use prov_shm::ShmProvider;
 
@@ -139,64 +138,6 @@ pub fn pair() -> (Side, Side, FiAddr, FiAddr) {
     pair_of(&info())
 }
 
-/// The next completion of `cq` (or its error, as `Err(readerr)`), driving
-/// the progress of `drive` meanwhile.
-pub fn next(
-    cq: &dyn CompletionQueue,
-    drive: &[&dyn CompletionQueue],
-) -> std::result::Result<CqEntry, CqErrEntry> {
-    next_from(cq, drive).map(|(e, _)| e)
-}
-
-pub fn next_from(
-    cq: &dyn CompletionQueue,
-    drive: &[&dyn CompletionQueue],
-) -> std::result::Result<(CqEntry, FiAddr), CqErrEntry> {
-    let mut e = [CqEntry::default()];
-    let mut s = [FiAddr(0)];
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        for d in drive {
-            let _ = d.read(&mut []);
-        }
-        match cq.readfrom(&mut e, &mut s) {
-            Ok(_) => return Ok((e[0], s[0])),
-            Err(err) if err.kind() == ErrorKind::Again => {}
-            Err(err) if err.kind() == ErrorKind::Avail => return Err(cq.readerr().unwrap()),
-            Err(err) => panic!("cq read: {err}"),
-        }
-        assert!(Instant::now() < deadline, "no completion within 30 s");
-        std::thread::yield_now();
-    }
-}
-
-/// Drives progress of every CQ for `rounds` short rounds.
-pub fn settle(cqs: &[&dyn CompletionQueue], rounds: usize) {
-    for _ in 0..rounds {
-        for c in cqs {
-            let _ = c.read(&mut []);
-        }
-        std::thread::sleep(Duration::from_micros(200));
-    }
-}
-
-/// Asserts that `cq` has nothing for a while (driving `drive`).
-pub fn nothing(cq: &dyn CompletionQueue, drive: &[&dyn CompletionQueue]) {
-    settle(drive, 10);
-    let mut e = [CqEntry::default()];
-    match cq.read(&mut e) {
-        Err(err) if err.kind() == ErrorKind::Again => {}
-        other => panic!("expected no completion, got {other:?} {:?}", e[0]),
-    }
-}
-
-pub fn iov(b: &mut [u8]) -> [IoVec; 1] {
-    [IoVec {
-        addr: b.as_mut_ptr(),
-        len: b.len(),
-    }]
-}
-
 pub fn msg(iov: &[IoVec], addr: FiAddr, tag: u64, ignore: u64, ctx: u64) -> Msg<'_> {
     Msg {
         iov,
@@ -206,24 +147,6 @@ pub fn msg(iov: &[IoVec], addr: FiAddr, tag: u64, ignore: u64, ctx: u64) -> Msg<
         ignore,
         context: ctx,
         data: 0,
-    }
-}
-
-/// Registers `buf` with `access` under `key`.
-///
-/// The caller keeps `buf` alive and unmoved while the region lives.
-pub fn reg(d: &dyn Domain, buf: &mut [u8], access: MrAccess, key: u64) -> Box<dyn MemoryRegion> {
-    let v = iov(buf);
-    // SAFETY: the callers keep the buffer alive until the region drops.
-    unsafe {
-        d.mr_reg(&MrAttr {
-            iov: &v,
-            access,
-            offset: 0,
-            requested_key: key,
-            context: 0,
-        })
-        .unwrap()
     }
 }
 

@@ -9,14 +9,13 @@
     clippy::field_reassign_with_default
 )]
 
-use std::time::{Duration, Instant};
-
 use fabric_core::matching::Request;
 use fabric_core::objects::{
-    AddressVector, AvAttr, Bind, CntrAttr, CompletionQueue, Counter, CqAttr, CqEntry, CqErrEntry,
-    CqFormat, Domain, Endpoint, Fabric, FiAddr, IoVec, MemoryRegion, MrAccess, MrAttr, Provider,
-    WaitObj,
+    AddressVector, AvAttr, Bind, CntrAttr, CompletionQueue, Counter, CqAttr, CqFormat, Domain,
+    Endpoint, Fabric, FiAddr, Provider, WaitObj,
 };
+#[allow(unused_imports)]
+pub use fabric_core::testing::{iov, next, next_from, reg, settle};
 use fabric_core::*;
 use prov_tcp::TcpProvider;
 
@@ -142,71 +141,6 @@ pub fn pair_of(info: &Info) -> (Side, Side, FiAddr, FiAddr) {
 
 pub fn pair() -> (Side, Side, FiAddr, FiAddr) {
     pair_of(&rdm_info())
-}
-
-/// The next completion of `cq` (or its error, as `Err(readerr)`), driving
-/// the progress of `drive` meanwhile.
-pub fn next(
-    cq: &dyn CompletionQueue,
-    drive: &[&dyn CompletionQueue],
-) -> std::result::Result<CqEntry, CqErrEntry> {
-    next_from(cq, drive).map(|(e, _)| e)
-}
-
-pub fn next_from(
-    cq: &dyn CompletionQueue,
-    drive: &[&dyn CompletionQueue],
-) -> std::result::Result<(CqEntry, FiAddr), CqErrEntry> {
-    let mut e = [CqEntry::default()];
-    let mut s = [FiAddr(0)];
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        for d in drive {
-            let _ = d.read(&mut []);
-        }
-        match cq.readfrom(&mut e, &mut s) {
-            Ok(_) => return Ok((e[0], s[0])),
-            Err(err) if err.kind() == ErrorKind::Again => {}
-            Err(err) if err.kind() == ErrorKind::Avail => return Err(cq.readerr().unwrap()),
-            Err(err) => panic!("cq read: {err}"),
-        }
-        assert!(Instant::now() < deadline, "no completion within 30 s");
-    }
-}
-
-/// Drives progress of every CQ for `rounds` short rounds.
-pub fn settle(cqs: &[&dyn CompletionQueue], rounds: usize) {
-    for _ in 0..rounds {
-        for c in cqs {
-            let _ = c.read(&mut []);
-        }
-        std::thread::sleep(Duration::from_micros(200));
-    }
-}
-
-pub fn iov(b: &mut [u8]) -> [IoVec; 1] {
-    [IoVec {
-        addr: b.as_mut_ptr(),
-        len: b.len(),
-    }]
-}
-
-/// Registers `buf` with `access` under `key`.
-///
-/// The caller keeps `buf` alive and unmoved while the region lives.
-pub fn reg(d: &dyn Domain, buf: &mut [u8], access: MrAccess, key: u64) -> Box<dyn MemoryRegion> {
-    let v = iov(buf);
-    // SAFETY: the callers keep the buffer alive until the region drops.
-    unsafe {
-        d.mr_reg(&MrAttr {
-            iov: &v,
-            access,
-            offset: 0,
-            requested_key: key,
-            context: 0,
-        })
-        .unwrap()
-    }
 }
 
 pub fn counter(d: &dyn Domain) -> Box<dyn Counter> {
