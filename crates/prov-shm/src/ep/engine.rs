@@ -1468,34 +1468,7 @@ impl RxState {
         if peer.no_cma {
             return Ok(false);
         }
-        let mut off = 0usize;
-        for r in d.rma() {
-            let (remote, k) = sub_list(d.local(), off, r.len);
-            let res = sh
-                .mr
-                .with_access(r.key, r.addr, r.len, MrAccess::REMOTE_WRITE, |base| {
-                    // SAFETY: `base..base + r.len` is checked registered
-                    // memory whose registration is held during the call
-                    // (mr_reg's contract lets peers write it); the remote
-                    // ranges are interpreted by the kernel only.
-                    unsafe { cma::transfer(peer.pid, &[(base, r.len)], &remote[..k], true) }
-                })
-                .map_err(|e| refusal(e.kind()))?;
-            match res {
-                Ok(()) => {}
-                Err(CmaError::Refused) => {
-                    tracing::warn!(peer = %peer.addr, "shm: cross-memory attach refused by the kernel for this peer; using bounce buffers");
-                    peer.no_cma = true;
-                    if off == 0 {
-                        return Ok(false);
-                    }
-                    return Err(ErrorKind::Perm);
-                }
-                Err(e) => return Err(e.kind()),
-            }
-            off += r.len;
-        }
-        Ok(true)
+        cma_ranges(sh, peer, d, MrAccess::REMOTE_WRITE)
     }
 
     fn on_read(&mut self, sh: &EpShared, b: &Binds, m: &Message, p: &Payload<'_>) {
@@ -1771,15 +1744,33 @@ fn read_ranges(sh: &EpShared, rma: &[RmaIov], out: &mut Vec<u8>) -> Result<(), E
 /// the initiator's buffer. `Ok(false)` when the kernel refused (push
 /// instead).
 fn push_read(sh: &EpShared, peer: &mut RxPeer, d: &Desc) -> Result<bool, ErrorKind> {
+    cma_ranges(sh, peer, d, MrAccess::REMOTE_READ)
+}
+
+/// Moves the data of RMA descriptor `d` between our registered ranges and
+/// the initiator's buffer by cross-memory attach, each range checked for
+/// `access` and held registered during its copy: REMOTE_WRITE fills our
+/// ranges from the initiator, REMOTE_READ fills the initiator's buffer.
+/// `Ok(false)` when the kernel refused before anything moved (the peer is
+/// then marked for bounce buffers), `Perm` when it refused midway.
+fn cma_ranges(
+    sh: &EpShared,
+    peer: &mut RxPeer,
+    d: &Desc,
+    access: MrAccess,
+) -> Result<bool, ErrorKind> {
+    let into_local = access == MrAccess::REMOTE_WRITE;
     let mut off = 0usize;
     for r in d.rma() {
         let (remote, k) = sub_list(d.local(), off, r.len);
         let res = sh
             .mr
-            .with_access(r.key, r.addr, r.len, MrAccess::REMOTE_READ, |base| {
-                // SAFETY: checked registered memory, held registered during
-                // the call; the kernel writes the initiator's ranges.
-                unsafe { cma::transfer(peer.pid, &[(base, r.len)], &remote[..k], false) }
+            .with_access(r.key, r.addr, r.len, access, |base| {
+                // SAFETY: `base..base + r.len` is checked registered memory
+                // whose registration is held during the call (mr_reg's
+                // contract lets peers read and write it); the remote ranges
+                // are interpreted by the kernel only.
+                unsafe { cma::transfer(peer.pid, &[(base, r.len)], &remote[..k], into_local) }
             })
             .map_err(|e| refusal(e.kind()))?;
         match res {
