@@ -2094,15 +2094,7 @@ impl EpInner {
                 let Ext::Rma(rma) = f.ext else {
                     return Err(proto("tcp: Write without its ranges"));
                 };
-                let status = rma
-                    .iov()
-                    .iter()
-                    .find_map(|r| {
-                        self.mr
-                            .check(r.key, r.addr, r.len, MrAccess::REMOTE_WRITE)
-                            .err()
-                    })
-                    .map(|e| refusal(&e));
+                let status = self.refused(&rma, MrAccess::REMOTE_WRITE);
                 if let Some(kind) = status {
                     tracing::debug!(error = %kind.c_name(), "tcp: refused an RMA write");
                 }
@@ -2117,15 +2109,7 @@ impl EpInner {
                 let Ext::Rma(rma) = f.ext else {
                     return Err(proto("tcp: ReadReq without its ranges"));
                 };
-                let status = rma
-                    .iov()
-                    .iter()
-                    .find_map(|r| {
-                        self.mr
-                            .check(r.key, r.addr, r.len, MrAccess::REMOTE_READ)
-                            .err()
-                    })
-                    .map(|e| refusal(&e));
+                let status = self.refused(&rma, MrAccess::REMOTE_READ);
                 let id = f.header.id;
                 match status {
                     Some(kind) => {
@@ -2592,6 +2576,17 @@ fn take_inline(
     rx.pos += data.len();
     rx.dec.consume_payload(plen)?;
     Ok(true)
+}
+
+impl EpInner {
+    /// The status refusing remote access `access` to one of `rma`'s
+    /// ranges (bad key, range outside its region, missing right), if any.
+    fn refused(&self, rma: &crate::wire::RmaHeader, access: MrAccess) -> Option<ErrorKind> {
+        rma.iov()
+            .iter()
+            .find_map(|r| self.mr.check(r.key, r.addr, r.len, access).err())
+            .map(|e| refusal(&e))
+    }
 }
 
 /// The status a refused remote access travels back with: a bad key is
