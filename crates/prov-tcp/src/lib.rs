@@ -15,8 +15,9 @@
 //! ([`getinfo::RDM_CAPS`], [`getinfo::MSG_CAPS`]).
 //!
 //! Layout: [`getinfo`] (what it offers), `domain` (fabric, domain, MR),
-//! `ep` (endpoints: `core`, the engine RDM and MSG share; `rdm` and `msg`,
-//! how their connections are made; `passive`), `conn` (one connection:
+//! `ep` (endpoints: `core`, the engine RDM and MSG share; `conns`, its
+//! table of connections; `rdm` and `msg`, how their connections are made;
+//! `passive`), `conn` (one connection:
 //! send queue, receive state), `atomic` (atomics at the target),
 //! `progress` (a domain's engine and epoll set), `sys` (the raw socket
 //! calls), [`wire`] (the versioned protocol codec, documented below).
