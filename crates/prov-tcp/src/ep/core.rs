@@ -1687,7 +1687,18 @@ impl EpInner {
 
     /// Work left from the operation just done: connections to read again,
     /// failed connections.
+    #[inline]
     pub(crate) fn finish_pass(&self, st: &mut State, b: &Binds) {
+        if !st.resume.is_empty() || !st.dead.is_empty() {
+            self.finish_pass_work(st, b);
+        }
+    }
+
+    /// [`finish_pass`](Self::finish_pass) with something to do, kept out of
+    /// line: every operation ends with the check, rarely with work.
+    #[cold]
+    #[inline(never)]
+    fn finish_pass_work(&self, st: &mut State, b: &Binds) {
         while !st.resume.is_empty() || !st.dead.is_empty() {
             while let Some(cid) = st.resume.pop() {
                 if let Some(c) = st.conns.get(&cid) {
