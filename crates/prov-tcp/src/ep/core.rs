@@ -65,10 +65,10 @@ const SMALL_READ: usize = 256;
 /// their turn; level-triggered epoll reports the rest).
 const READS_PER_CALL: usize = 16;
 
-/// The hasher of the maps keyed by numbers this side chooses (connection
-/// numbers, AV handles): a multiply-rotate over the key's bytes, a few
-/// cycles where the default SipHash takes tens of nanoseconds, and it is
-/// looked up several times per message. Keys a peer chooses (addresses,
+/// The hasher of the maps keyed by numbers this side chooses (AV
+/// handles): a multiply-rotate over the key's bytes, a few cycles where
+/// the default SipHash takes tens of nanoseconds, and it is looked up on
+/// every RDM send. Keys a peer chooses (addresses,
 /// request ids) keep the default, keyed hasher.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct IdHasher(u64);
@@ -93,7 +93,7 @@ impl std::hash::Hasher for IdHasher {
     }
 }
 
-/// A map keyed by connection numbers or AV handles.
+/// A map keyed by AV handles.
 pub(crate) type IdMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<IdHasher>>;
 
 /// A frame waiting for its connection (not established yet, or held
@@ -230,34 +230,29 @@ impl RecvSlab {
 
     /// Frees slot `i`, whose data is in place: what its completion needs.
     fn finish(&mut self, i: u32) -> RecvDone {
-        let k = i as usize;
-        match (self.ops.get(k), self.live.get_mut(k)) {
-            (Some(op), Some(live)) if *live => {
-                *live = false;
-                self.free.push(i);
-                op.done()
-            }
-            _ => {
-                debug_assert!(false, "posted receive slot {i} is empty");
-                RecvOp::EMPTY.done()
-            }
-        }
+        self.vacate(i).map_or(RecvOp::EMPTY.done(), RecvOp::done)
     }
 
     /// Takes the receive out of slot `i`. Every queued slot number holds
     /// one; an empty slot (a bug) gives an empty receive, which completes
     /// as truncated rather than writing anywhere.
     pub(crate) fn take(&mut self, i: u32) -> RecvOp {
+        self.vacate(i).copied().unwrap_or(RecvOp::EMPTY)
+    }
+
+    /// Frees slot `i`; the receive it held, readable until the slot is
+    /// used again, or `None` (a bug) when it held none.
+    fn vacate(&mut self, i: u32) -> Option<&RecvOp> {
         let k = i as usize;
         match (self.ops.get(k), self.live.get_mut(k)) {
             (Some(op), Some(live)) if *live => {
                 *live = false;
                 self.free.push(i);
-                *op
+                Some(op)
             }
             _ => {
                 debug_assert!(false, "posted receive slot {i} is empty");
-                RecvOp::EMPTY
+                None
             }
         }
     }
@@ -571,6 +566,15 @@ impl EpInner {
             return Err(e);
         }
         Ok(cid)
+    }
+
+    /// The status refusing remote access `access` to one of `rma`'s
+    /// ranges (bad key, range outside its region, missing right), if any.
+    fn refused(&self, rma: &crate::wire::RmaHeader, access: MrAccess) -> Option<ErrorKind> {
+        rma.iov()
+            .iter()
+            .find_map(|r| self.mr.check(r.key, r.addr, r.len, access).err())
+            .map(|e| refusal(&e))
     }
 
     // ---------------------------------------------------------------
@@ -2587,17 +2591,6 @@ fn take_inline(
     rx.pos += data.len();
     rx.dec.consume_payload(plen)?;
     Ok(true)
-}
-
-impl EpInner {
-    /// The status refusing remote access `access` to one of `rma`'s
-    /// ranges (bad key, range outside its region, missing right), if any.
-    fn refused(&self, rma: &crate::wire::RmaHeader, access: MrAccess) -> Option<ErrorKind> {
-        rma.iov()
-            .iter()
-            .find_map(|r| self.mr.check(r.key, r.addr, r.len, access).err())
-            .map(|e| refusal(&e))
-    }
 }
 
 /// The status a refused remote access travels back with: a bad key is
