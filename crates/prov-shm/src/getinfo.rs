@@ -35,6 +35,9 @@ pub const PROTOCOL_CMA: u32 = 2;
 pub const DISABLE_CMA_VAR: &str = crate::cma::DISABLE_VAR;
 /// The variable that sets the eager limit (bytes).
 pub const EAGER_MAX_VAR: &str = "FI_SHM_EAGER_MAX";
+/// The variable that sets the smallest transfer copied by cross-memory
+/// attach (bytes).
+pub const CMA_MIN_VAR: &str = "FI_SHM_CMA_MIN";
 
 /// The variables the provider reads.
 pub const ENV_VARS: &[EnvVar] = &[
@@ -51,7 +54,12 @@ pub const ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: EAGER_MAX_VAR,
         kind: "Integer",
-        help: "Largest message (and inline RMA) sent eagerly through the ring and its bounce buffers; larger ones use rendezvous (default 4096, at most one bounce buffer).",
+        help: "Largest message (and inline RMA) sent eagerly through the ring and its bounce buffers; larger ones use rendezvous (default 32768, at most one bounce buffer).",
+    },
+    EnvVar {
+        name: CMA_MIN_VAR,
+        kind: "Integer",
+        help: "Smallest rendezvous message or RMA transfer copied with cross-memory attach; smaller ones are pushed through bounce buffers (default 262144).",
     },
 ];
 
@@ -86,7 +94,7 @@ pub const RX_SIZE: usize = 1024;
 /// The default eager limit: messages up to this size travel in the ring
 /// (inline up to 1 KiB) or in one bounce buffer; larger ones by
 /// rendezvous. Chosen by measurement: see the [crate docs](crate#thresholds).
-pub const EAGER_MAX: usize = 4 * 1024;
+pub const EAGER_MAX: usize = 32 * 1024;
 
 /// The eager limit in effect: [`EAGER_MAX_VAR`] when set to a number, else
 /// [`EAGER_MAX`]; at most one bounce buffer.
@@ -97,6 +105,21 @@ pub fn eager_max() -> usize {
         .and_then(|v| v.trim().parse::<usize>().ok())
         .unwrap_or(EAGER_MAX)
         .min(cap)
+}
+
+/// The default smallest transfer copied by cross-memory attach: a larger
+/// rendezvous message (or RMA transfer) below it is pushed through bounce
+/// buffers, two pipelined copies without system calls, which measured
+/// faster. See the [crate docs](crate#thresholds).
+pub const CMA_MIN: usize = 256 * 1024;
+
+/// The CMA threshold in effect: [`CMA_MIN_VAR`] when set to a number, else
+/// [`CMA_MIN`].
+pub fn cma_min() -> usize {
+    std::env::var(CMA_MIN_VAR)
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(CMA_MIN)
 }
 
 /// The variable that sets the smallest split rendezvous (bytes).

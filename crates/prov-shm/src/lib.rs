@@ -62,15 +62,15 @@
 //! | operation | size | protocol | copies |
 //! |---|---|---|---|
 //! | message, inject | ≤ 1 KiB | `MSG`, payload inline in the slot | 2 |
-//! | message | ≤ [eager limit](getinfo::EAGER_MAX) (4 KiB) | `MSG`, payload in one bounce buffer | 2 |
-//! | message | larger | `RTS` with the sender's iovecs; the receiver pulls with `process_vm_readv` into the matched buffer, then `ACK` | 1 |
-//! | message | ≥ [split limit](getinfo::SPLIT_MIN) (32 KiB) | `RTS`; the receiver sends `SPLIT` with the tail of its buffer, pulls the head (2 KiB more than half) and sends `ACK` (flag HEAD) while the sender writes the tail with `process_vm_writev` and sends `PUT_DONE` | 1, on two cores at once |
-//! | message, no CMA | larger | `RTS`; receiver answers `CTS` once matched; sender pushes `DATA` chunks of one bounce buffer each; `ACK` | 2 |
-//! | RMA write | ≤ eager limit | `WRITE` with the data after the descriptor; `ACK` | 2 |
-//! | RMA write | larger | `WRITE` with the initiator's iovecs; target pulls into the checked ranges; `ACK` | 1 |
-//! | RMA read | ≤ eager limit | `READ`; target answers with the data in its `ACK` (≤ 1 KiB) or `DATA` chunks then `ACK` | 2 |
-//! | RMA read | larger | `READ` with the initiator's iovecs; target writes with `process_vm_writev`; `ACK` | 1 |
-//! | RMA, no CMA | larger | write: `CTS` then pushed `DATA`; read: target pushes `DATA` | 2 |
+//! | message | ≤ [eager limit](getinfo::EAGER_MAX) (32 KiB) | `MSG`, payload in one bounce buffer | 2 |
+//! | message | < [CMA limit](getinfo::CMA_MIN) (256 KiB), or no CMA | `RTS` (flag PUSH); receiver answers `CTS` once matched; sender pushes `DATA` chunks of one bounce buffer each, which the receiver copies out as they come; `ACK` | 2, pipelined on two cores |
+//! | message | ≥ CMA limit | `RTS` with the sender's iovecs; the receiver pulls with `process_vm_readv` into the matched buffer, then `ACK` (the first such message from a peer) | 1 |
+//! | message | ≥ CMA limit, once CMA worked with the peer | `RTS`; the receiver sends `SPLIT` with the tail of its buffer, pulls the head (2 KiB more than half) and sends `ACK` (flag HEAD) while the sender writes the tail with `process_vm_writev` and sends `PUT_DONE` | 1, on two cores at once |
+//! | RMA write | ≤ eager limit (with its descriptor in one bounce buffer) | `WRITE` with the data after the descriptor; `ACK` | 2 |
+//! | RMA write | < CMA limit, or no CMA | `WRITE` (flag PUSH); target answers `CTS`, then pushed `DATA`; `ACK` | 2 |
+//! | RMA write | ≥ CMA limit | `WRITE` with the initiator's iovecs; target pulls into the checked ranges; `ACK` | 1 |
+//! | RMA read | < CMA limit, or no CMA | `READ` (flag PUSH); target answers with the data in its `ACK` (≤ 1 KiB) or `DATA` chunks then `ACK` | 2 |
+//! | RMA read | ≥ CMA limit | `READ` with the initiator's iovecs; target writes with `process_vm_writev`; `ACK` | 1 |
 //! | atomic | ≤ 1024 elements | `ATOMIC` with operands (and compare values); old values come back in the `ACK` (or a `DATA` chunk) | - |
 //!
 //! Sends complete when their data left the user buffer: eager messages at
@@ -90,26 +90,43 @@
 //!
 //! - **Inline: 1 KiB** (the slot payload): inline is never slower than a
 //!   bounce buffer (see [Slot size](#slot-size)).
-//! - **Eager limit: 4 KiB** ([`getinfo::EAGER_MAX`], `FI_SHM_EAGER_MAX`):
-//!   up to it a message goes through one bounce buffer (two copies, no
-//!   system call), above it by rendezvous with cross-memory attach (one
-//!   copy, one `process_vm_readv`, and an `ACK` back). Measured with
-//!   `examples/provider_pingpong.rs` (two processes pinned to cores 0 and
-//!   1, buffers written before timing, 20000 round trips; 2-vCPU KVM
-//!   guest), one-way latency in us, bounce / rendezvous:
+//! - **Eager limit: 32 KiB** ([`getinfo::EAGER_MAX`], `FI_SHM_EAGER_MAX`,
+//!   at most one bounce buffer): up to it a message goes through one
+//!   bounce buffer (two copies, no system call, no round trip). The copies
+//!   in and out of shared memory use the CPU's string copy from 1-2 KiB on
+//!   (see `region::shared`), which made them several times faster than a
+//!   rendezvous. `fabric pingpong -p shm`, 2-vCPU AMD EPYC guest,
+//!   alternating runs, one-way us, eager limit 4 KiB (rendezvous with
+//!   CMA) / 32 KiB (bounce buffer), in the host's fast mode and its slow
+//!   mode (which triples a cache line's trip between the cores):
 //!
-//!   | size | 2 KiB | 4 KiB | 8 KiB | 16 KiB | 32 KiB |
+//!   | size | 4 KiB + 1 | 8 KiB | 16 KiB | 32 KiB |
+//!   |---|---|---|---|---|
+//!   | fast mode | 2.27 / 0.44 | 2.50 / 0.49 | 2.90 / 0.70 | 3.21 / 1.04 |
+//!   | slow mode | 2.57 / 1.19 | 2.92 / 1.41 | 3.39 / 2.01 | 4.07 / 2.88 |
+//!
+//!   (An earlier measurement on an Intel guest, with 16-byte volatile
+//!   copy loops, had put the crossing at 4 KiB.)
+//! - **CMA limit: 256 KiB** ([`getinfo::CMA_MIN`], `FI_SHM_CMA_MIN`):
+//!   a larger message below it is pushed through bounce buffers in 32 KiB
+//!   chunks after a `CTS` (two copies, one on each core, overlapping),
+//!   from it on copied by cross-memory attach (one copy, split between the
+//!   two cores, but system calls and page pinning). Same setup, one-way
+//!   us, CMA / pushed:
+//!
+//!   | size | 64 KiB | 128 KiB | 256 KiB | 1 MiB | 2 MiB |
 //!   |---|---|---|---|---|---|
-//!   | bounce buffer (`FI_SHM_EAGER_MAX=32768`) | 1.27 | 1.68 | 2.98 | 5.81 | 10.2 |
-//!   | rendezvous + CMA (`FI_SHM_EAGER_MAX=1024`) | 1.64 | 1.73 | 1.85 | 2.23 | 3.35 |
+//!   | fast mode | 4.31 / 1.99 | 6.1 / 3.5 | 9.8 / 5.9 | 33.4 / 22.9 | 66.3 / 49.1 |
+//!   | slow mode | 5.34 / 4.88 | - | 11.3 / 12.7 | 36-38 / 46-47 | - |
 //!
-//!   The two meet at 4 KiB; one-way bandwidth with 64 sends in flight
-//!   (`--bw 64`) is within noise of each other up to 4 KiB and favours
-//!   rendezvous from 8 KiB (6.7-7.8 GB/s against 4.8-5.3). The bounce
-//!   copies are slower than `memcpy` because they use volatile accesses
-//!   (see [`region`], "Soundness").
-//! - **Split limit: 32 KiB** ([`getinfo::SPLIT_MIN`], `FI_SHM_SPLIT_MIN`):
-//!   from it on (once a cross-memory attach with the peer has worked), the
+//!   Pushing wins in the fast mode at every size, by 1.3-2.2x, and loses
+//!   from 256 KiB on in the slow mode, where every pushed line crosses
+//!   between the cores while the benchmark's unchanging send buffer may
+//!   stay cached on the receiver's side for CMA to read. 256 KiB keeps
+//!   the gains where both modes agree. RMA transfers use the same limit.
+//! - **Split limit: 32 KiB** ([`getinfo::SPLIT_MIN`], `FI_SHM_SPLIT_MIN`;
+//!   in effect from the CMA limit on): from it on (once a cross-memory
+//!   attach with the peer has worked), the
 //!   copy of a rendezvous message is split between the receiver and the
 //!   sender, which is idle waiting for its `ACK` anyway; it costs one more
 //!   command each way (`SPLIT`, `PUT_DONE`). The sender starts about one
@@ -203,7 +220,7 @@
 //! - A sender that dies between claiming and committing a slot blocks the
 //!   ring; the engine recovers it after 50 ms
 //!   ([`ring::Receiver::recover`]).
-//! - Unexpected eager messages (at most 4 KiB each) are buffered without a
+//! - Unexpected eager messages (at most the 32 KiB eager limit each) are buffered without a
 //!   limit, as are announcements of unexpected rendezvous messages (their
 //!   data stays with the sender); a peer of the same user can make an
 //!   endpoint hold memory this way, as it can by writing its region.

@@ -13,7 +13,21 @@ use common::*;
 use fabric_core::objects::{CompletionFlags, CqEntry, FiAddr, IoVec};
 use fabric_core::*;
 
-const SIZES: [usize; 8] = [0, 1, 64, 1024, 1025, 16 * 1024, 40_000, 3 << 20];
+/// Every protocol and its edges: inline (to 1 KiB), one bounce buffer (to
+/// the 32 KiB eager limit), pushed through bounce buffers (to 1 MiB), and
+/// cross-memory attach.
+const SIZES: [usize; 10] = [
+    0,
+    1,
+    64,
+    1024,
+    1025,
+    16 * 1024,
+    32 * 1024,
+    32 * 1024 + 1,
+    40_000,
+    3 << 20,
+];
 
 #[test]
 fn every_size_untagged_and_tagged_expected_and_unexpected() {

@@ -51,9 +51,18 @@ fn writes_and_reads_of_every_size_and_addressing() {
         } else {
             0
         };
-        for (i, size) in [1usize, 100, 1024, 5000, 16 * 1024, 40_000, 3 << 20]
-            .into_iter()
-            .enumerate()
+        for (i, size) in [
+            1usize,
+            100,
+            1024,
+            5000,
+            16 * 1024,
+            32 * 1024,
+            40_000,
+            3 << 20,
+        ]
+        .into_iter()
+        .enumerate()
         {
             let off = 1000 * i as u64 + 7;
             let mut src = pattern(size, i as u8);

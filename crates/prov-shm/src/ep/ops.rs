@@ -228,7 +228,14 @@ impl RxState {
     /// behind.
     fn start(&mut self, sh: &EpShared, b: &Binds, req: &TxReq) -> Result<()> {
         let peer = &req.peer;
-        let use_cma = sh.cma && !peer.no_cma.load(Ordering::Relaxed);
+        let cma_works = sh.cma && !peer.no_cma.load(Ordering::Relaxed);
+        // Below `cma_min` two pipelined copies through bounce buffers beat
+        // the system calls of cross-memory attach.
+        let use_cma = |len: usize| cma_works && len >= sh.cma_min;
+        let cap = peer
+            .sender
+            .bounce_capacity()
+            .max(peer.sender.inline_capacity());
         let mut cmd = Command {
             src: sh.id,
             ..Command::default()
@@ -244,10 +251,6 @@ impl RxState {
                     cmd.flags |= flag::TAGGED;
                     cmd.tag = tag;
                 }
-                let cap = peer
-                    .sender
-                    .bounce_capacity()
-                    .max(peer.sender.inline_capacity());
                 if len <= sh.eager_max && len <= cap {
                     cmd.op = op::MSG;
                     let wants_ack = req.flags.contains(OpFlags::DELIVERY_COMPLETE);
@@ -272,7 +275,7 @@ impl RxState {
                     return Ok(());
                 }
                 cmd.op = op::RTS;
-                if !use_cma {
+                if !use_cma(len) {
                     cmd.flags |= flag::PUSH;
                 }
                 let id = self.insert(req, req.buf, 0);
@@ -284,8 +287,10 @@ impl RxState {
             TxKind::Write { rma } => {
                 let rma = &rma.0[..rma.1];
                 let total = req.buf.len();
-                let inline = total <= sh.eager_max;
-                let local: &[(usize, usize)] = if inline || !use_cma {
+                // Inline when the data fits one command after its
+                // descriptor (which, without local ranges, is small).
+                let inline = total <= sh.eager_max && total + DESC_MAX <= cap;
+                let local: &[(usize, usize)] = if inline || !use_cma(total) {
                     &[]
                 } else {
                     req.buf.pieces()
@@ -308,7 +313,7 @@ impl RxState {
                     }
                     return self.send_or_forget(peer, &cmd, &all[..=k], id);
                 }
-                if !use_cma {
+                if !use_cma(total) {
                     cmd.flags |= flag::PUSH;
                 }
                 self.send_or_forget(peer, &cmd, &[&raw[..n]], id)
@@ -316,7 +321,7 @@ impl RxState {
             TxKind::Read { rma } => {
                 let rma = &rma.0[..rma.1];
                 let total = req.buf.len();
-                let push = total <= sh.eager_max || !use_cma;
+                let push = total <= sh.eager_max || !use_cma(total);
                 let local: &[(usize, usize)] = if push { &[] } else { req.buf.pieces() };
                 let d = Desc::new(rma, local).ok_or_else(|| Error::inval("shm: bad RMA ranges"))?;
                 let mut raw = [0u8; DESC_MAX];

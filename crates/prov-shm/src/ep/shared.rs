@@ -312,6 +312,9 @@ pub(crate) struct EpShared {
     pub eager_max: usize,
     /// Smallest rendezvous split between receiver and sender.
     pub split_min: usize,
+    /// Smallest transfer copied by cross-memory attach; smaller rendezvous
+    /// transfers are pushed through bounce buffers.
+    pub cma_min: usize,
     pub mr: Arc<MrTable>,
     pub directed: bool,
 }
@@ -342,6 +345,7 @@ impl EpShared {
             cma,
             eager_max,
             split_min: crate::getinfo::split_min(),
+            cma_min: crate::getinfo::cma_min(),
             mr,
             directed: info.caps.contains(fabric_core::Caps::DIRECTED_RECV),
         }

@@ -31,8 +31,10 @@
 //!    reached as `&AtomicU16/32/64` (types whose contract is mutation by
 //!    others while the reference exists; aligned atomic loads and stores are
 //!    single instructions that cannot tear), and payload bytes only through
-//!    raw pointers inside two copy routines that use volatile accesses and
-//!    write into, or read from, local memory.
+//!    raw pointers inside two copy routines that write into, or read from,
+//!    local memory with volatile accesses, or from 1-2 KiB on with one
+//!    `rep movsb` in inline assembly, which the compiler treats as opaque
+//!    just as it does a volatile access.
 //! 2. **Read once, then validate the local copy.** Every value that comes
 //!    from shared memory (a sequence number, a length, a buffer index) is
 //!    loaded once into a local variable, validated there, and only the

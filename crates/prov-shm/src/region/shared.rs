@@ -154,6 +154,68 @@ type Chunk = u64;
 
 const CHUNK: usize = size_of::<Chunk>();
 
+/// From this many bytes on, copies into shared memory use the CPU's string
+/// copy (see [`string_copy`]). It writes whole cache lines without first
+/// fetching them from the core that read them last, which is what a copy
+/// into a ring slot or bounce buffer mostly waits for. One-way
+/// `fabric pingpong -p shm` times on the 2-vCPU AMD EPYC host, against the
+/// 16-byte loop: 1 KiB 0.270 -> 0.260 us in the host's fast mode and
+/// 0.79 -> 0.70 us in its slow mode (with the copy out too), 4 KiB
+/// 0.50 -> 0.41 us; below 1 KiB it measured slower (256 B 0.215 -> 0.22 us).
+const STRING_COPY_IN_MIN: usize = 1024;
+
+/// From this many bytes on, copies out of shared memory use the string copy
+/// too. Reading gains less than writing (at 1 KiB the 16-byte loop with
+/// its prefetch was as fast or faster in the fast mode); from 2 KiB on, it
+/// saves 10% (2 KiB 0.367 -> 0.333 us, 4 KiB 0.455 -> 0.410 us with both).
+const STRING_COPY_OUT_MIN: usize = 2048;
+
+/// Whether the CPU's string copy is the fast kind (ERMS: enhanced `rep
+/// movsb`), checked once by the standard library and cached.
+#[inline(always)]
+fn string_copy_is_fast() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("ermsb")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Copies `n` bytes from `src` to `dst` with one `rep movsb`.
+///
+/// Inline assembly is opaque to the compiler, as volatile accesses are: it
+/// can neither re-read the shared side nor assume it unchanged, so a peer
+/// writing meanwhile yields wrong bytes, never undefined behaviour.
+///
+/// # Safety
+///
+/// Both ranges must be mapped (`src` readable, `dst` writable) and must not
+/// overlap.
+#[inline(always)]
+unsafe fn string_copy(dst: *mut u8, src: *const u8, n: usize) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the caller's contract; `rep movsb` moves exactly `rcx` bytes
+    // forward (the direction flag is clear on entry to Rust code, as the
+    // ABI requires) and touches no stack.
+    unsafe {
+        core::arch::asm!(
+            "rep movsb",
+            inout("rcx") n => _,
+            inout("rdi") dst => _,
+            inout("rsi") src => _,
+            options(nostack, preserves_flags),
+        );
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (dst, src, n);
+        unreachable!("string_copy_is_fast() is false off x86-64");
+    }
+}
+
 /// Copies `dst.len()` bytes from shared memory at `src` into `dst`.
 ///
 /// Every byte of the source is read exactly once, with volatile accesses:
@@ -169,6 +231,11 @@ const CHUNK: usize = size_of::<Chunk>();
 pub(crate) unsafe fn volatile_copy_out(src: *const u8, dst: &mut [u8]) {
     let n = dst.len();
     let d = dst.as_mut_ptr();
+    if n >= STRING_COPY_OUT_MIN && string_copy_is_fast() {
+        // SAFETY: the caller's contract, as for the loops below.
+        unsafe { string_copy(d, src, n) };
+        return;
+    }
     let mut i = 0;
     let head = src.align_offset(CHUNK).min(n);
     while i < head {
@@ -231,6 +298,11 @@ pub(crate) unsafe fn volatile_copy_out(src: *const u8, dst: &mut [u8]) {
 pub(crate) unsafe fn volatile_copy_in(dst: *mut u8, src: &[u8]) {
     let n = src.len();
     let s = src.as_ptr();
+    if n >= STRING_COPY_IN_MIN && string_copy_is_fast() {
+        // SAFETY: the caller's contract, as for the loops below.
+        unsafe { string_copy(dst, s, n) };
+        return;
+    }
     let mut i = 0;
     let head = dst.align_offset(CHUNK).min(n);
     while i < head {
@@ -280,17 +352,41 @@ mod tests {
         let src: Vec<u8> = (0..600u32).map(|i| (i * 7 + 3) as u8).collect();
         for off in 0..20 {
             for len in [0, 1, 7, 15, 16, 17, 63, 64, 65, 130, 300, 579] {
-                let mut out = vec![0u8; len];
-                // SAFETY: `off + len <= 600`, local vectors, no overlap.
-                unsafe { volatile_copy_out(src.as_ptr().add(off), &mut out) };
-                assert_eq!(&out[..], &src[off..off + len]);
-                let mut back = vec![0u8; 600];
-                // SAFETY: `off + len <= 600`, distinct vectors.
-                unsafe { volatile_copy_in(back.as_mut_ptr().add(off), &out) };
-                assert_eq!(&back[off..off + len], &src[off..off + len]);
-                assert!(back[..off].iter().all(|&b| b == 0));
-                assert!(back[off + len..].iter().all(|&b| b == 0));
+                copy_both_ways(&src, off, len);
             }
         }
+    }
+
+    #[test]
+    fn copies_past_the_string_copy_thresholds() {
+        let src: Vec<u8> = (0..9000u32).map(|i| (i * 13 + 5) as u8).collect();
+        for off in [0, 1, 15, 16, 33] {
+            for len in [
+                STRING_COPY_IN_MIN - 1,
+                STRING_COPY_IN_MIN,
+                STRING_COPY_OUT_MIN - 1,
+                STRING_COPY_OUT_MIN,
+                4096 + 7,
+                8191,
+            ] {
+                copy_both_ways(&src, off, len);
+            }
+        }
+    }
+
+    /// Copies `src[off..off + len]` out and back in at `off`, checking the
+    /// bytes copied and that nothing around them was touched.
+    fn copy_both_ways(src: &[u8], off: usize, len: usize) {
+        assert!(off + len <= src.len());
+        let mut out = vec![0u8; len];
+        // SAFETY: `off + len <= src.len()`, local vectors, no overlap.
+        unsafe { volatile_copy_out(src.as_ptr().add(off), &mut out) };
+        assert_eq!(&out[..], &src[off..off + len]);
+        let mut back = vec![0u8; src.len()];
+        // SAFETY: `off + len <= back.len()`, distinct vectors.
+        unsafe { volatile_copy_in(back.as_mut_ptr().add(off), &out) };
+        assert_eq!(&back[off..off + len], &src[off..off + len]);
+        assert!(back[..off].iter().all(|&b| b == 0));
+        assert!(back[off + len..].iter().all(|&b| b == 0));
     }
 }

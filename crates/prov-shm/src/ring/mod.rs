@@ -228,12 +228,12 @@ impl Sender {
         }
         let pos = self.claim()?;
         let s = l.slot(pos);
-        self.write_header(s, cmd, len, bounce::NONE);
         let mut off = s + slot::PAYLOAD;
         for p in parts {
             map.copy_in(off, p);
             off += p.len();
         }
+        self.write_header(s, cmd, len, bounce::NONE);
         self.commit(s, pos)
     }
 
