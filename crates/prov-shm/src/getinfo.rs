@@ -100,11 +100,12 @@ pub const EAGER_MAX: usize = 32 * 1024;
 /// [`EAGER_MAX`]; at most one bounce buffer.
 pub fn eager_max() -> usize {
     let cap = crate::region::RegionConfig::default().bounce_size as usize;
-    std::env::var(EAGER_MAX_VAR)
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .unwrap_or(EAGER_MAX)
-        .min(cap)
+    env_bytes(EAGER_MAX_VAR).unwrap_or(EAGER_MAX).min(cap)
+}
+
+/// A size in bytes from the variable `var`, when it is set to a number.
+fn env_bytes(var: &str) -> Option<usize> {
+    std::env::var(var).ok()?.trim().parse().ok()
 }
 
 /// The default smallest transfer copied by cross-memory attach: a larger
@@ -116,10 +117,7 @@ pub const CMA_MIN: usize = 256 * 1024;
 /// The CMA threshold in effect: [`CMA_MIN_VAR`] when set to a number, else
 /// [`CMA_MIN`].
 pub fn cma_min() -> usize {
-    std::env::var(CMA_MIN_VAR)
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .unwrap_or(CMA_MIN)
+    env_bytes(CMA_MIN_VAR).unwrap_or(CMA_MIN)
 }
 
 /// The variable that sets the smallest split rendezvous (bytes).
@@ -133,11 +131,7 @@ pub const SPLIT_MIN: usize = 32 * 1024;
 /// The split threshold in effect: [`SPLIT_MIN_VAR`] when set to a number,
 /// else [`SPLIT_MIN`]; never below 8 KiB.
 pub fn split_min() -> usize {
-    std::env::var(SPLIT_MIN_VAR)
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .unwrap_or(SPLIT_MIN)
-        .max(8192)
+    env_bytes(SPLIT_MIN_VAR).unwrap_or(SPLIT_MIN).max(8192)
 }
 
 /// The memory registration modes offered: no mode bit is needed (local
