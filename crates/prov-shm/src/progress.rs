@@ -26,6 +26,14 @@
 //! With both processes on one core, this is what lets the peer run
 //! instead of a spinning reader.
 //!
+//! No announcement is made while outgoing work waits for room at a peer
+//! (a full ring or bounce pool there, see
+//! [`EpRx::stalled`](crate::ep::engine::EpRx::stalled)): the peer makes
+//! room in its own region without writing to ours, so nothing would wake
+//! the sleeper, and a send larger than the peer's bounce pool, pushed
+//! while its sender blocks in `sread`, would wait for the read's timeout.
+//! Blocking reads poll instead until the work is done.
+//!
 //! # Liveness
 //!
 //! About every [`CHECK_EVERY`], the engine asks the kernel whether the
@@ -277,7 +285,11 @@ impl Engine {
                 let t = Instant::now();
                 now = Some(t);
                 let since = *st.idle_since.get_or_insert(t);
-                if idle_now || t.duration_since(since) >= ANNOUNCE_AFTER {
+                // Work stalled on a peer's full ring or bounce pool cannot
+                // wake a sleeper (the peer frees room without writing to
+                // us): no announcement then, so blocking reads keep polling.
+                let idle = idle_now || t.duration_since(since) >= ANNOUNCE_AFTER;
+                if idle && !st.eps.iter().any(|ep| ep.stalled()) {
                     let mut ready = false;
                     for ep in &st.eps {
                         ready |= ep.rx.announce_poll_sleep();

@@ -100,6 +100,54 @@ fn roundtrip_msg(a: &Side, b: &Side, b_at_a: FiAddr, size: usize, cap: usize) {
     assert_eq!(next(a.cq.as_ref(), &[b.cq.as_ref()]).unwrap().context, 4);
 }
 
+/// A push larger than the receiver's bounce pool completes while its
+/// sender blocks in `sread` and the receiver looks only now and then. The
+/// receiver frees pool buffers without writing to the sender, so the
+/// sender must keep polling while its push waits for room: asleep, it
+/// would stay so until the read timed out.
+fn push_larger_than_the_pool_while_the_sender_blocks(a: &Side, b: &Side, b_at_a: FiAddr) {
+    let pool = {
+        let c = prov_shm::region::RegionConfig::default();
+        c.bounce_count as usize * c.bounce_size as usize
+    };
+    let size = 2 * pool;
+    let mut out = pattern(size, 11);
+    let oi = iov(&mut out);
+    let mut back = vec![0u8; size];
+    let bi = iov(&mut back);
+    // SAFETY: the buffers outlive their completions.
+    unsafe {
+        b.ep.recvmsg(&msg(&bi, FiAddr::UNSPEC, 0, 0, 1), OpFlags::empty())
+            .unwrap();
+        a.ep.sendmsg(&msg(&oi, b_at_a, 0, 0, 2), OpFlags::empty())
+            .unwrap();
+    }
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // One look every 20 ms, each taking at most a ring budget of
+            // commands: the sender fills the pool and waits for room.
+            let mut e = [CqEntry::default()];
+            for _ in 0..1000 {
+                if b.cq.read(&mut e).unwrap_or(0) == 1 {
+                    assert_eq!(e[0].context, 1);
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            panic!("the receive of {size} bytes did not complete");
+        });
+        let mut e = [CqEntry::default()];
+        let n = a.cq.sread(&mut e, Some(Duration::from_secs(15)));
+        assert_eq!(
+            n.ok(),
+            Some(1),
+            "the send did not complete while its sender blocked"
+        );
+        assert_eq!(e[0].context, 2);
+    });
+    assert!(back == out, "pushed message of {size} bytes");
+}
+
 /// The grandchild: an endpoint with cross-memory attach that echoes RMA
 /// into its region and answers one message.
 fn grandchild() {
@@ -155,6 +203,7 @@ fn checks() {
         roundtrip_msg(&a, &b, b_at_a, size, size);
     }
     roundtrip_msg(&a, &b, b_at_a, 200_000, 70_000);
+    push_larger_than_the_pool_while_the_sender_blocks(&a, &b, b_at_a);
     let mut region = vec![0u8; 4 << 20];
     let mr = reg(
         b.domain.as_ref(),

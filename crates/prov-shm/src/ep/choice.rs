@@ -9,7 +9,7 @@
 //! Sizes fall into power-of-two classes. In each class the sender keeps an
 //! estimate of the time per KiB of each protocol, measured from the
 //! announcement to the target's `ACK` (a faster sample replaces it, a
-//! slower one moves it a quarter of the way); it tries each protocol once,
+//! slower one moves it a quarter of the way); it tries each protocol twice,
 //! then takes the faster one, and every [`EXPLORE`]th message of the class
 //! the other one, so that a change of the machine's speed is noticed.
 //!
@@ -25,6 +25,10 @@ use std::time::Instant;
 /// disturbs the caches for the next few, so it is rare: 1 in 16 cost
 /// 4-15% at 1-4 MiB in the host's slow mode, 1 in 128 about 0-5%.
 pub(crate) const EXPLORE: u32 = 128;
+
+/// Messages of a class that alternate between the protocols before the
+/// estimates are trusted.
+const WARMUP: u32 = 4;
 
 /// The smallest class is 2^`FIRST_CLASS` bytes (256 KiB, the CMA limit:
 /// smaller messages are always pushed).
@@ -75,10 +79,15 @@ impl Choice {
         let [push, cma] = c.ns_per_kib.each_ref().map(|a| a.load(Ordering::Relaxed));
         let turn = c.turn.load(Ordering::Relaxed);
         c.turn.store(turn.wrapping_add(1), Ordering::Relaxed);
-        let use_cma = if push == 0 {
-            false
-        } else if cma == 0 {
-            true
+        let use_cma = if turn < WARMUP || push == 0 || cma == 0 {
+            // Each protocol twice in turn (a first transfer is cold: the
+            // bounce pool's pages are touched for the first time, and CMA
+            // is not split yet), and again if a sample went missing.
+            if push == 0 || cma == 0 {
+                push != 0
+            } else {
+                turn % 2 == 1
+            }
         } else {
             (cma < push) != (turn % EXPLORE == EXPLORE - 1)
         };
@@ -149,14 +158,12 @@ mod tests {
     fn tries_both_then_keeps_the_faster_and_sometimes_the_other() {
         let c = Choice::default();
         let len = 256 * 1024;
-        // Nothing measured: push first.
-        let p = c.pick(len);
-        assert!(!p.cma());
-        c.record(p, len);
-        // Push measured, CMA not: CMA next.
-        let p = c.pick(len);
-        assert!(p.cma());
-        c.record(p, len);
+        // Nothing measured: push first, then each in turn, twice.
+        for want_cma in [false, true, false, true] {
+            let p = c.pick(len);
+            assert_eq!(p.cma(), want_cma);
+            c.record(p, len);
+        }
         feed(&c, false, 100);
         feed(&c, true, 300);
         let picks: Vec<bool> = (0..EXPLORE * 4).map(|_| c.pick(len).cma()).collect();

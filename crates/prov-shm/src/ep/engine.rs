@@ -212,6 +212,20 @@ impl EpRx {
         }
     }
 
+    /// Whether outgoing work waits for room at a peer: operations not
+    /// started, pushes, answers or `PUT_DONE`s that found a ring or bounce
+    /// pool full. The peer frees that room in its own region without
+    /// telling us, so progress must keep looking instead of letting a
+    /// blocking read sleep (see [`crate::progress`]).
+    pub(crate) fn stalled(&self) -> bool {
+        let st = &self.st;
+        !st.pending.is_empty()
+            || !self.shared.txq.is_empty()
+            || !st.pushes.is_empty()
+            || st.backlogged > 0
+            || !st.put_done_backlog.is_empty()
+    }
+
     /// Starts the operations handed over (from the call that queued them).
     pub(crate) fn start_queued(&mut self) {
         let sh = &*self.shared;
