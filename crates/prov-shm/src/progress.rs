@@ -27,8 +27,7 @@
 //! instead of a spinning reader.
 //!
 //! No announcement is made while outgoing work waits for room at a peer
-//! (a full ring or bounce pool there, see
-//! [`EpRx::stalled`](crate::ep::engine::EpRx::stalled)): the peer makes
+//! (a full ring or bounce pool there): the peer makes
 //! room in its own region without writing to ours, so nothing would wake
 //! the sleeper, and a send larger than the peer's bounce pool, pushed
 //! while its sender blocks in `sread`, would wait for the read's timeout.
