@@ -105,6 +105,8 @@ devices (rxe0 on 10.99.0.1/24, rxe1 on 10.99.1.1/24).
   --extra-test PATH also run this test binary in the guest (checks the rig)
   --script PATH     instead of the tests, run this shell script in the guest
                     (release CLI as $FABRIC; PASS when it exits with 0)
+  --add PATH        also pack this host file, at the same path (with the
+                    libraries it needs), e.g. valgrind for a --script
   -- TEST ARGS      given to every test binary, e.g. `-- --test-threads=1 cq`";
 
 #[derive(Debug, PartialEq)]
@@ -116,6 +118,7 @@ struct Options {
     features: Option<String>,
     extra_tests: Vec<PathBuf>,
     script: Option<PathBuf>,
+    extra_files: Vec<PathBuf>,
     test_args: Vec<String>,
 }
 
@@ -129,6 +132,7 @@ fn parse_options(args: &[String]) -> Result<Option<Options>, String> {
         features: None,
         extra_tests: Vec::new(),
         script: None,
+        extra_files: Vec::new(),
         test_args: Vec::new(),
     };
     let mut it = args.iter();
@@ -155,6 +159,10 @@ fn parse_options(args: &[String]) -> Result<Option<Options>, String> {
             "--script" => {
                 let path = it.next().ok_or("--script needs a path")?;
                 o.script = Some(PathBuf::from(path));
+            }
+            "--add" => {
+                let path = it.next().ok_or("--add needs a path")?;
+                o.extra_files.push(PathBuf::from(path));
             }
             "-h" | "--help" => return Ok(None),
             "--" => {
@@ -555,6 +563,10 @@ fn pack(
     for lib in dlopened_libraries()? {
         img.copy_same(&lib)?;
         elves.push(lib);
+    }
+    for f in &o.extra_files {
+        img.copy_same(f)?;
+        elves.push(f.clone());
     }
     let (driver, provider) = rxe_provider()?;
     img.copy_same(&driver)?;

@@ -342,12 +342,9 @@ impl QpData {
 
     /// Fills `sges` from an IO vector and its descriptors; `None` when a
     /// piece has no descriptor (then the data must be staged or inlined).
-    fn sges(
-        &self,
-        iov: &[IoVec],
-        desc: &[MrDesc],
-        sges: &mut [ibv_sge; IOV_MAX],
-    ) -> Result<Option<usize>> {
+    /// `Inval` when `iov` has more pieces than a work request takes.
+    #[inline]
+    fn check_pieces(&self, iov: &[IoVec]) -> Result<()> {
         if iov.len() > self.iov_limit.min(IOV_MAX) {
             return Err(Error::inval(format!(
                 "verbs: {} IO vector pieces; the limit is {}",
@@ -355,6 +352,17 @@ impl QpData {
                 self.iov_limit.min(IOV_MAX)
             )));
         }
+        Ok(())
+    }
+
+    #[inline]
+    fn sges(
+        &self,
+        iov: &[IoVec],
+        desc: &[MrDesc],
+        sges: &mut [ibv_sge; IOV_MAX],
+    ) -> Result<Option<usize>> {
+        self.check_pieces(iov)?;
         let mut n = 0;
         for (i, p) in iov.iter().enumerate() {
             if p.len == 0 {
@@ -405,8 +413,15 @@ impl QpData {
             ));
         }
         let mut sges = [ibv_sge::default(); IOV_MAX];
-        let registered = self.sges(iov, desc, &mut sges)?;
-        let inline = len <= self.max_inline && (inject || registered.is_none() || len <= 32);
+        // Inline regardless of descriptors: no scatter list to build.
+        let inline_anyway = len <= self.max_inline && (inject || len <= 32);
+        let registered = if inline_anyway {
+            self.check_pieces(iov)?;
+            None
+        } else {
+            self.sges(iov, desc, &mut sges)?
+        };
+        let inline = inline_anyway || (len <= self.max_inline && registered.is_none());
         if !inline && registered.is_none() && len > STAGE {
             return Err(Error::inval(format!(
                 "verbs: {len} bytes without a memory descriptor; this endpoint needs registered buffers (FI_MR_LOCAL) beyond {STAGE} bytes"
