@@ -175,12 +175,7 @@ fn truncation_is_the_receivers_error() {
         let mut small = vec![0u8; 10];
         let si = iov(&mut small);
         // SAFETY: buffers outlive completions.
-        unsafe {
-            b.ep.recvmsg(&msg(&si, FiAddr::UNSPEC, 0, 0, 1), OpFlags::empty())
-                .unwrap();
-            a.ep.sendmsg(&msg(&oi, b_at_a, 0, 0, 2), OpFlags::empty())
-                .unwrap();
-        }
+        unsafe { recv_then_send((&a, &b, b_at_a), &oi, &si, (1, 2)) };
         let err = next(b.cq.as_ref(), &[a.cq.as_ref()]).unwrap_err();
         assert_eq!(err.err, ErrorKind::Trunc);
         assert_eq!((err.entry.len, err.olen), (10, size - 10));

@@ -82,12 +82,7 @@ fn roundtrip_msg(a: &Side, b: &Side, b_at_a: FiAddr, size: usize, cap: usize) {
     let mut back = vec![0u8; cap];
     let bi = iov(&mut back);
     // SAFETY: the buffers outlive their completions.
-    unsafe {
-        b.ep.recvmsg(&msg(&bi, FiAddr::UNSPEC, 0, 0, 3), OpFlags::empty())
-            .unwrap();
-        a.ep.sendmsg(&msg(&oi, b_at_a, 0, 0, 4), OpFlags::empty())
-            .unwrap();
-    }
+    unsafe { recv_then_send((a, b, b_at_a), &oi, &bi, (3, 4)) };
     let r = next(b.cq.as_ref(), &[a.cq.as_ref()]);
     if cap < size {
         let e = r.unwrap_err();
@@ -116,12 +111,7 @@ fn push_larger_than_the_pool_while_the_sender_blocks(a: &Side, b: &Side, b_at_a:
     let mut back = vec![0u8; size];
     let bi = iov(&mut back);
     // SAFETY: the buffers outlive their completions.
-    unsafe {
-        b.ep.recvmsg(&msg(&bi, FiAddr::UNSPEC, 0, 0, 1), OpFlags::empty())
-            .unwrap();
-        a.ep.sendmsg(&msg(&oi, b_at_a, 0, 0, 2), OpFlags::empty())
-            .unwrap();
-    }
+    unsafe { recv_then_send((a, b, b_at_a), &oi, &bi, (1, 2)) };
     std::thread::scope(|s| {
         s.spawn(|| {
             // One look every 20 ms, each taking at most a ring budget of

@@ -150,6 +150,27 @@ pub fn msg(iov: &[IoVec], addr: FiAddr, tag: u64, ignore: u64, ctx: u64) -> Msg<
     }
 }
 
+/// Posts a receive into `into` at `b` (context `ctx.0`), then a send of
+/// `from` from `a` to `b_at_a` (context `ctx.1`).
+///
+/// # Safety
+///
+/// Both buffers outlive their completions.
+pub unsafe fn recv_then_send(
+    (a, b, b_at_a): (&Side, &Side, FiAddr),
+    from: &[IoVec],
+    into: &[IoVec],
+    ctx: (u64, u64),
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        b.ep.recvmsg(&msg(into, FiAddr::UNSPEC, 0, 0, ctx.0), OpFlags::empty())
+            .unwrap();
+        a.ep.sendmsg(&msg(from, b_at_a, 0, 0, ctx.1), OpFlags::empty())
+            .unwrap();
+    }
+}
+
 pub fn counter(d: &dyn Domain) -> Box<dyn Counter> {
     d.cntr(&CntrAttr::default()).unwrap()
 }
