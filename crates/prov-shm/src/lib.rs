@@ -132,11 +132,11 @@
 //!   the push, 25% slower in 100-message runs of the slow mode.
 //! - **Split limit: 32 KiB** ([`getinfo::SPLIT_MIN`], `FI_SHM_SPLIT_MIN`;
 //!   in effect from the CMA limit on): from it on (once a cross-memory
-//!   attach with the peer has worked), the
-//!   copy of a rendezvous message is split between the receiver and the
-//!   sender, which is idle waiting for its `ACK` anyway; it costs one more
-//!   command each way (`SPLIT`, `PUT_DONE`). The sender starts about one
-//!   command later and its `PUT_DONE` takes one more to arrive, so the
+//!   attach with the peer has worked), the copy of a rendezvous message is
+//!   split between the receiver and the sender, which is idle waiting for
+//!   its `ACK` anyway; it costs one more command each way (`SPLIT`,
+//!   `PUT_DONE`). The sender starts about one command later and its
+//!   `PUT_DONE` takes one more to arrive, so the
 //!   receiver takes 4 KiB (`SPLIT_BIAS`) more than the sender, at most
 //!   three quarters, on a cache line (64 KiB: 34 KiB / 30 KiB); its
 //!   `ACK` leaves as soon as its own part is in place, so that the
@@ -226,10 +226,11 @@
 //! - A sender that dies between claiming and committing a slot blocks the
 //!   ring; the engine recovers it after 50 ms
 //!   ([`ring::Receiver::recover`]).
-//! - Unexpected eager messages (at most the 32 KiB eager limit each) are buffered without a
-//!   limit, as are announcements of unexpected rendezvous messages (their
-//!   data stays with the sender); a peer of the same user can make an
-//!   endpoint hold memory this way, as it can by writing its region.
+//! - Unexpected eager messages (each at most the 32 KiB eager limit) are
+//!   buffered without a limit, as are announcements of unexpected
+//!   rendezvous messages (their data stays with the sender); a peer of the
+//!   same user can make an endpoint hold memory this way, as it can by
+//!   writing its region.
 //! - AV handles are resolved once per endpoint and kept: after
 //!   `fi_av_remove`, an endpoint that already used a handle can still
 //!   reach that peer through it.

@@ -161,7 +161,7 @@ const CHUNK: usize = size_of::<Chunk>();
 /// `fabric pingpong -p shm` times on the 2-vCPU AMD EPYC host, against the
 /// 16-byte loop: 1 KiB 0.270 -> 0.260 us in the host's fast mode and
 /// 0.79 -> 0.70 us in its slow mode (with the copy out too), 4 KiB
-/// 0.50 -> 0.41 us; below 1 KiB it measured slower (256 B 0.215 -> 0.22 us).
+/// 0.50 -> 0.41 us; below 1 KiB it measured slower (256 B 0.215 -> 0.233 us).
 const STRING_COPY_IN_MIN: usize = 1024;
 
 /// From this many bytes on, copies out of shared memory use the string copy
@@ -170,21 +170,10 @@ const STRING_COPY_IN_MIN: usize = 1024;
 /// saves 10% (2 KiB 0.367 -> 0.333 us, 4 KiB 0.455 -> 0.410 us with both).
 const STRING_COPY_OUT_MIN: usize = 2048;
 
-/// Whether the CPU's string copy is the fast kind (ERMS: enhanced `rep
-/// movsb`), checked once by the standard library and cached.
-#[inline(always)]
-fn string_copy_is_fast() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("ermsb")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
-/// Copies `n` bytes from `src` to `dst` with one `rep movsb`.
+/// Copies `n` bytes from `src` to `dst` with one `rep movsb` when the
+/// CPU's string copy is the fast kind (ERMS, checked once by the standard
+/// library and cached) and returns `true`; else copies nothing and returns
+/// `false`.
 ///
 /// Inline assembly is opaque to the compiler, as volatile accesses are: it
 /// can neither re-read the shared side nor assume it unchanged, so a peer
@@ -195,25 +184,25 @@ fn string_copy_is_fast() -> bool {
 /// Both ranges must be mapped (`src` readable, `dst` writable) and must not
 /// overlap.
 #[inline(always)]
-unsafe fn string_copy(dst: *mut u8, src: *const u8, n: usize) {
+unsafe fn string_copy(dst: *mut u8, src: *const u8, n: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: the caller's contract; `rep movsb` moves exactly `rcx` bytes
-    // forward (the direction flag is clear on entry to Rust code, as the
-    // ABI requires) and touches no stack.
-    unsafe {
-        core::arch::asm!(
-            "rep movsb",
-            inout("rcx") n => _,
-            inout("rdi") dst => _,
-            inout("rsi") src => _,
-            options(nostack, preserves_flags),
-        );
+    if std::arch::is_x86_feature_detected!("ermsb") {
+        // SAFETY: the caller's contract; `rep movsb` moves exactly `rcx`
+        // bytes forward (the direction flag is clear on entry to Rust
+        // code, as the ABI requires) and touches no stack.
+        unsafe {
+            core::arch::asm!(
+                "rep movsb",
+                inout("rcx") n => _,
+                inout("rdi") dst => _,
+                inout("rsi") src => _,
+                options(nostack, preserves_flags),
+            );
+        }
+        return true;
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = (dst, src, n);
-        unreachable!("string_copy_is_fast() is false off x86-64");
-    }
+    let _ = (dst, src, n);
+    false
 }
 
 /// Copies `dst.len()` bytes from shared memory at `src` into `dst`.
@@ -231,9 +220,8 @@ unsafe fn string_copy(dst: *mut u8, src: *const u8, n: usize) {
 pub(crate) unsafe fn volatile_copy_out(src: *const u8, dst: &mut [u8]) {
     let n = dst.len();
     let d = dst.as_mut_ptr();
-    if n >= STRING_COPY_OUT_MIN && string_copy_is_fast() {
-        // SAFETY: the caller's contract, as for the loops below.
-        unsafe { string_copy(d, src, n) };
+    // SAFETY: the caller's contract, as for the loops below.
+    if n >= STRING_COPY_OUT_MIN && unsafe { string_copy(d, src, n) } {
         return;
     }
     let mut i = 0;
@@ -298,9 +286,8 @@ pub(crate) unsafe fn volatile_copy_out(src: *const u8, dst: &mut [u8]) {
 pub(crate) unsafe fn volatile_copy_in(dst: *mut u8, src: &[u8]) {
     let n = src.len();
     let s = src.as_ptr();
-    if n >= STRING_COPY_IN_MIN && string_copy_is_fast() {
-        // SAFETY: the caller's contract, as for the loops below.
-        unsafe { string_copy(dst, s, n) };
+    // SAFETY: the caller's contract, as for the loops below.
+    if n >= STRING_COPY_IN_MIN && unsafe { string_copy(dst, s, n) } {
         return;
     }
     let mut i = 0;
