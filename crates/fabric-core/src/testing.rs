@@ -105,15 +105,14 @@ impl DataPath {
     /// other round), `b` answers with an inject, then `a` writes to and
     /// reads from `b`'s region `key` (at offset 0, at least as large as
     /// the largest size). Manual progress: each wait reads both CQs.
-    pub fn rounds(&mut self, a: Peer<'_>, b: Peer<'_>, key: u64, n: usize) -> crate::Result<()> {
+    ///
+    /// Panics when an operation fails or a completion does not come within
+    /// 30 s: returning early could leave an operation posted into
+    /// buffers the caller may then drop.
+    pub fn rounds(&mut self, a: Peer<'_>, b: Peer<'_>, key: u64, n: usize) {
         use crate::OpFlags;
         use crate::objects::{FiAddr, IoVec, Msg, RmaIov, RmaMsg};
-        let one = |buf: &mut [u8]| {
-            [IoVec {
-                addr: buf.as_mut_ptr(),
-                len: buf.len(),
-            }]
-        };
+        let one = iov;
         fn msg(iov: &[IoVec], addr: FiAddr, tag: u64, context: u64) -> Msg<'_> {
             Msg {
                 iov,
@@ -150,25 +149,29 @@ impl DataPath {
             // completions awaited below.
             unsafe {
                 if tagged {
-                    b.ep.trecvmsg(&msg(&rbi, FiAddr::UNSPEC, 5, 1), none)?;
-                    a.ep.trecvmsg(&msg(&rai, FiAddr::UNSPEC, 6, 2), none)?;
-                    a.ep.tsendmsg(&msg(&si, a.other, 5, 3), none)?;
+                    b.ep.trecvmsg(&msg(&rbi, FiAddr::UNSPEC, 5, 1), none)
+                        .expect("post");
+                    a.ep.trecvmsg(&msg(&rai, FiAddr::UNSPEC, 6, 2), none)
+                        .expect("post");
+                    a.ep.tsendmsg(&msg(&si, a.other, 5, 3), none).expect("post");
                 } else {
-                    b.ep.recvmsg(&msg(&rbi, FiAddr::UNSPEC, 0, 1), none)?;
-                    a.ep.recvmsg(&msg(&rai, FiAddr::UNSPEC, 0, 2), none)?;
-                    a.ep.sendmsg(&msg(&si, a.other, 0, 3), none)?;
+                    b.ep.recvmsg(&msg(&rbi, FiAddr::UNSPEC, 0, 1), none)
+                        .expect("post");
+                    a.ep.recvmsg(&msg(&rai, FiAddr::UNSPEC, 0, 2), none)
+                        .expect("post");
+                    a.ep.sendmsg(&msg(&si, a.other, 0, 3), none).expect("post");
                 }
             }
-            assert_eq!(wait(b, a)?.context, 1, "b's receive");
+            assert_eq!(wait(b, a).context, 1, "b's receive");
             if tagged {
-                b.ep.tinject(&[1; 8], b.other, 6, None)?;
+                b.ep.tinject(&[1; 8], b.other, 6, None).expect("tinject");
             } else {
-                b.ep.inject(&[1; 8], b.other, None)?;
+                b.ep.inject(&[1; 8], b.other, None).expect("inject");
             }
             // a's send (3) and receive (2), in either order.
             let mut got = [false; 2];
             while got != [true, true] {
-                let c = wait(a, b)?.context;
+                let c = wait(a, b).context;
                 assert!(c == 2 || c == 3, "unexpected completion {c}");
                 got[(c - 2) as usize] = true;
             }
@@ -179,29 +182,20 @@ impl DataPath {
             }];
             let wi = one(&mut self.sbuf[..size]);
             // SAFETY: `sbuf` outlives the completion awaited next.
-            unsafe { a.ep.writemsg(&rma(&wi, a.other, &remote, 4), none)? };
-            assert_eq!(wait(a, b)?.context, 4, "a's RMA write");
+            unsafe { a.ep.writemsg(&rma(&wi, a.other, &remote, 4), none) }.expect("write");
+            assert_eq!(wait(a, b).context, 4, "a's RMA write");
             let ri = one(&mut self.ra[..size]);
             // SAFETY: `ra` outlives the completion awaited next.
-            unsafe { a.ep.readmsg(&rma(&ri, a.other, &remote, 5), none)? };
-            assert_eq!(wait(a, b)?.context, 5, "a's RMA read");
+            unsafe { a.ep.readmsg(&rma(&ri, a.other, &remote, 5), none) }.expect("read");
+            assert_eq!(wait(a, b).context, 5, "a's RMA read");
         }
-        Ok(())
     }
 }
 
 /// The next completion of `p`'s CQ, reading `other`'s CQ too (to drive
-/// its progress).
-fn wait(p: Peer<'_>, other: Peer<'_>) -> crate::Result<crate::objects::CqEntry> {
-    let mut e = [crate::objects::CqEntry::default()];
-    loop {
-        let _ = other.cq.read(&mut []);
-        match p.cq.read(&mut e) {
-            Ok(_) => return Ok(e[0]),
-            Err(err) if err.kind() == crate::ErrorKind::Again => {}
-            Err(err) => return Err(err),
-        }
-    }
+/// its progress); panics on an error completion or after 30 s.
+fn wait(p: Peer<'_>, other: Peer<'_>) -> crate::objects::CqEntry {
+    next(p.cq, &[other.cq]).unwrap_or_else(|e| panic!("error completion: {:?}", e.err))
 }
 
 /// The next completion of `cq` (or its error entry, as `Err`), reading
@@ -284,15 +278,18 @@ pub fn iov(b: &mut [u8]) -> [crate::objects::IoVec; 1] {
 
 /// Registers `buf` with `access` under `key`; panics on failure.
 ///
-/// The caller keeps `buf` alive and unmoved while the region lives.
-pub fn reg(
+/// # Safety
+///
+/// `buf` stays alive and unmoved while the region lives (peers may write
+/// into it until the region is dropped).
+pub unsafe fn reg(
     d: &dyn crate::objects::Domain,
     buf: &mut [u8],
     access: crate::objects::MrAccess,
     key: u64,
 ) -> Box<dyn crate::objects::MemoryRegion> {
     let v = iov(buf);
-    // SAFETY: the callers keep the buffer alive until the region drops.
+    // SAFETY: the caller's contract: the buffer outlives the region.
     let r = unsafe {
         d.mr_reg(&crate::objects::MrAttr {
             iov: &v,

@@ -126,12 +126,15 @@ fn malformed_and_forged_commands_are_dropped_or_refused() {
     let victim = side(&info());
     let friend = side(&info());
     let mut mem = vec![7u8; 4096];
-    let mr = reg(
-        victim.domain.as_ref(),
-        &mut mem,
-        MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE,
-        1,
-    );
+    // SAFETY: the buffer is declared before the region, so it outlives it.
+    let mr = unsafe {
+        reg(
+            victim.domain.as_ref(),
+            &mut mem,
+            MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE,
+            1,
+        )
+    };
     let tx = raw(&victim);
     let friend_name = name_of(&friend.ep.getname().unwrap());
     let c = |op: u16, src: u32| Cmd {
@@ -329,12 +332,15 @@ fn random_case(seed: u64) {
         let victim = side(&info());
         let friend = side(&info());
         let mut mem = vec![0u8; 1 << 16];
-        let mr = reg(
-            victim.domain.as_ref(),
-            &mut mem,
-            MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE,
-            1,
-        );
+        // SAFETY: the buffer is declared before the region, so it outlives it.
+        let mr = unsafe {
+            reg(
+                victim.domain.as_ref(),
+                &mut mem,
+                MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE,
+                1,
+            )
+        };
         let mut rbufs = vec![vec![0u8; 4096]; 4];
         for (i, b) in rbufs.iter_mut().enumerate() {
             let v = iov(b);
@@ -439,12 +445,15 @@ fn a_hostile_process_cannot_break_an_endpoint() {
     let victim = side(&info());
     let friend = side(&info());
     let mut mem = vec![0u8; 1 << 16];
-    let mr = reg(
-        victim.domain.as_ref(),
-        &mut mem,
-        MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE,
-        1,
-    );
+    // SAFETY: the buffer is declared before the region, so it outlives it.
+    let mr = unsafe {
+        reg(
+            victim.domain.as_ref(),
+            &mut mem,
+            MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE,
+            1,
+        )
+    };
     let exe = std::env::current_exe().unwrap();
     let mut child = Command::new(exe)
         .args([

@@ -143,12 +143,15 @@ fn push_larger_than_the_pool_while_the_sender_blocks(a: &Side, b: &Side, b_at_a:
 fn grandchild() {
     let me = side(&info());
     let mut region = vec![0u8; 4 << 20];
-    let _mr = reg(
-        me.domain.as_ref(),
-        &mut region,
-        MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE,
-        9,
-    );
+    // SAFETY: the buffer is declared before the region, so it outlives it.
+    let _mr = unsafe {
+        reg(
+            me.domain.as_ref(),
+            &mut region,
+            MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE,
+            9,
+        )
+    };
     assert!(uses_cma(me.ep.as_ref()));
     println!("NAME={}", me.ep.getname().unwrap());
     std::io::stdout().flush().unwrap();
@@ -195,12 +198,15 @@ fn checks() {
     roundtrip_msg(&a, &b, b_at_a, 200_000, 70_000);
     push_larger_than_the_pool_while_the_sender_blocks(&a, &b, b_at_a);
     let mut region = vec![0u8; 4 << 20];
-    let mr = reg(
-        b.domain.as_ref(),
-        &mut region,
-        MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE,
-        5,
-    );
+    // SAFETY: the buffer is declared before the region, so it outlives it.
+    let mr = unsafe {
+        reg(
+            b.domain.as_ref(),
+            &mut region,
+            MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE,
+            5,
+        )
+    };
     for size in [10usize, 40_000, 3 << 20] {
         roundtrip_rma(&a, &b, b_at_a, mr.key(), size);
     }

@@ -39,12 +39,15 @@ fn writes_and_reads_of_every_size_and_addressing() {
         assert_eq!(mode, hint);
         let (a, b, b_at_a, _) = pair_of(&info);
         let mut target = vec![0u8; 8 << 20];
-        let mr = reg(
-            b.domain.as_ref(),
-            &mut target,
-            MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE,
-            42,
-        );
+        // SAFETY: the buffer is declared before the region, so it outlives it.
+        let mr = unsafe {
+            reg(
+                b.domain.as_ref(),
+                &mut target,
+                MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE,
+                42,
+            )
+        };
         let key = mr.key();
         let base = if mode.contains(MrMode::BASIC) {
             target.as_ptr() as u64
@@ -107,7 +110,8 @@ fn bad_key_bounds_and_access_are_refused_without_writing() {
     let info = rma_info(MrMode::empty());
     let (a, b, b_at_a, _) = pair_of(&info);
     let mut ro = vec![1u8; 4096];
-    let mr = reg(b.domain.as_ref(), &mut ro, MrAccess::REMOTE_READ, 7);
+    // SAFETY: the buffer is declared before the region, so it outlives it.
+    let mr = unsafe { reg(b.domain.as_ref(), &mut ro, MrAccess::REMOTE_READ, 7) };
     for size in [8usize, 100_000] {
         let mut src = vec![9u8; size];
         let si = iov(&mut src);
@@ -179,12 +183,15 @@ fn remote_cq_data_counters_and_inject_write() {
     let b_at_a = insert(&a, &b.ep.getname().unwrap());
     let _ = insert(&b, &a.ep.getname().unwrap());
     let mut target = vec![0u8; 1 << 20];
-    let mr = reg(
-        b.domain.as_ref(),
-        &mut target,
-        MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE,
-        11,
-    );
+    // SAFETY: the buffer is declared before the region, so it outlives it.
+    let mr = unsafe {
+        reg(
+            b.domain.as_ref(),
+            &mut target,
+            MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE,
+            11,
+        )
+    };
     let mut src = pattern(600_000, 3);
     let si = iov(&mut src);
     let r = [RmaIov {
@@ -248,12 +255,15 @@ fn atomics_fetch_compare_and_refusals() {
     // SAFETY: the words are only accessed through the provider while the
     // region lives, and read after it is gone.
     let bytes = unsafe { std::slice::from_raw_parts_mut(target.as_mut_ptr().cast::<u8>(), 128) };
-    let mr = reg(
-        b.domain.as_ref(),
-        bytes,
-        MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE,
-        3,
-    );
+    // SAFETY: the buffer is declared before the region, so it outlives it.
+    let mr = unsafe {
+        reg(
+            b.domain.as_ref(),
+            bytes,
+            MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE,
+            3,
+        )
+    };
     let mut five = 5u64.to_le_bytes();
     let fi = iov(&mut five);
     let r = [RmaIov {
@@ -310,12 +320,15 @@ fn atomics_fetch_compare_and_refusals() {
         c.copy_from_slice(&(i as u64).to_le_bytes());
     }
     let mut big = vec![0u8; 1 << 16];
-    let bmr = reg(
-        b.domain.as_ref(),
-        &mut big,
-        MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE,
-        4,
-    );
+    // SAFETY: the buffer is declared before the region, so it outlives it.
+    let bmr = unsafe {
+        reg(
+            b.domain.as_ref(),
+            &mut big,
+            MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE,
+            4,
+        )
+    };
     let opi = iov(&mut ops);
     let mut res = vec![0u8; 8 * 512];
     let resi = iov(&mut res);

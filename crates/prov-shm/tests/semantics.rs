@@ -318,12 +318,15 @@ fn selective_completion_delivery_complete_and_fence() {
     assert_eq!(next(cq.as_ref(), &[b.cq.as_ref()]).unwrap().context, 3);
     // FI_FENCE: a read fenced behind a write sees the write.
     let mut target = vec![0u8; 1 << 20];
-    let mr = reg(
-        b.domain.as_ref(),
-        &mut target,
-        MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE,
-        4,
-    );
+    // SAFETY: the buffer is declared before the region, so it outlives it.
+    let mr = unsafe {
+        reg(
+            b.domain.as_ref(),
+            &mut target,
+            MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE,
+            4,
+        )
+    };
     let mut src = pattern(1 << 20, 3);
     let si = iov(&mut src);
     let mut back = vec![0u8; 1 << 20];
@@ -444,7 +447,8 @@ fn auto_progress_completes_without_reads_on_the_target() {
     assert!(t.elapsed() < Duration::from_secs(10));
     assert!(r == s);
     let mut target = vec![0u8; 4096];
-    let mr = reg(b.domain.as_ref(), &mut target, MrAccess::REMOTE_WRITE, 3);
+    // SAFETY: the buffer is declared before the region, so it outlives it.
+    let mr = unsafe { reg(b.domain.as_ref(), &mut target, MrAccess::REMOTE_WRITE, 3) };
     let mut w = *b"auto";
     let wi = iov(&mut w);
     let rr = [RmaIov {

@@ -45,12 +45,15 @@ fn peer_process() {
     };
     let me = side(&info());
     let mut region = vec![0u8; REGION];
-    let _mr = reg(
-        me.domain.as_ref(),
-        &mut region,
-        MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE,
-        KEY,
-    );
+    // SAFETY: the buffer is declared before the region, so it outlives it.
+    let _mr = unsafe {
+        reg(
+            me.domain.as_ref(),
+            &mut region,
+            MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE,
+            KEY,
+        )
+    };
     println!("NAME={}", me.ep.getname().unwrap());
     std::io::stdout().flush().unwrap();
     let mut line = String::new();

@@ -269,12 +269,15 @@ fn check<T: V>(c: &Ctx, op: AtomicOp, fetch: bool, compare: bool, round: u64) {
         .collect();
     let mut target = bytes_of(&old);
     target.extend_from_slice(&[0xcc; 8]);
-    let mr = reg(
-        c.b.domain.as_ref(),
-        &mut target,
-        MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE,
-        1000 + round,
-    );
+    // SAFETY: the buffer is declared before the region, so it outlives it.
+    let mr = unsafe {
+        reg(
+            c.b.domain.as_ref(),
+            &mut target,
+            MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE,
+            1000 + round,
+        )
+    };
     let mut xb = bytes_of(&x);
     let mut cb = bytes_of(&cmpv);
     let mut result = vec![0u8; n as usize * size];
@@ -407,7 +410,8 @@ fn every_op_on_every_type() {
 fn refused_atomics_change_nothing() {
     let (a, b, b_at_a, _) = pair();
     let mut target = 5u64.to_le_bytes().to_vec();
-    let _ro = reg(b.domain.as_ref(), &mut target, MrAccess::REMOTE_READ, 1);
+    // SAFETY: the buffer is declared before the region, so it outlives it.
+    let _ro = unsafe { reg(b.domain.as_ref(), &mut target, MrAccess::REMOTE_READ, 1) };
     let mut x = 1u64.to_le_bytes().to_vec();
     let mut out = vec![0u8; 8];
     let xiov = iov(&mut x);
@@ -517,12 +521,15 @@ fn concurrent_sums_are_atomic() {
     let info = rdm_info();
     let target_side = side(&info);
     let mut counter = vec![0u8; 8];
-    let mr = reg(
-        target_side.domain.as_ref(),
-        &mut counter,
-        MrAccess::REMOTE_WRITE | MrAccess::REMOTE_READ,
-        55,
-    );
+    // SAFETY: the buffer is declared before the region, so it outlives it.
+    let mr = unsafe {
+        reg(
+            target_side.domain.as_ref(),
+            &mut counter,
+            MrAccess::REMOTE_WRITE | MrAccess::REMOTE_READ,
+            55,
+        )
+    };
     let name = target_side.ep.getname().unwrap();
     let per = 500u64;
     let stop = std::sync::atomic::AtomicBool::new(false);

@@ -34,12 +34,15 @@ fn at(addr: u64, len: usize, key: u64) -> RmaIov {
 fn write_then_read_back() {
     let (a, b, b_at_a, _) = pair();
     let mut target = vec![0u8; 4096];
-    let _mr = reg(
-        b.domain.as_ref(),
-        &mut target,
-        MrAccess::REMOTE_WRITE | MrAccess::REMOTE_READ,
-        42,
-    );
+    // SAFETY: the buffer is declared before the region, so it outlives it.
+    let _mr = unsafe {
+        reg(
+            b.domain.as_ref(),
+            &mut target,
+            MrAccess::REMOTE_WRITE | MrAccess::REMOTE_READ,
+            42,
+        )
+    };
     let mut src: Vec<u8> = (0..1000).map(|i| (i % 256) as u8).collect();
     let siov = iov(&mut src);
     let remote = [at(100, 1000, 42)];
@@ -82,12 +85,15 @@ fn large_and_multi_range_transfers() {
     let (a, b, b_at_a, _) = pair();
     let n = 4 << 20;
     let mut target = vec![0u8; 2 * n];
-    let _mr = reg(
-        b.domain.as_ref(),
-        &mut target,
-        MrAccess::REMOTE_WRITE | MrAccess::REMOTE_READ,
-        7,
-    );
+    // SAFETY: the buffer is declared before the region, so it outlives it.
+    let _mr = unsafe {
+        reg(
+            b.domain.as_ref(),
+            &mut target,
+            MrAccess::REMOTE_WRITE | MrAccess::REMOTE_READ,
+            7,
+        )
+    };
     let mut src: Vec<u8> = (0..n).map(|i| (i * 13 % 251) as u8).collect();
     // Two local pieces into three remote ranges.
     let (s1, s2) = src.split_at_mut(n / 3);
@@ -133,7 +139,8 @@ fn large_and_multi_range_transfers() {
 fn writedata_reports_remote_cq_data_and_consumes_no_receive() {
     let (a, b, b_at_a, a_at_b) = pair();
     let mut target = vec![0u8; 64];
-    let _mr = reg(b.domain.as_ref(), &mut target, MrAccess::REMOTE_WRITE, 5);
+    // SAFETY: the buffer is declared before the region, so it outlives it.
+    let _mr = unsafe { reg(b.domain.as_ref(), &mut target, MrAccess::REMOTE_WRITE, 5) };
     let mut r = vec![0u8; 8];
     let riov = iov(&mut r);
     // SAFETY: r outlives the completion.
@@ -186,7 +193,8 @@ fn inject_write_and_counters() {
     let (write_cntr, remote_cntr) = (&ac[0], &bc[0]);
     let b_at_a = insert(&a, &b.ep.getname().unwrap());
     let mut target = vec![0u8; 16];
-    let _mr = reg(b.domain.as_ref(), &mut target, MrAccess::REMOTE_WRITE, 3);
+    // SAFETY: the buffer is declared before the region, so it outlives it.
+    let _mr = unsafe { reg(b.domain.as_ref(), &mut target, MrAccess::REMOTE_WRITE, 3) };
     for i in 0..4u64 {
         a.ep.inject_write(&[i as u8 + 1; 4], b_at_a, at(4 * i, 4, 3), None)
             .unwrap();
@@ -222,7 +230,8 @@ fn counter_wait_wakes_on_a_remote_write() {
     let remote_cntr = &bc[0];
     let b_at_a = insert(&a, &b.ep.getname().unwrap());
     let mut target = vec![0u8; 8];
-    let _mr = reg(b.domain.as_ref(), &mut target, MrAccess::REMOTE_WRITE, 3);
+    // SAFETY: the buffer is declared before the region, so it outlives it.
+    let _mr = unsafe { reg(b.domain.as_ref(), &mut target, MrAccess::REMOTE_WRITE, 3) };
     a.ep.inject_write(&[1; 4], b_at_a, at(0, 4, 3), None)
         .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
@@ -255,8 +264,10 @@ fn refused_accesses_fail_and_change_nothing() {
     let (a, b, b_at_a, _) = pair();
     let mut ro = vec![1u8; 256];
     let mut wo = vec![2u8; 256];
-    let _r = reg(b.domain.as_ref(), &mut ro, MrAccess::REMOTE_READ, 10);
-    let _w = reg(b.domain.as_ref(), &mut wo, MrAccess::REMOTE_WRITE, 11);
+    // SAFETY: the buffer is declared before the region, so it outlives it.
+    let _r = unsafe { reg(b.domain.as_ref(), &mut ro, MrAccess::REMOTE_READ, 10) };
+    // SAFETY: the buffer is declared before the region, so it outlives it.
+    let _w = unsafe { reg(b.domain.as_ref(), &mut wo, MrAccess::REMOTE_WRITE, 11) };
     let mut src = vec![0xeeu8; 64];
     let siov = iov(&mut src);
     let cases: [(RmaIov, ErrorKind, &str); 4] = [
@@ -352,7 +363,8 @@ fn virtual_addresses_and_provider_keys() {
     assert_eq!(info.domain_attr.mr_mode, MrMode::BASIC);
     let (a, b, b_at_a, _) = pair_of(&info);
     let mut target = vec![0u8; 128];
-    let mr = reg(b.domain.as_ref(), &mut target, MrAccess::REMOTE_WRITE, 0);
+    // SAFETY: the buffer is declared before the region, so it outlives it.
+    let mr = unsafe { reg(b.domain.as_ref(), &mut target, MrAccess::REMOTE_WRITE, 0) };
     let base = target.as_ptr() as u64;
     let mut src = *b"at a virtual address";
     let siov = iov(&mut src);
@@ -378,12 +390,15 @@ fn a_fenced_write_waits_for_the_read_before_it() {
     let (a, b, b_at_a, _) = pair();
     let n = 8 << 20;
     let mut target = vec![1u8; n];
-    let _mr = reg(
-        b.domain.as_ref(),
-        &mut target,
-        MrAccess::REMOTE_WRITE | MrAccess::REMOTE_READ,
-        4,
-    );
+    // SAFETY: the buffer is declared before the region, so it outlives it.
+    let _mr = unsafe {
+        reg(
+            b.domain.as_ref(),
+            &mut target,
+            MrAccess::REMOTE_WRITE | MrAccess::REMOTE_READ,
+            4,
+        )
+    };
     let mut back = vec![0u8; n];
     let biov = iov(&mut back);
     let remote = [at(0, n, 4)];

@@ -178,54 +178,59 @@ struct MultiRecv {
 /// that posting fills the slot's fields where they are.
 #[derive(Debug, Default)]
 pub(crate) struct RecvSlab {
-    ops: Vec<RecvOp>,
-    live: Vec<bool>,
+    slots: Vec<RecvSlot>,
     free: Vec<u32>,
 }
 
+/// One slot of a [`RecvSlab`]: a receive, and whether it is posted.
+#[derive(Debug)]
+struct RecvSlot {
+    live: bool,
+    op: RecvOp,
+}
+
 impl RecvSlab {
-    /// A free slot's number, the slot grown when none is free.
-    fn vacant(&mut self) -> usize {
-        if let Some(i) = self.free.pop() {
-            return i as usize;
-        }
-        self.ops.push(RecvOp::EMPTY);
-        self.live.push(false);
-        self.ops.len() - 1
+    /// A free slot, marked live (grown when none is free), and its number.
+    fn vacant(&mut self) -> (&mut RecvOp, u32) {
+        let i = match self.free.pop() {
+            Some(i) => i as usize,
+            None => {
+                self.slots.push(RecvSlot {
+                    live: false,
+                    op: RecvOp::EMPTY,
+                });
+                self.slots.len() - 1
+            }
+        };
+        let n = u32::try_from(i).unwrap_or(u32::MAX);
+        // `i` is a free slot's number or the one just pushed.
+        let slot = &mut self.slots[i];
+        slot.live = true;
+        (&mut slot.op, n)
     }
 
     /// Keeps `op`; its slot number.
     fn put(&mut self, op: RecvOp) -> u32 {
-        let i = self.vacant();
-        if let (Some(slot), Some(live)) = (self.ops.get_mut(i), self.live.get_mut(i)) {
-            *slot = op;
-            *live = true;
-        }
-        u32::try_from(i).unwrap_or(u32::MAX)
+        let (slot, n) = self.vacant();
+        *slot = op;
+        n
     }
 
     /// Keeps a receive into `iov`, written in place; its slot number.
     /// `iov` must hold at most `IOV_LIMIT` pieces (else the receive has
     /// none).
     fn post(&mut self, iov: &[IoVec], context: u64, flags: OpFlags, mrecv: Option<usize>) -> u32 {
-        let i = self.vacant();
-        if let (Some(op), Some(live)) = (self.ops.get_mut(i), self.live.get_mut(i)) {
-            op.buf.set(iov);
-            op.context = context;
-            op.flags = flags;
-            op.mrecv = mrecv;
-            *live = true;
-        }
-        u32::try_from(i).unwrap_or(u32::MAX)
+        let (op, n) = self.vacant();
+        op.buf.set(iov);
+        op.context = context;
+        op.flags = flags;
+        op.mrecv = mrecv;
+        n
     }
 
     /// The receive in slot `i`.
     fn get(&self, i: u32) -> Option<&RecvOp> {
-        let i = i as usize;
-        if !self.live.get(i).copied().unwrap_or(false) {
-            return None;
-        }
-        self.ops.get(i)
+        self.slots.get(i as usize).filter(|s| s.live).map(|s| &s.op)
     }
 
     /// Frees slot `i`, whose data is in place: what its completion needs.
@@ -243,12 +248,11 @@ impl RecvSlab {
     /// Frees slot `i`; the receive it held, readable until the slot is
     /// used again, or `None` (a bug) when it held none.
     fn vacate(&mut self, i: u32) -> Option<&RecvOp> {
-        let k = i as usize;
-        match (self.ops.get(k), self.live.get_mut(k)) {
-            (Some(op), Some(live)) if *live => {
-                *live = false;
+        match self.slots.get_mut(i as usize) {
+            Some(slot) if slot.live => {
+                slot.live = false;
                 self.free.push(i);
-                Some(op)
+                Some(&slot.op)
             }
             _ => {
                 debug_assert!(false, "posted receive slot {i} is empty");
