@@ -192,6 +192,37 @@ impl DataPath {
     }
 }
 
+/// Checks that the data path between `a` and `b` allocates nothing once
+/// warmed up: registers a target in `b_domain` (key 9, as large as the
+/// largest size), runs 200 [`DataPath::rounds`], then asserts that 300 more
+/// make no allocation. The test binary's global allocator must be
+/// [`CountingAlloc`] (asserted: the warm-up must have counted some).
+pub fn assert_data_path_allocates_nothing(
+    a: Peer<'_>,
+    b: Peer<'_>,
+    b_domain: &dyn crate::objects::Domain,
+    sizes: &[usize],
+) {
+    use crate::objects::MrAccess;
+    let mut target = vec![0u8; sizes.iter().copied().max().unwrap_or(0)];
+    // SAFETY: `target` is declared before the region, so it outlives it.
+    let _mr = unsafe {
+        reg(
+            b_domain,
+            &mut target,
+            MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE,
+            9,
+        )
+    };
+    let mut path = DataPath::new(sizes);
+    path.rounds(a, b, 9, 200);
+    let before = CountingAlloc::count();
+    assert!(before > 0, "the counter counts");
+    path.rounds(a, b, 9, 300);
+    let during = CountingAlloc::count() - before;
+    assert_eq!(during, 0, "allocations on the warmed-up data path");
+}
+
 /// The next completion of `p`'s CQ, reading `other`'s CQ too (to drive
 /// its progress); panics on an error completion or after 30 s.
 fn wait(p: Peer<'_>, other: Peer<'_>) -> crate::objects::CqEntry {
