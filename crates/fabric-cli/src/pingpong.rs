@@ -119,9 +119,15 @@ fn session(args: &PingpongArgs) -> fabric::Result<()> {
         // fi_pingpong and ibv_rc_pingpong do): providers without buffers
         // of their own for unexpected messages (verbs' RC queue pairs)
         // would make the sender retry after a receiver-not-ready timer.
-        // The first round's is posted before both sides agree on the size.
+        // Two are kept posted, as ibv_rc_pingpong keeps many: a round
+        // posts the receive of the round after next once its own send is
+        // out, while the message is on its way (off the round trip's
+        // critical path). The first two rounds' are posted before both
+        // sides agree on the size.
         track.by_ctx = [0; 4];
-        post_recv(args, &s, &mut bufs, size)?;
+        for _ in 0..rounds.min(AHEAD) {
+            post_recv(args, &s, &mut bufs, size)?;
+        }
         s.ctl.sync(s.client, &format!("size {size}"))?;
         let mut rounds_in = |range: std::ops::Range<usize>| -> fabric::Result<()> {
             for i in range {
@@ -132,7 +138,7 @@ fn session(args: &PingpongArgs) -> fabric::Result<()> {
                     &mut track,
                     size,
                     i as u64,
-                    i + 1 < rounds,
+                    i + AHEAD < rounds,
                 )?;
             }
             Ok(())
@@ -188,6 +194,9 @@ fn post_recv(
         }
     }
 }
+
+/// Receives kept posted ahead of the messages.
+const AHEAD: usize = 2;
 
 /// The context of receives.
 const RX: u64 = 1;
@@ -274,9 +283,8 @@ fn drive(
 }
 
 /// One round trip: the client sends first, the server answers. The
-/// receive of this round is already posted; the next round's (`more`) is
-/// posted as soon as this one's message has been checked, before the
-/// answer goes out.
+/// receives of this round and the next are already posted; the one of
+/// the round after next (`more`) is posted right after this side's send.
 fn round(
     args: &PingpongArgs,
     s: &Session,
@@ -325,7 +333,15 @@ fn round(
         };
         Ok(true)
     };
-    let pending_tx = if client { send(bufs, seq * 2)? } else { false };
+    let pending_tx = if client {
+        let pending = send(bufs, seq * 2)?;
+        if more {
+            post_recv(args, s, bufs, size)?;
+        }
+        pending
+    } else {
+        false
+    };
     let next = |track: &Track, got_rx: bool, pending_tx: bool| -> fabric::Result<u64> {
         perf::wait_one(side).map(|e| e.context).map_err(|err| {
             if err.kind() != fabric::ErrorKind::TimedOut {
@@ -354,14 +370,14 @@ fn round(
             let seed = if client { seq * 2 + 1 } else { seq * 2 };
             perf::check(&bufs.rx[..size], seed, size)?;
         }
+        if client {
+            return Ok(false);
+        }
+        let pending = send(bufs, seq * 2 + 1)?;
         if more {
             post_recv(args, s, bufs, size)?;
         }
-        if client {
-            Ok(false)
-        } else {
-            send(bufs, seq * 2 + 1)
-        }
+        Ok(pending)
     };
     drive(track, pending_tx, next, on_rx)
 }

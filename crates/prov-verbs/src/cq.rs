@@ -9,8 +9,11 @@
 //! hardware that polls from user space) per read, into an uninitialised
 //! batch on the stack; no allocation, no system call, and no lock but the
 //! read side of the queue-pair map, taken only when a work completion came
-//! (one lookup per run of completions of the same queue pair, with a
-//! multiplicative hash of the QP number). A read that finds the hardware
+//! (one lookup per run of completions of the same queue pair: one
+//! comparison for the CQ's first queue pair, a multiplicative hash of the
+//! QP number for others). The map holds its queue pairs strongly until
+//! their endpoint detaches them, so routing a completion counts no
+//! references. A read that finds the hardware
 //! CQ empty costs the poll and a few atomic loads: protocol engines are
 //! progressed only when the CQ has some (RDM, DGRAM). Blocking reads spin
 //! briefly (without a PAUSE hint, which leaves the translated code under
@@ -35,6 +38,7 @@ use fabric_core::{Error, ErrorKind, Result};
 use fabric_sys::ffi::ibv_wc;
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
 
+use crate::ep::QpData;
 use crate::raw::device::Context;
 use crate::raw::verbs::HwCq;
 
@@ -44,15 +48,6 @@ const BATCH: usize = 16;
 const MIN_HW_CQE: usize = 4096;
 /// How long a blocking read polls before it arms the CQ and sleeps.
 const SPIN: Duration = Duration::from_micros(20);
-
-/// Something that turns its own work completions into application
-/// completions: an endpoint's queue pair.
-pub(crate) trait WcSink: Send + Sync {
-    /// Handles one work completion; returns the application's completion
-    /// and its source, if the work request reports one. Errors go into
-    /// `cq.core()` as error completions.
-    fn complete(&self, wc: &ibv_wc, cq: &CqShared) -> Option<(CqEntry, FiAddr)>;
-}
 
 /// Hashes QP numbers (distinct 24-bit integers) with one multiplication
 /// instead of SipHash.
@@ -75,13 +70,46 @@ impl Hasher for QpHasher {
     }
 }
 
-type SinkMap = HashMap<u32, Weak<dyn WcSink>, BuildHasherDefault<QpHasher>>;
+/// The queue pairs whose work completions a CQ routes, by QP number. The
+/// first one attached is kept apart: a CQ of one endpoint (the common
+/// case) finds it with one comparison.
+#[derive(Default)]
+struct Sinks {
+    first: Option<(u32, Arc<QpData>)>,
+    rest: HashMap<u32, Arc<QpData>, BuildHasherDefault<QpHasher>>,
+}
+
+impl Sinks {
+    #[inline]
+    fn get(&self, qp_num: u32) -> Option<&Arc<QpData>> {
+        match &self.first {
+            Some((q, s)) if *q == qp_num => Some(s),
+            _ if self.rest.is_empty() => None,
+            _ => self.rest.get(&qp_num),
+        }
+    }
+
+    fn insert(&mut self, qp_num: u32, sink: Arc<QpData>) -> Option<Arc<QpData>> {
+        match &mut self.first {
+            Some((q, s)) if *q == qp_num => Some(std::mem::replace(s, sink)),
+            Some(_) => self.rest.insert(qp_num, sink),
+            None => self.first.replace((qp_num, sink)).map(|(_, s)| s),
+        }
+    }
+
+    fn remove(&mut self, qp_num: u32) -> Option<Arc<QpData>> {
+        match &self.first {
+            Some((q, _)) if *q == qp_num => self.first.take().map(|(_, s)| s),
+            _ => self.rest.remove(&qp_num),
+        }
+    }
+}
 
 /// The shared part of a CQ.
 pub(crate) struct CqShared {
     hw: HwCq,
     core: CqCore,
-    sinks: RwLock<SinkMap>,
+    sinks: RwLock<Sinks>,
     engines: RwLock<Vec<Weak<dyn Progress>>>,
     /// Whether `engines` was ever given one: reads of CQs without engines
     /// (MSG endpoints') skip its lock.
@@ -107,7 +135,7 @@ impl CqShared {
         Ok(Arc::new(CqShared {
             hw,
             core: CqCore::new(size)?,
-            sinks: RwLock::new(SinkMap::default()),
+            sinks: RwLock::new(Sinks::default()),
             engines: RwLock::new(Vec::new()),
             has_engines: AtomicBool::new(false),
             armed: AtomicBool::new(false),
@@ -121,20 +149,27 @@ impl CqShared {
         &self.hw
     }
 
-    /// Routes the work completions of QP `qp_num` to `sink`.
-    pub(crate) fn attach(&self, qp_num: u32, sink: Weak<dyn WcSink>) {
-        self.sinks
+    /// Routes the work completions of QP `qp_num` to `sink`, which this
+    /// CQ holds until [`detach`](CqShared::detach).
+    pub(crate) fn attach(&self, qp_num: u32, sink: Arc<QpData>) {
+        let old = self
+            .sinks
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(qp_num, sink);
+        // Dropped outside the lock: it may hold the last reference to
+        // this CQ's owner.
+        drop(old);
     }
 
-    /// Stops routing QP `qp_num`.
+    /// Stops routing QP `qp_num` and lets its queue pair go.
     pub(crate) fn detach(&self, qp_num: u32) {
-        self.sinks
+        let old = self
+            .sinks
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&qp_num);
+            .remove(qp_num);
+        drop(old);
     }
 
     /// Adds a protocol engine that delivers into this CQ and is progressed
@@ -167,10 +202,17 @@ impl CqShared {
         }
     }
 
+    #[inline]
     fn engines(&self) -> Result<()> {
-        if !self.has_engines.load(Ordering::Acquire) {
-            return Ok(());
+        if self.has_engines.load(Ordering::Acquire) {
+            self.progress_engines()
+        } else {
+            Ok(())
         }
+    }
+
+    #[inline(never)]
+    fn progress_engines(&self) -> Result<()> {
         let v = self
             .engines
             .read()
@@ -209,15 +251,12 @@ impl CqShared {
                 .read()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             // The sink of the previous completion: runs of one QP's
-            // completions look it up (and upgrade it) once.
-            let mut last: Option<(u32, Option<Arc<dyn WcSink>>)> = None;
+            // completions look it up once.
+            let mut last: Option<(u32, Option<&Arc<QpData>>)> = None;
             for wc in polled {
-                let sink = match &last {
-                    Some((qp, s)) if *qp == wc.qp_num => s,
-                    _ => {
-                        let s = sinks.get(&wc.qp_num).and_then(Weak::upgrade);
-                        &last.insert((wc.qp_num, s)).1
-                    }
+                let sink = match last {
+                    Some((qp, s)) if qp == wc.qp_num => s,
+                    _ => last.insert((wc.qp_num, sinks.get(wc.qp_num))).1,
                 };
                 let Some(sink) = sink else {
                     continue;
@@ -235,7 +274,6 @@ impl CqShared {
                     }
                 }
             }
-            drop(last);
             drop(sinks);
             if n < room {
                 break;
@@ -250,6 +288,7 @@ impl CqShared {
         self.poll_hw(None).map(|_| ())
     }
 
+    #[inline]
     fn read_now(&self, out: &mut [CqEntry], mut src: Option<&mut [FiAddr]>) -> Result<usize> {
         if let Some(s) = src.as_deref() {
             if s.len() < out.len() {
@@ -270,6 +309,14 @@ impl CqShared {
         if n > 0 {
             return Ok(n);
         }
+        self.read_empty(out, src)
+    }
+
+    /// The end of a read that found the hardware CQ empty: completions
+    /// the polled ones made (errors), and the channel re-armed for fd
+    /// users.
+    #[inline(never)]
+    fn read_empty(&self, out: &mut [CqEntry], src: Option<&mut [FiAddr]>) -> Result<usize> {
         if !self.core.is_empty() {
             return self.core.read(out, src);
         }
@@ -442,22 +489,31 @@ impl VerbsCq {
         &self.shared
     }
 
+    /// Clears the fields the CQ's format leaves out.
+    #[inline]
     fn trim(&self, out: &mut [CqEntry], n: usize) {
-        for e in &mut out[..n] {
-            match self.format {
-                CqFormat::Context => {
+        let out = &mut out[..n];
+        match self.format {
+            CqFormat::Tagged | CqFormat::Unspec => {}
+            CqFormat::Context => {
+                for e in out {
                     *e = CqEntry {
                         context: e.context,
                         ..CqEntry::default()
                     }
                 }
-                CqFormat::Msg => {
+            }
+            CqFormat::Msg => {
+                for e in out {
                     e.buf = 0;
                     e.data = 0;
                     e.tag = 0;
                 }
-                CqFormat::Data => e.tag = 0,
-                CqFormat::Tagged | CqFormat::Unspec => {}
+            }
+            CqFormat::Data => {
+                for e in out {
+                    e.tag = 0;
+                }
             }
         }
     }

@@ -88,11 +88,13 @@ impl CqCore {
     }
 
     /// Whether an error completion is waiting.
+    #[inline]
     pub fn has_err(&self) -> bool {
         self.errors_len.load(Ordering::Acquire) > 0
     }
 
     /// Whether nothing at all is waiting.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.ring.is_empty() && self.overflow_len.load(Ordering::Acquire) == 0 && !self.has_err()
     }

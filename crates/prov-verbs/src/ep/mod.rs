@@ -21,7 +21,7 @@ use fabric_sys::ffi::{
     ibv_wc_status, ibv_wr_opcode,
 };
 
-use crate::cq::{CqShared, VerbsCq, WcSink};
+use crate::cq::{CqShared, VerbsCq};
 use crate::domain::{DomainCore, lkey_of};
 use crate::raw::Ptr;
 use crate::raw::verbs::{self, Mr};
@@ -266,8 +266,8 @@ pub(crate) struct TxReport {
 pub(crate) struct QpData {
     qp: Ptr<ibv_qp>,
     qp_num: u32,
-    tx: Mutex<TxRing>,
-    rx: Mutex<RxRing>,
+    tx: spin::Mutex<TxRing>,
+    rx: spin::Mutex<RxRing>,
     staging: Staging,
     pub(crate) binds: Binds,
     pub(crate) max_inline: usize,
@@ -313,13 +313,13 @@ impl QpData {
         let d = Arc::new(QpData {
             qp: Ptr(qp),
             qp_num,
-            tx: Mutex::new(TxRing {
+            tx: spin::Mutex::new(TxRing {
                 slots: vec![TxSlot::default(); sizes.tx.max(1)],
                 head: 0,
                 tail: 0,
                 unsignaled: 0,
             }),
-            rx: Mutex::new(RxRing {
+            rx: spin::Mutex::new(RxRing {
                 slots: vec![RxSlot::default(); sizes.rx.max(1)],
                 head: 0,
                 tail: 0,
@@ -334,27 +334,38 @@ impl QpData {
             tx_cq,
             rx_cq,
         });
-        let sink: Arc<dyn WcSink> = d.clone();
-        d.tx_cq.attach(qp_num, Arc::downgrade(&sink));
-        d.rx_cq.attach(qp_num, Arc::downgrade(&sink));
+        d.tx_cq.attach(qp_num, d.clone());
+        d.rx_cq.attach(qp_num, d.clone());
         Ok(d)
+    }
+
+    /// Stops its CQs routing completions here, which lets it go (the CQs
+    /// hold it until then); its endpoint calls this when it closes.
+    pub(crate) fn detach(&self) {
+        self.tx_cq.detach(self.qp_num);
+        self.rx_cq.detach(self.qp_num);
+    }
+
+    /// `Inval` when `iov` has more pieces than a work request takes.
+    #[inline]
+    fn check_pieces(&self, iov: &[IoVec]) -> Result<()> {
+        if iov.len() > self.iov_limit.min(IOV_MAX) {
+            return Err(self.too_many_pieces(iov.len()));
+        }
+        Ok(())
+    }
+
+    #[cold]
+    fn too_many_pieces(&self, n: usize) -> Error {
+        Error::inval(format!(
+            "verbs: {n} IO vector pieces; the limit is {}",
+            self.iov_limit.min(IOV_MAX)
+        ))
     }
 
     /// Fills `sges` from an IO vector and its descriptors; `None` when a
     /// piece has no descriptor (then the data must be staged or inlined).
     /// `Inval` when `iov` has more pieces than a work request takes.
-    #[inline]
-    fn check_pieces(&self, iov: &[IoVec]) -> Result<()> {
-        if iov.len() > self.iov_limit.min(IOV_MAX) {
-            return Err(Error::inval(format!(
-                "verbs: {} IO vector pieces; the limit is {}",
-                iov.len(),
-                self.iov_limit.min(IOV_MAX)
-            )));
-        }
-        Ok(())
-    }
-
     #[inline]
     fn sges(
         &self,
@@ -503,7 +514,7 @@ impl QpData {
                 "verbs: the endpoint is not connected yet",
             ));
         }
-        let mut t = lock(&self.tx);
+        let mut t = self.tx.lock();
         let cap = t.cap();
         if (t.head - t.tail) as usize >= cap {
             return Err(Error::again());
@@ -564,7 +575,7 @@ impl QpData {
                 "verbs: a receive buffer needs a memory descriptor (FI_MR_LOCAL)",
             ));
         };
-        let mut r = lock(&self.rx);
+        let mut r = self.rx.lock();
         let cap = r.slots.len();
         if (r.head - r.tail) as usize >= cap {
             return Err(Error::again());
@@ -589,7 +600,7 @@ impl QpData {
     }
 
     fn complete_tx(&self, wc: &ibv_wc, cq: &CqShared) -> Option<(CqEntry, FiAddr)> {
-        let mut t = lock(&self.tx);
+        let mut t = self.tx.lock();
         let seq = wc.wr_id;
         if seq < t.tail || seq >= t.head {
             return None;
@@ -630,7 +641,7 @@ impl QpData {
     }
 
     fn complete_rx(&self, wc: &ibv_wc, cq: &CqShared) -> Option<(CqEntry, FiAddr)> {
-        let mut r = lock(&self.rx);
+        let mut r = self.rx.lock();
         let seq = wc.wr_id & !RX_BIT;
         if seq < r.tail || seq >= r.head {
             return None;
@@ -668,20 +679,17 @@ impl QpData {
     }
 }
 
-impl WcSink for QpData {
-    fn complete(&self, wc: &ibv_wc, cq: &CqShared) -> Option<(CqEntry, FiAddr)> {
+impl QpData {
+    /// Handles one work completion of this queue pair; returns the
+    /// application's completion and its source, if the work request
+    /// reports one. Failures go into `cq` as error completions.
+    #[inline]
+    pub(crate) fn complete(&self, wc: &ibv_wc, cq: &CqShared) -> Option<(CqEntry, FiAddr)> {
         if wc.wr_id & RX_BIT != 0 {
             self.complete_rx(wc, cq)
         } else {
             self.complete_tx(wc, cq)
         }
-    }
-}
-
-impl Drop for QpData {
-    fn drop(&mut self) {
-        self.tx_cq.detach(self.qp_num);
-        self.rx_cq.detach(self.qp_num);
     }
 }
 

@@ -70,6 +70,15 @@ pub(crate) struct MsgInner {
     eq: OnceLock<Arc<fabric_core::kit::objects::EqCore>>,
 }
 
+impl Drop for MsgInner {
+    fn drop(&mut self) {
+        // The CQs hold the queue-pair engine until it detaches.
+        if let Some(d) = self.data.get() {
+            d.detach();
+        }
+    }
+}
+
 /// A MSG endpoint of the verbs provider (an RC queue pair).
 pub struct MsgEndpoint {
     inner: Arc<MsgInner>,
@@ -896,7 +905,9 @@ impl Endpoint for MsgEndpoint {
         };
         let data = QpData::new(&inner.domain, id.qp(), sizes, binds, tx_cq, rx_cq)?;
         drop(cm);
-        let _ = inner.data.set(data);
+        if let Err(data) = inner.data.set(data) {
+            data.detach();
+        }
         Ok(())
     }
 }
