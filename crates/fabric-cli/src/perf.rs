@@ -726,6 +726,49 @@ pub(crate) fn wait_one(side: &Side) -> fabric::Result<CqEntry> {
     }
 }
 
+/// Bytes of a [`PageBuf`]'s pages.
+const PAGE: usize = 4096;
+
+#[derive(Clone, Copy)]
+#[repr(C, align(4096))]
+struct Page([u8; PAGE]);
+
+/// A zeroed byte buffer that starts on a page boundary, as `fi_pingpong`
+/// and `ibv_rc_pingpong` allocate theirs: a message then spans the fewest
+/// pages (devices and the kernel copy page by page), and runs do not
+/// differ by where the allocator happened to put the buffer.
+pub(crate) struct PageBuf {
+    pages: Vec<Page>,
+    len: usize,
+}
+
+impl PageBuf {
+    /// A buffer of `len` bytes.
+    pub(crate) fn new(len: usize) -> PageBuf {
+        PageBuf {
+            pages: vec![Page([0; PAGE]); len.div_ceil(PAGE)],
+            len,
+        }
+    }
+}
+
+impl std::ops::Deref for PageBuf {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        // SAFETY: the pages are `len.div_ceil(PAGE) * PAGE >= len`
+        // contiguous, initialised bytes, borrowed with `self`.
+        unsafe { std::slice::from_raw_parts(self.pages.as_ptr().cast::<u8>(), self.len) }
+    }
+}
+
+impl std::ops::DerefMut for PageBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `deref`, borrowed mutably with `self`.
+        unsafe { std::slice::from_raw_parts_mut(self.pages.as_mut_ptr().cast::<u8>(), self.len) }
+    }
+}
+
 /// The error of a failed CQ read: the error completion's, when there is one.
 fn cq_failure(side: &Side, err: Error) -> fabric::Result<CqEntry> {
     if err.kind() != ErrorKind::Avail {
@@ -924,6 +967,18 @@ pub(crate) fn finish(tool: &str, r: fabric::Result<()>) -> crate::Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn page_buffers_start_on_a_page_and_have_their_length() {
+        for len in [0, 1, 4095, 4096, 4097, 3 * 4096 + 5] {
+            let mut b = PageBuf::new(len);
+            assert_eq!(b.len(), len);
+            assert_eq!(b.as_ptr() as usize % PAGE, 0);
+            assert!(b.iter().all(|&x| x == 0));
+            b.fill(7);
+            assert!(b.iter().all(|&x| x == 7));
+        }
+    }
 
     #[test]
     fn sizes() {

@@ -63,15 +63,15 @@ struct Buffers {
     /// The regions' descriptors, given with every operation.
     tx_desc: Option<MrDesc>,
     rx_desc: Option<MrDesc>,
-    tx: Vec<u8>,
-    rx: Vec<u8>,
+    tx: perf::PageBuf,
+    rx: perf::PageBuf,
 }
 
 impl Buffers {
     /// Buffers of `max` bytes, registered when the provider needs it.
     fn new(side: &perf::Side, max: usize) -> fabric::Result<Buffers> {
-        let mut tx = vec![0; max];
-        let mut rx = vec![0; max];
+        let mut tx = perf::PageBuf::new(max);
+        let mut rx = perf::PageBuf::new(max);
         // SAFETY: the vectors' memory neither moves nor is freed before
         // the regions are dropped: they live in the same struct, declared
         // after the regions, and are never resized.
