@@ -366,8 +366,30 @@ impl QpData {
     /// Fills `sges` from an IO vector and its descriptors; `None` when a
     /// piece has no descriptor (then the data must be staged or inlined).
     /// `Inval` when `iov` has more pieces than a work request takes.
-    #[inline]
+    #[inline(always)]
     fn sges(
+        &self,
+        iov: &[IoVec],
+        desc: &[MrDesc],
+        sges: &mut [ibv_sge; IOV_MAX],
+    ) -> Result<Option<usize>> {
+        // One registered piece (most operations), inline here.
+        if let ([p], [d, ..]) = (iov, desc) {
+            if let (Some(lkey), Ok(length)) = (lkey_of(*d), u32::try_from(p.len)) {
+                if length > 0 {
+                    sges[0] = ibv_sge {
+                        addr: p.addr as u64,
+                        length,
+                        lkey,
+                    };
+                    return Ok(Some(1));
+                }
+            }
+        }
+        self.sges_any(iov, desc, sges)
+    }
+
+    fn sges_any(
         &self,
         iov: &[IoVec],
         desc: &[MrDesc],
