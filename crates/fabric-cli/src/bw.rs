@@ -102,7 +102,7 @@ fn session(args: &BwArgs) -> fabric::Result<()> {
         .min(s.side.info.rx_attr.size.max(1));
     let max = c.sizes.0.iter().copied().max().unwrap_or(1);
     // One buffer per slot of the window, so receives never share memory.
-    let mut buf = perf::PageBuf::new(max * window);
+    let mut buf = perf::MsgBuf::for_side(&s.side, max * window);
     // Touch every page before timing, so that page faults of a fresh
     // allocation are not counted as transfer time.
     buf.fill(0x5a);

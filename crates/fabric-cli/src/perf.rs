@@ -726,46 +726,73 @@ pub(crate) fn wait_one(side: &Side) -> fabric::Result<CqEntry> {
     }
 }
 
-/// Bytes of a [`PageBuf`]'s pages.
+/// Bytes of a page of a [`MsgBuf`].
 const PAGE: usize = 4096;
 
 #[derive(Clone, Copy)]
 #[repr(C, align(4096))]
 struct Page([u8; PAGE]);
 
-/// A zeroed byte buffer that starts on a page boundary, as `fi_pingpong`
-/// and `ibv_rc_pingpong` allocate theirs: a message then spans the fewest
-/// pages (devices and the kernel copy page by page), and runs do not
-/// differ by where the allocator happened to put the buffer.
-pub(crate) struct PageBuf {
-    pages: Vec<Page>,
-    len: usize,
+/// A zeroed message buffer of a run.
+///
+/// Buffers a provider registers (FI_MR_LOCAL: verbs) start on a page
+/// boundary, as `ibv_rc_pingpong` and `fi_pingpong` allocate theirs: the
+/// device (or soft-RoCE's kernel copy) then touches the fewest pages;
+/// under rxe this took 4 KiB from 1.08x to 1.01-1.03x `ibv_rc_pingpong`.
+/// Others stay where the allocator puts them: page-aligned buffers made
+/// shm 6-9% slower at 1-4 MiB on the AMD host (`fabric pingpong -p shm`,
+/// 3 alternating rounds), a cost of page alignment that this tool does
+/// not impose on providers that do not need it.
+pub(crate) struct MsgBuf(Backing);
+
+enum Backing {
+    Paged { pages: Vec<Page>, len: usize },
+    Heap(Vec<u8>),
 }
 
-impl PageBuf {
-    /// A buffer of `len` bytes.
-    pub(crate) fn new(len: usize) -> PageBuf {
-        PageBuf {
-            pages: vec![Page([0; PAGE]); len.div_ceil(PAGE)],
-            len,
+impl MsgBuf {
+    /// `len` zeroed bytes, starting on a page boundary when `paged`.
+    pub(crate) fn new(len: usize, paged: bool) -> MsgBuf {
+        MsgBuf(if paged {
+            Backing::Paged {
+                pages: vec![Page([0; PAGE]); len.div_ceil(PAGE)],
+                len,
+            }
+        } else {
+            Backing::Heap(vec![0; len])
+        })
+    }
+
+    /// A buffer of `len` bytes for `side`'s provider (see the type).
+    pub(crate) fn for_side(side: &Side, len: usize) -> MsgBuf {
+        MsgBuf::new(len, side.info.domain_attr.mr_mode.contains(MrMode::LOCAL))
+    }
+}
+
+impl std::ops::Deref for MsgBuf {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match &self.0 {
+            // SAFETY: the pages are `len.div_ceil(PAGE) * PAGE >= len`
+            // contiguous, initialised bytes, borrowed with `self`.
+            Backing::Paged { pages, len } => unsafe {
+                std::slice::from_raw_parts(pages.as_ptr().cast::<u8>(), *len)
+            },
+            Backing::Heap(v) => v,
         }
     }
 }
 
-impl std::ops::Deref for PageBuf {
-    type Target = [u8];
-
-    fn deref(&self) -> &[u8] {
-        // SAFETY: the pages are `len.div_ceil(PAGE) * PAGE >= len`
-        // contiguous, initialised bytes, borrowed with `self`.
-        unsafe { std::slice::from_raw_parts(self.pages.as_ptr().cast::<u8>(), self.len) }
-    }
-}
-
-impl std::ops::DerefMut for PageBuf {
+impl std::ops::DerefMut for MsgBuf {
     fn deref_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as in `deref`, borrowed mutably with `self`.
-        unsafe { std::slice::from_raw_parts_mut(self.pages.as_mut_ptr().cast::<u8>(), self.len) }
+        match &mut self.0 {
+            // SAFETY: as in `deref`, borrowed mutably with `self`.
+            Backing::Paged { pages, len } => unsafe {
+                std::slice::from_raw_parts_mut(pages.as_mut_ptr().cast::<u8>(), *len)
+            },
+            Backing::Heap(v) => v,
+        }
     }
 }
 
@@ -969,11 +996,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn page_buffers_start_on_a_page_and_have_their_length() {
-        for len in [0, 1, 4095, 4096, 4097, 3 * 4096 + 5] {
-            let mut b = PageBuf::new(len);
+    fn message_buffers_have_their_length_and_paged_ones_start_on_a_page() {
+        for (len, paged) in [0, 1, 4095, 4096, 4097, 3 * 4096 + 5]
+            .into_iter()
+            .flat_map(|l| [(l, true), (l, false)])
+        {
+            let mut b = MsgBuf::new(len, paged);
             assert_eq!(b.len(), len);
-            assert_eq!(b.as_ptr() as usize % PAGE, 0);
+            if paged {
+                assert_eq!(b.as_ptr() as usize % PAGE, 0);
+            }
             assert!(b.iter().all(|&x| x == 0));
             b.fill(7);
             assert!(b.iter().all(|&x| x == 7));

@@ -63,15 +63,15 @@ struct Buffers {
     /// The regions' descriptors, given with every operation.
     tx_desc: Option<MrDesc>,
     rx_desc: Option<MrDesc>,
-    tx: perf::PageBuf,
-    rx: perf::PageBuf,
+    tx: perf::MsgBuf,
+    rx: perf::MsgBuf,
 }
 
 impl Buffers {
     /// Buffers of `max` bytes, registered when the provider needs it.
     fn new(side: &perf::Side, max: usize) -> fabric::Result<Buffers> {
-        let mut tx = perf::PageBuf::new(max);
-        let mut rx = perf::PageBuf::new(max);
+        let mut tx = perf::MsgBuf::for_side(side, max);
+        let mut rx = perf::MsgBuf::for_side(side, max);
         // SAFETY: the vectors' memory neither moves nor is freed before
         // the regions are dropped: they live in the same struct, declared
         // after the regions, and are never resized.
