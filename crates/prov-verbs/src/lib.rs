@@ -13,8 +13,11 @@
 //!   size), inject, remote CQ data (the 32-bit immediate), RMA read /
 //!   write / writedata, atomics (64-bit fetch-add, compare-swap, read),
 //!   FI_FENCE, selective completion, counters. Posting is the work request
-//!   itself: one `ibv_post_send` through the driver's ops table, under an
-//!   uncontended ring lock, with no allocation.
+//!   itself: one `ibv_post_send` through the driver's ops table, under the
+//!   ring's spin lock (one compare-and-swap to take, a store to release,
+//!   as rdma-core's providers lock their queues), with no allocation. A CQ
+//!   holds the queue pairs whose completions it routes until their
+//!   endpoint closes.
 //! - **RDM endpoints** ([`RdmEndpoint`]): reliable unconnected messaging
 //!   over RC connections made on demand (see the `ep::rdm` module docs for
 //!   the protocol): messages and tagged messages (unexpected queue,
