@@ -101,11 +101,9 @@ fn session(args: &BwArgs) -> fabric::Result<()> {
         .min(s.side.info.tx_attr.size.max(1))
         .min(s.side.info.rx_attr.size.max(1));
     let max = c.sizes.0.iter().copied().max().unwrap_or(1);
-    // One buffer per slot of the window, so receives never share memory.
-    let mut buf = perf::MsgBuf::for_side(&s.side, max * window);
-    // Touch every page before timing, so that page faults of a fresh
-    // allocation are not counted as transfer time.
-    buf.fill(0x5a);
+    // One buffer per slot of the window, so receives never share memory;
+    // every page is touched before timing.
+    let mut buf = perf::MsgBuf::new(max * window);
     // Notices: byte 0 is received into, byte 1 sent from.
     let mut ctl = vec![0u8; 2];
     // The target's registered buffer for RMA (the server's `buf`); with

@@ -733,39 +733,30 @@ const PAGE: usize = 4096;
 #[repr(C, align(4096))]
 struct Page([u8; PAGE]);
 
-/// A zeroed message buffer of a run.
-///
-/// Buffers a provider registers (FI_MR_LOCAL: verbs) start on a page
-/// boundary, as `ibv_rc_pingpong` and `fi_pingpong` allocate theirs: the
-/// device (or soft-RoCE's kernel copy) then touches the fewest pages;
-/// under rxe this took 4 KiB from 1.08x to 1.01-1.03x `ibv_rc_pingpong`.
-/// Others stay where the allocator puts them: page-aligned buffers made
-/// shm 6-9% slower at 1-4 MiB on the AMD host (`fabric pingpong -p shm`,
-/// 3 alternating rounds), a cost of page alignment that this tool does
-/// not impose on providers that do not need it.
-pub(crate) struct MsgBuf(Backing);
-
-enum Backing {
-    Paged { pages: Vec<Page>, len: usize },
-    Heap(Vec<u8>),
+/// A message buffer of a run: it starts on a page boundary, as
+/// `ibv_rc_pingpong`'s and `fi_pingpong`'s do (a device or the kernel then
+/// touches the fewest pages; under soft-RoCE this took 4 KiB from 1.08x to
+/// 1.01-1.03x `ibv_rc_pingpong`), and every page is written before the
+/// run. An untouched zeroed allocation would map the kernel's shared zero
+/// page: a cross-memory-attach read of it reads one cached page over and
+/// over, which made shm look 8-15% faster at 1-4 MiB than with real
+/// memory.
+pub(crate) struct MsgBuf {
+    pages: Vec<Page>,
+    len: usize,
 }
 
-impl MsgBuf {
-    /// `len` zeroed bytes, starting on a page boundary when `paged`.
-    pub(crate) fn new(len: usize, paged: bool) -> MsgBuf {
-        MsgBuf(if paged {
-            Backing::Paged {
-                pages: vec![Page([0; PAGE]); len.div_ceil(PAGE)],
-                len,
-            }
-        } else {
-            Backing::Heap(vec![0; len])
-        })
-    }
+/// What a fresh [`MsgBuf`] holds: not zero, so that no allocator can hand
+/// out zero pages for it.
+pub(crate) const FILL: u8 = 0x5a;
 
-    /// A buffer of `len` bytes for `side`'s provider (see the type).
-    pub(crate) fn for_side(side: &Side, len: usize) -> MsgBuf {
-        MsgBuf::new(len, side.info.domain_attr.mr_mode.contains(MrMode::LOCAL))
+impl MsgBuf {
+    /// A buffer of `len` bytes, each [`FILL`].
+    pub(crate) fn new(len: usize) -> MsgBuf {
+        MsgBuf {
+            pages: vec![Page([FILL; PAGE]); len.div_ceil(PAGE)],
+            len,
+        }
     }
 }
 
@@ -773,26 +764,16 @@ impl std::ops::Deref for MsgBuf {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
-        match &self.0 {
-            // SAFETY: the pages are `len.div_ceil(PAGE) * PAGE >= len`
-            // contiguous, initialised bytes, borrowed with `self`.
-            Backing::Paged { pages, len } => unsafe {
-                std::slice::from_raw_parts(pages.as_ptr().cast::<u8>(), *len)
-            },
-            Backing::Heap(v) => v,
-        }
+        // SAFETY: the pages are `len.div_ceil(PAGE) * PAGE >= len`
+        // contiguous, initialised bytes, borrowed with `self`.
+        unsafe { std::slice::from_raw_parts(self.pages.as_ptr().cast::<u8>(), self.len) }
     }
 }
 
 impl std::ops::DerefMut for MsgBuf {
     fn deref_mut(&mut self) -> &mut [u8] {
-        match &mut self.0 {
-            // SAFETY: as in `deref`, borrowed mutably with `self`.
-            Backing::Paged { pages, len } => unsafe {
-                std::slice::from_raw_parts_mut(pages.as_mut_ptr().cast::<u8>(), *len)
-            },
-            Backing::Heap(v) => v,
-        }
+        // SAFETY: as in `deref`, borrowed mutably with `self`.
+        unsafe { std::slice::from_raw_parts_mut(self.pages.as_mut_ptr().cast::<u8>(), self.len) }
     }
 }
 
@@ -996,17 +977,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn message_buffers_have_their_length_and_paged_ones_start_on_a_page() {
-        for (len, paged) in [0, 1, 4095, 4096, 4097, 3 * 4096 + 5]
-            .into_iter()
-            .flat_map(|l| [(l, true), (l, false)])
-        {
-            let mut b = MsgBuf::new(len, paged);
+    fn message_buffers_start_on_a_page_and_are_filled() {
+        for len in [0, 1, 4095, 4096, 4097, 3 * 4096 + 5] {
+            let mut b = MsgBuf::new(len);
             assert_eq!(b.len(), len);
-            if paged {
-                assert_eq!(b.as_ptr() as usize % PAGE, 0);
-            }
-            assert!(b.iter().all(|&x| x == 0));
+            assert_eq!(b.as_ptr() as usize % PAGE, 0);
+            assert!(b.iter().all(|&x| x == FILL));
             b.fill(7);
             assert!(b.iter().all(|&x| x == 7));
         }

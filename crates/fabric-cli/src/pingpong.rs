@@ -70,8 +70,8 @@ struct Buffers {
 impl Buffers {
     /// Buffers of `max` bytes, registered when the provider needs it.
     fn new(side: &perf::Side, max: usize) -> fabric::Result<Buffers> {
-        let mut tx = perf::MsgBuf::for_side(side, max);
-        let mut rx = perf::MsgBuf::for_side(side, max);
+        let mut tx = perf::MsgBuf::new(max);
+        let mut rx = perf::MsgBuf::new(max);
         // SAFETY: the vectors' memory neither moves nor is freed before
         // the regions are dropped: they live in the same struct, declared
         // after the regions, and are never resized.
