@@ -59,7 +59,7 @@ pub const ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: CMA_MIN_VAR,
         kind: "Integer",
-        help: "Smallest rendezvous message or RMA transfer copied with cross-memory attach; smaller ones are pushed through bounce buffers (default 262144).",
+        help: "Smallest rendezvous message or RMA transfer copied with cross-memory attach; smaller ones are pushed through bounce buffers. Unset: RMA from 262144 on, and messages choose per peer and size by measured speed.",
     },
 ];
 
@@ -108,16 +108,16 @@ fn env_bytes(var: &str) -> Option<usize> {
     std::env::var(var).ok()?.trim().parse().ok()
 }
 
-/// The default smallest transfer copied by cross-memory attach: a larger
-/// rendezvous message (or RMA transfer) below it is pushed through bounce
-/// buffers, two pipelined copies without system calls, which measured
-/// faster. See the [crate docs](crate#thresholds).
+/// The smallest RMA transfer copied by cross-memory attach: a larger one
+/// below it is pushed through bounce buffers, two pipelined copies without
+/// system calls, which measured faster. (Rendezvous messages choose by
+/// measurement, per peer and size.) See the [crate docs](crate#thresholds).
 pub const CMA_MIN: usize = 256 * 1024;
 
-/// The CMA threshold in effect: [`CMA_MIN_VAR`] when set to a number, else
-/// [`CMA_MIN`].
-pub fn cma_min() -> usize {
-    env_bytes(CMA_MIN_VAR).unwrap_or(CMA_MIN)
+/// [`CMA_MIN_VAR`] when set to a number: then it is the limit for RMA and
+/// for messages alike, and messages no longer choose by measurement.
+pub fn cma_min() -> Option<usize> {
+    env_bytes(CMA_MIN_VAR)
 }
 
 /// The variable that sets the smallest split rendezvous (bytes).

@@ -64,8 +64,9 @@
 //! | message, inject | ≤ 1 KiB | `MSG`, payload inline in the slot | 2 |
 //! | message | ≤ [eager limit](getinfo::EAGER_MAX) (32 KiB) | `MSG`, payload in one bounce buffer | 2 |
 //! | message | < [CMA limit](getinfo::CMA_MIN) (256 KiB), or no CMA | `RTS` (flag PUSH); receiver answers `CTS` once matched; sender pushes `DATA` chunks of one bounce buffer each, which the receiver copies out as they come; `ACK` | 2, pipelined on two cores |
-//! | message | ≥ CMA limit | `RTS` with the sender's iovecs; the receiver pulls with `process_vm_readv` into the matched buffer, then `ACK` (the first such message from a peer) | 1 |
-//! | message | ≥ CMA limit, once CMA worked with the peer | `RTS`; the receiver sends `SPLIT` with the tail of its buffer, pulls the head (2 KiB more than half) and sends `ACK` (flag HEAD) while the sender writes the tail with `process_vm_writev` and sends `PUT_DONE` | 1, on two cores at once |
+//! | message | ≥ CMA limit | pushed as above, or by CMA as below: the sender times both and takes the faster (see the CMA limit below) | 2 or 1 |
+//! | message | ≥ CMA limit, by CMA | `RTS` with the sender's iovecs; the receiver pulls with `process_vm_readv` into the matched buffer, then `ACK` (the first such message from a peer) | 1 |
+//! | message | ≥ CMA limit, by CMA, once CMA worked with the peer | `RTS`; the receiver sends `SPLIT` with the tail of its buffer, pulls the head (2 KiB more than half) and sends `ACK` (flag HEAD) while the sender writes the tail with `process_vm_writev` and sends `PUT_DONE` | 1, on two cores at once |
 //! | RMA write | ≤ eager limit (with its descriptor in one bounce buffer) | `WRITE` with the data after the descriptor; `ACK` | 2 |
 //! | RMA write | < CMA limit, or no CMA | `WRITE` (flag PUSH); target answers `CTS`, then pushed `DATA`; `ACK` | 2 |
 //! | RMA write | ≥ CMA limit | `WRITE` with the initiator's iovecs; target pulls into the checked ranges; `ACK` | 1 |
@@ -121,15 +122,31 @@
 //!
 //!   Pushing wins in the fast mode at every size, by 1.3-2.2x, and loses
 //!   from 256 KiB on in the slow mode, where every pushed line crosses
-//!   between the cores while the benchmark's unchanging send buffer may
-//!   stay cached on the receiver's side for CMA to read. 256 KiB keeps
-//!   the gains where both modes agree. RMA transfers use the same limit.
-//!   Choosing at run time instead (the sender timing both protocols per
-//!   size class and keeping the faster) was tried and dropped: a CMA
-//!   transfer right after pushed ones measured 2-3x its steady-state time
-//!   (78-122 against about 32 ns per KiB at 1 MiB), since that steady
-//!   state needs the caches CMA itself left, so the timing kept choosing
-//!   the push, 25% slower in 100-message runs of the slow mode.
+//!   between the cores. Below 256 KiB both modes agree, so messages there
+//!   are always pushed. From 256 KiB on a message's sender measures: per
+//!   peer and power-of-two size class it times both copies from `RTS` to
+//!   `ACK` and takes the faster, trying the other one message in 128 to
+//!   notice when the machine changes mode.
+//!
+//!   The tables above were measured with a `fabric pingpong` whose send
+//!   buffer was never written: an untouched zeroed allocation maps the
+//!   kernel's shared zero page, so CMA read one cached page over and over
+//!   and looked 8-15% faster at 1-4 MiB than with real memory (the tool
+//!   now writes its buffers). A first try of the run-time choice, against
+//!   that flattered CMA, was dropped: in the slow mode a CMA transfer
+//!   right after pushed ones measured 78-122 against about 32 ns per KiB
+//!   at 1 MiB, so the timing kept pushing. With real buffers CMA costs
+//!   about the same in both modes (1 MiB: 37-41 us; 4 MiB: 143-157 us,
+//!   alternating rounds, 100-3,000 messages), while pushing takes
+//!   24.6-25.9 / 92-102 us in the fast mode and 44-49 / 168-183 us in
+//!   the slow one. The choice against CMA always, 16 alternating rounds of
+//!   100 messages, all in the fast mode (one-way us, medians, CMA /
+//!   measured): 256 KiB 10.7 / 6.1, 1 MiB 39.0 / 24.9 (42 GB/s, 77% of
+//!   memcpy), 4 MiB 154 / 95. The slow mode did not come up during those
+//!   runs; there the choice should settle on CMA after its first four
+//!   messages per class. Setting `FI_SHM_CMA_MIN` fixes the limit for
+//!   messages instead (CMA from it on). RMA transfers use the fixed limit,
+//!   256 KiB by default.
 //! - **Split limit: 32 KiB** ([`getinfo::SPLIT_MIN`], `FI_SHM_SPLIT_MIN`;
 //!   in effect from the CMA limit on): from it on (once a cross-memory
 //!   attach with the peer has worked), the copy of a rendezvous message is

@@ -12,6 +12,7 @@
 //! order. Receives reach the engine the same way.
 
 pub(crate) mod binds;
+mod choice;
 pub(crate) mod engine;
 mod ops;
 pub(crate) mod shared;

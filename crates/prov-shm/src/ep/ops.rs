@@ -12,6 +12,7 @@ use fabric_core::objects::{MrAccess, RmaIov};
 use fabric_core::{Error, ErrorKind, OpFlags, Result};
 
 use super::binds::{Binds, TxDone, TxReport};
+use super::choice::Probe;
 use super::engine::RxState;
 use super::shared::{EpShared, TxKind, TxPeer, TxReq, peer_gone};
 use crate::pieces::{IOV_LIMIT, Pieces};
@@ -139,6 +140,8 @@ pub(crate) struct TxOp {
     /// target pulls it itself, so its early `ACK` (flag HEAD) does not
     /// finish the operation.
     pub put_failed: bool,
+    /// The protocol choice of a rendezvous message, timed until its `ACK`.
+    pub probe: Option<Probe>,
 }
 
 /// Where pushed data comes from.
@@ -275,10 +278,17 @@ impl RxState {
                     return Ok(());
                 }
                 cmd.op = op::RTS;
-                if !use_cma(len) {
+                // From the CMA limit on, which copy is faster depends on the
+                // machine's state: measure (see `choice`).
+                let probe =
+                    (sh.adaptive && cma_works && len >= sh.cma_min).then(|| peer.choice.pick(len));
+                if !probe.map_or(use_cma(len), |p| p.cma()) {
                     cmd.flags |= flag::PUSH;
                 }
                 let id = self.insert(req, req.buf, 0);
+                if let Some(op) = self.ops.get_mut(id) {
+                    op.probe = probe;
+                }
                 cmd.aux = [u64_of(len), id];
                 let mut raw = [0u8; IOV_LIMIT * 16];
                 let n = proto::encode_iovs(req.buf.pieces(), &mut raw);
@@ -385,6 +395,7 @@ impl RxState {
             got: 0,
             cma: false,
             put_failed: false,
+            probe: None,
         })
     }
 
@@ -410,7 +421,12 @@ impl RxState {
         sh.outstanding.fetch_sub(1, Ordering::AcqRel);
         self.pushes.retain(|p| p.op != Some(id));
         match err {
-            None => b.tx_op_done(&op.done),
+            None => {
+                if let Some(probe) = op.probe {
+                    op.peer.choice.record(probe, op.buf.len());
+                }
+                b.tx_op_done(&op.done)
+            }
             Some(e) => b.tx_failed(&op.done, &e),
         }
     }

@@ -14,6 +14,7 @@ use fabric_core::objects::{AtomicOp, Datatype, FiAddr, RmaIov};
 use fabric_core::{Address, Error, ErrorKind, Info, OpFlags, Result};
 
 use super::binds::{Binds, TxDone};
+use super::choice::Choice;
 use crate::pieces::Pieces;
 use crate::proto::RMA_IOV_LIMIT;
 use crate::region::{OwnerStatus, PeerRegion};
@@ -100,6 +101,8 @@ pub(crate) struct TxPeer {
     hello: AtomicU8,
     /// Cross-memory attach with this peer was refused: push instead.
     pub no_cma: AtomicBool,
+    /// Which copy rendezvous messages to this peer take.
+    pub choice: Choice,
     /// The peer closed its endpoint or exited: operations fail.
     pub dead: AtomicBool,
 }
@@ -312,9 +315,13 @@ pub(crate) struct EpShared {
     pub eager_max: usize,
     /// Smallest rendezvous split between receiver and sender.
     pub split_min: usize,
-    /// Smallest transfer copied by cross-memory attach; smaller rendezvous
-    /// transfers are pushed through bounce buffers.
+    /// Smallest RMA transfer copied by cross-memory attach (smaller ones
+    /// are pushed through bounce buffers); the same for messages when set
+    /// by `FI_SHM_CMA_MIN`.
     pub cma_min: usize,
+    /// Rendezvous messages choose their copy by measurement
+    /// ([`Choice`]); off when `FI_SHM_CMA_MIN` fixes a limit.
+    pub adaptive: bool,
     pub mr: Arc<MrTable>,
     pub directed: bool,
 }
@@ -345,7 +352,8 @@ impl EpShared {
             cma,
             eager_max,
             split_min: crate::getinfo::split_min(),
-            cma_min: crate::getinfo::cma_min(),
+            cma_min: crate::getinfo::cma_min().unwrap_or(crate::getinfo::CMA_MIN),
+            adaptive: crate::getinfo::cma_min().is_none(),
             mr,
             directed: info.caps.contains(fabric_core::Caps::DIRECTED_RECV),
         }
@@ -393,6 +401,7 @@ impl EpShared {
                     region,
                     hello: AtomicU8::new(HELLO_NONE),
                     no_cma: AtomicBool::new(false),
+                    choice: Choice::default(),
                     dead: AtomicBool::new(false),
                 });
                 self.peers.insert(dest, p)

@@ -1,0 +1,200 @@
+//! Which copy a rendezvous message takes, learned per peer: pushed through
+//! bounce buffers (two copies, one on each core, no system call) or
+//! cross-memory attach (one copy, split between the cores, with system
+//! calls and page pinning). Which is faster depends on the size and on how
+//! far apart the two cores are, which on a shared host can change from one
+//! second to the next (see the [crate docs](crate#thresholds)), so the
+//! sender times both and keeps to the faster.
+//!
+//! Sizes fall into power-of-two classes. In each class the sender keeps an
+//! estimate of the time per KiB of each protocol, measured from the
+//! announcement to the target's `ACK` (a faster sample replaces it, a
+//! slower one moves it a quarter of the way); it tries each protocol twice,
+//! then takes the faster one, and every [`EXPLORE`]th message of the class
+//! the other one, so that a change of the machine's speed is noticed.
+//!
+//! Only the domain's engine (under its lock) picks and records; the words
+//! are atomics only so that the peer, which application threads share, can
+//! hold them.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Instant;
+
+/// One message in this many of a class takes the protocol that is not the
+/// faster one, to keep its estimate current. Each such message also
+/// disturbs the caches for the next few, so it is rare: 1 in 16 cost
+/// 4-15% at 1-4 MiB in the host's slow mode, 1 in 128 about 0-5%.
+pub(crate) const EXPLORE: u32 = 128;
+
+/// Messages of a class that alternate between the protocols before the
+/// estimates are trusted.
+const WARMUP: u32 = 4;
+
+/// The smallest class is 2^`FIRST_CLASS` bytes (256 KiB, the CMA limit:
+/// smaller messages are always pushed).
+const FIRST_CLASS: u32 = 18;
+
+/// Classes kept: 256 KiB up to 1 GiB (`MAX_MSG_SIZE`) and beyond; larger
+/// sizes share the last.
+const CLASSES: usize = 16;
+
+/// Weight of a new sample in the moving average: 1 / 2^`SHIFT`.
+const SHIFT: u32 = 2;
+
+/// The protocol timings of one peer.
+#[derive(Debug, Default)]
+pub(crate) struct Choice {
+    classes: [Class; CLASSES],
+}
+
+#[derive(Debug, Default)]
+struct Class {
+    /// Average nanoseconds per KiB, pushed and by CMA (0: not measured).
+    ns_per_kib: [AtomicU32; 2],
+    /// Messages of this class so far (wraps).
+    turn: AtomicU32,
+}
+
+/// What [`Choice::pick`] decided, to be handed back to
+/// [`Choice::record`] with the time it took.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Probe {
+    at: Instant,
+    class: u8,
+    cma: bool,
+}
+
+impl Probe {
+    /// Whether the message uses cross-memory attach.
+    pub(crate) fn cma(&self) -> bool {
+        self.cma
+    }
+}
+
+impl Choice {
+    /// Chooses the protocol of a `len`-byte message and starts its clock.
+    pub(crate) fn pick(&self, len: usize) -> Probe {
+        let class = class_of(len);
+        let c = &self.classes[class];
+        let [push, cma] = c.ns_per_kib.each_ref().map(|a| a.load(Ordering::Relaxed));
+        let turn = c.turn.load(Ordering::Relaxed);
+        c.turn.store(turn.wrapping_add(1), Ordering::Relaxed);
+        let use_cma = if turn < WARMUP || push == 0 || cma == 0 {
+            // Each protocol twice in turn (a first transfer is cold: the
+            // bounce pool's pages are touched for the first time, and CMA
+            // is not split yet), and again if a sample went missing.
+            if push == 0 || cma == 0 {
+                push != 0
+            } else {
+                turn % 2 == 1
+            }
+        } else {
+            (cma < push) != (turn % EXPLORE == EXPLORE - 1)
+        };
+        Probe {
+            at: Instant::now(),
+            class: class as u8,
+            cma: use_cma,
+        }
+    }
+
+    /// Adds the time since `probe` was taken for a `len`-byte message that
+    /// completed without error.
+    pub(crate) fn record(&self, probe: Probe, len: usize) {
+        let ns = probe.at.elapsed().as_nanos();
+        self.add(usize::from(probe.class), probe.cma, ns, len);
+    }
+
+    /// Adds a sample: `ns` for a `len`-byte message of `class`.
+    fn add(&self, class: usize, cma: bool, ns: u128, len: usize) {
+        let kib = (len as u128).div_ceil(1024).max(1);
+        let sample = u32::try_from(ns / kib).unwrap_or(u32::MAX).max(1);
+        let slot = &self.classes[class].ns_per_kib[usize::from(cma)];
+        let old = slot.load(Ordering::Relaxed);
+        // Interference only ever adds time, so a faster sample is taken as
+        // it is, and a slower one moves the average a quarter of the way.
+        // A protocol's first, cold transfer (or a stall) then cannot keep
+        // it out of use for long, and the protocol in use, timed on every
+        // message, still follows the machine when it slows down.
+        let new = if old == 0 || sample <= old {
+            sample
+        } else {
+            old + ((sample - old) >> SHIFT)
+        };
+        slot.store(new, Ordering::Relaxed);
+    }
+}
+
+/// The class of a `len`-byte message: floor(log2(len)) from
+/// [`FIRST_CLASS`] on, clamped to the table.
+fn class_of(len: usize) -> usize {
+    let log = usize::BITS - 1 - len.max(1).leading_zeros();
+    (log.saturating_sub(FIRST_CLASS) as usize).min(CLASSES - 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Records `ns_per_kib` for a 64 KiB message as if it took that long.
+    fn feed(c: &Choice, cma: bool, ns_per_kib: u32) {
+        let class = class_of(256 * 1024);
+        let slot = &c.classes[class].ns_per_kib[usize::from(cma)];
+        slot.store(ns_per_kib, Ordering::Relaxed);
+    }
+
+    #[test]
+    fn classes_are_powers_of_two_and_clamped() {
+        assert_eq!(class_of(0), 0);
+        assert_eq!(class_of(32 * 1024 + 1), 0);
+        assert_eq!(class_of(512 * 1024 - 1), 0);
+        assert_eq!(class_of(512 * 1024), 1);
+        assert_eq!(class_of(1 << 20), 2);
+        assert_eq!(class_of(1 << 30), 12);
+        assert_eq!(class_of(usize::MAX), CLASSES - 1);
+    }
+
+    #[test]
+    fn tries_both_then_keeps_the_faster_and_sometimes_the_other() {
+        let c = Choice::default();
+        let len = 256 * 1024;
+        // Nothing measured: push first, then each in turn, twice.
+        for want_cma in [false, true, false, true] {
+            let p = c.pick(len);
+            assert_eq!(p.cma(), want_cma);
+            c.record(p, len);
+        }
+        feed(&c, false, 100);
+        feed(&c, true, 300);
+        let picks: Vec<bool> = (0..EXPLORE * 4).map(|_| c.pick(len).cma()).collect();
+        let cma = picks.iter().filter(|&&x| x).count() as u32;
+        assert_eq!(cma, 4, "one CMA probe in every {EXPLORE} messages");
+        // CMA becomes the faster: the choice follows.
+        feed(&c, true, 50);
+        let cma = (0..EXPLORE * 4).filter(|_| c.pick(len).cma()).count() as u32;
+        assert_eq!(cma, EXPLORE * 4 - 4);
+        // Other classes are untouched.
+        assert!(!c.pick(1 << 20).cma());
+    }
+
+    #[test]
+    fn a_faster_sample_replaces_a_slower_one_moves_a_quarter() {
+        let c = Choice::default();
+        let est = |c: &Choice| c.classes[1].ns_per_kib[0].load(Ordering::Relaxed);
+        let len = 64 * 1024;
+        c.add(1, false, 64_000, len);
+        assert_eq!(est(&c), 1000);
+        c.add(1, false, 32_000, len);
+        assert_eq!(est(&c), 500, "a faster sample is taken as it is");
+        c.add(1, false, 4 * 64_000 + 32_000, len);
+        assert_eq!(
+            est(&c),
+            500 + (4500 - 500) / 4,
+            "a slower one moves a quarter"
+        );
+        assert_eq!(c.classes[1].ns_per_kib[1].load(Ordering::Relaxed), 0);
+        // A zero-time sample still counts as measured.
+        c.add(2, true, 0, len);
+        assert_eq!(c.classes[2].ns_per_kib[1].load(Ordering::Relaxed), 1);
+    }
+}
