@@ -125,8 +125,9 @@
 //!   between the cores. Below 256 KiB both modes agree, so messages there
 //!   are always pushed. From 256 KiB on a message's sender measures: per
 //!   peer and power-of-two size class it times both copies from `RTS` to
-//!   `ACK` and takes the faster, trying the other one message in 128 to
-//!   notice when the machine changes mode.
+//!   `ACK` and takes the faster, trying the other for two messages in
+//!   every 128 (in pairs, since the first message after a switch is
+//!   cold) to notice when the machine changes mode.
 //!
 //!   The tables above were measured with a `fabric pingpong` whose send
 //!   buffer was never written: an untouched zeroed allocation maps the
@@ -142,9 +143,12 @@
 //!   the slow one. The choice against CMA always, 16 alternating rounds of
 //!   100 messages, all in the fast mode (one-way us, medians, CMA /
 //!   measured): 256 KiB 10.7 / 6.1, 1 MiB 39.0 / 24.9 (42 GB/s, 77% of
-//!   memcpy), 4 MiB 154 / 95. The slow mode did not come up during those
-//!   runs; there the choice should settle on CMA after its first four
-//!   messages per class. Setting `FI_SHM_CMA_MIN` fixes the limit for
+//!   memcpy), 4 MiB 154 / 95. The slow mode came up in two rounds of 32,
+//!   at 1 MiB: CMA always 37.2 / 37.5 us, the choice with single probes
+//!   44.4 / 48.4, with pairs 44.9; so in that mode the choice still
+//!   mostly pushes, 15-20% slower than CMA, and finding out why (the
+//!   rounds were too few to see its samples) is open. Setting
+//!   `FI_SHM_CMA_MIN` fixes the limit for
 //!   messages instead (CMA from it on). RMA transfers use the fixed limit,
 //!   256 KiB by default.
 //! - **Split limit: 32 KiB** ([`getinfo::SPLIT_MIN`], `FI_SHM_SPLIT_MIN`;

@@ -9,9 +9,15 @@
 //! Sizes fall into power-of-two classes. In each class the sender keeps an
 //! estimate of the time per KiB of each protocol, measured from the
 //! announcement to the target's `ACK` (a faster sample replaces it, a
-//! slower one moves it a quarter of the way); it tries each protocol twice,
-//! then takes the faster one, and every [`EXPLORE`]th message of the class
-//! the other one, so that a change of the machine's speed is noticed.
+//! slower one moves it a quarter of the way). It tries the protocols in
+//! pairs, two messages each, twice, then takes the faster one, and two
+//! messages in every [`EXPLORE`] of the class the other one, so that a
+//! change of the machine's speed is noticed. Pairs, because the first
+//! message after a switch is cold: its caches and bounce pages come from
+//! the other protocol, and a first cross-memory attach with a peer is not
+//! split yet. Single probes measured CMA at 2-3 times its steady cost in
+//! the host's slow mode, so the choice stayed with pushing, 19-22% slower
+//! than CMA there at 1-4 MiB.
 //!
 //! Only the domain's engine (under its lock) picks and records; the words
 //! are atomics only so that the peer, which application threads share, can
@@ -20,15 +26,15 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
-/// One message in this many of a class takes the protocol that is not the
-/// faster one, to keep its estimate current. Each such message also
-/// disturbs the caches for the next few, so it is rare: 1 in 16 cost
-/// 4-15% at 1-4 MiB in the host's slow mode, 1 in 128 about 0-5%.
+/// Two messages in this many of a class take the protocol that is not the
+/// faster one, to keep its estimate current. They also disturb the caches
+/// for the next few, so they are rare (single probes, 1 in 16, cost 4-15%
+/// at 1-4 MiB in the host's slow mode; 1 in 128 about 0-5%).
 pub(crate) const EXPLORE: u32 = 128;
 
-/// Messages of a class that alternate between the protocols before the
-/// estimates are trusted.
-const WARMUP: u32 = 4;
+/// Messages of a class that take the protocols in pairs (push, push, CMA,
+/// CMA, ...) before the estimates are trusted.
+const WARMUP: u32 = 8;
 
 /// The smallest class is 2^`FIRST_CLASS` bytes (256 KiB, the CMA limit:
 /// smaller messages are always pushed).
@@ -79,17 +85,14 @@ impl Choice {
         let [push, cma] = c.ns_per_kib.each_ref().map(|a| a.load(Ordering::Relaxed));
         let turn = c.turn.load(Ordering::Relaxed);
         c.turn.store(turn.wrapping_add(1), Ordering::Relaxed);
-        let use_cma = if turn < WARMUP || push == 0 || cma == 0 {
-            // Each protocol twice in turn (a first transfer is cold: the
-            // bounce pool's pages are touched for the first time, and CMA
-            // is not split yet), and again if a sample went missing.
-            if push == 0 || cma == 0 {
-                push != 0
-            } else {
-                turn % 2 == 1
-            }
+        let use_cma = if turn < WARMUP {
+            // Pairs: the second message of each is warm.
+            (turn / 2) % 2 == 1
+        } else if push == 0 || cma == 0 {
+            // A sample went missing (failed messages are not timed).
+            push != 0
         } else {
-            (cma < push) != (turn % EXPLORE == EXPLORE - 1)
+            (cma < push) != (turn % EXPLORE >= EXPLORE - 2)
         };
         Probe {
             at: Instant::now(),
@@ -158,8 +161,8 @@ mod tests {
     fn tries_both_then_keeps_the_faster_and_sometimes_the_other() {
         let c = Choice::default();
         let len = 256 * 1024;
-        // Nothing measured: push first, then each in turn, twice.
-        for want_cma in [false, true, false, true] {
+        // Nothing measured: in pairs, push first.
+        for want_cma in [false, false, true, true, false, false, true, true] {
             let p = c.pick(len);
             assert_eq!(p.cma(), want_cma);
             c.record(p, len);
@@ -168,11 +171,15 @@ mod tests {
         feed(&c, true, 300);
         let picks: Vec<bool> = (0..EXPLORE * 4).map(|_| c.pick(len).cma()).collect();
         let cma = picks.iter().filter(|&&x| x).count() as u32;
-        assert_eq!(cma, 4, "one CMA probe in every {EXPLORE} messages");
+        assert_eq!(cma, 8, "two CMA probes in every {EXPLORE} messages");
+        assert!(
+            picks.windows(2).any(|w| w[0] && w[1]),
+            "the probes come in pairs"
+        );
         // CMA becomes the faster: the choice follows.
         feed(&c, true, 50);
         let cma = (0..EXPLORE * 4).filter(|_| c.pick(len).cma()).count() as u32;
-        assert_eq!(cma, EXPLORE * 4 - 4);
+        assert_eq!(cma, EXPLORE * 4 - 8);
         // Other classes are untouched.
         assert!(!c.pick(1 << 20).cma());
     }
