@@ -7,20 +7,8 @@
 mod common;
 
 use common::*;
-use fabric_core::objects::{FiAddr, IoVec, MrDesc, Msg};
+use fabric_core::objects::FiAddr;
 use fabric_core::*;
-
-fn msg<'a>(iov: &'a [IoVec], desc: &'a [MrDesc], context: u64) -> Msg<'a> {
-    Msg {
-        iov,
-        desc,
-        addr: FiAddr::UNSPEC,
-        tag: 0,
-        ignore: 0,
-        context,
-        data: 0,
-    }
-}
 
 #[test]
 fn closed_endpoints_let_their_queue_pairs_and_cqs_go() {
@@ -36,7 +24,7 @@ fn closed_endpoints_let_their_queue_pairs_and_cqs_go() {
         let iov = b.iov();
         let desc = [b.mr.desc()];
         // SAFETY: the buffer outlives the receive, which completes below.
-        unsafe { server.ep.recvmsg(&msg(&iov, &desc, 5), OpFlags::empty()) }.unwrap();
+        unsafe { server.ep.recvmsg(&msg(&iov, &desc, 5, 0), OpFlags::empty()) }.unwrap();
         client.ep.inject(b"ping", FiAddr::UNSPEC, None).unwrap();
         assert_eq!(wait_cq(server.cq.as_ref()).unwrap().context, 5);
         drop(b);

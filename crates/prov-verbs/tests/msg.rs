@@ -14,26 +14,9 @@ use std::time::Duration;
 
 use common::*;
 use fabric_core::objects::{
-    AtomicMsg, AtomicOp, CompletionFlags, CqEntry, Datatype, EqEvent, FiAddr, Msg, RmaIov, RmaMsg,
+    AtomicMsg, AtomicOp, CompletionFlags, CqEntry, Datatype, EqEvent, FiAddr, RmaIov, RmaMsg,
 };
 use fabric_core::*;
-
-fn msg<'a>(
-    iov: &'a [fabric_core::objects::IoVec],
-    desc: &'a [fabric_core::objects::MrDesc],
-    context: u64,
-    data: u64,
-) -> Msg<'a> {
-    Msg {
-        iov,
-        desc,
-        addr: FiAddr::UNSPEC,
-        tag: 0,
-        ignore: 0,
-        context,
-        data,
-    }
-}
 
 #[test]
 fn getinfo_lists_the_device() {

@@ -229,3 +229,21 @@ pub fn connected(l: &Listener) -> (Side, Side) {
     assert!(matches!(s, EqEvent::Connected { .. }), "server got {s:?}");
     (server, client)
 }
+
+/// A message of a MSG endpoint (no address, no tag).
+pub fn msg<'a>(
+    iov: &'a [IoVec],
+    desc: &'a [fabric_core::objects::MrDesc],
+    context: u64,
+    data: u64,
+) -> fabric_core::objects::Msg<'a> {
+    fabric_core::objects::Msg {
+        iov,
+        desc,
+        addr: fabric_core::objects::FiAddr::UNSPEC,
+        tag: 0,
+        ignore: 0,
+        context,
+        data,
+    }
+}
