@@ -125,9 +125,10 @@
 //!   between the cores. Below 256 KiB both modes agree, so messages there
 //!   are always pushed. From 256 KiB on a message's sender measures: per
 //!   peer and power-of-two size class it times both copies from `RTS` to
-//!   `ACK` and takes the faster, trying the other for two messages in
-//!   every 128 (in pairs, since the first message after a switch is
-//!   cold) to notice when the machine changes mode.
+//!   `ACK` and takes the faster, trying each for a run of 8 messages
+//!   first and the other for a run of 8 in every 128 after (a protocol
+//!   reaches its steady cost only a few messages after a switch; see
+//!   `ep::choice`), to notice when the machine changes mode.
 //!
 //!   The tables above were measured with a `fabric pingpong` whose send
 //!   buffer was never written: an untouched zeroed allocation maps the
@@ -143,12 +144,18 @@
 //!   the slow one. The choice against CMA always, 16 alternating rounds of
 //!   100 messages, all in the fast mode (one-way us, medians, CMA /
 //!   measured): 256 KiB 10.7 / 6.1, 1 MiB 39.0 / 24.9 (42 GB/s, 77% of
-//!   memcpy), 4 MiB 154 / 95. The slow mode came up in two rounds of 32,
-//!   at 1 MiB: CMA always 37.2 / 37.5 us, the choice with single probes
-//!   44.4 / 48.4, with pairs 44.9; so in that mode the choice still
-//!   mostly pushes, 15-20% slower than CMA, and finding out why (the
-//!   rounds were too few to see its samples) is open. Setting
-//!   `FI_SHM_CMA_MIN` fixes the limit for
+//!   memcpy), 4 MiB 154 / 95. Those runs probed with single messages
+//!   (then pairs); in the slow mode such probes saw only cold samples and
+//!   the choice kept pushing, 15-20% slower than CMA at 1 MiB (44.4-48.4
+//!   against 37.2-37.5 us). With runs of 8, 6 alternating rounds of 100
+//!   messages, CMA always / pairs / runs, one-way us: slow mode (2
+//!   rounds) 1 MiB 39.5, 37.0 / 40.2, 43.3 / 38.8, 38.4 and 4 MiB 164,
+//!   141 / 145, 157 / 163, 145, so the runs follow CMA there; fast mode
+//!   (4 rounds) 1 MiB 39.3 / 24.2-28.5 / 26.7-29.7 and 4 MiB 147-153 /
+//!   94-163 / 96-97. The runs cost 1-3 us at 1 MiB in the fast mode of
+//!   100-message runs (their 8 CMA messages of the warm-up and of each
+//!   128), and at 256 KiB in the slow mode they measured 12.5-12.9 against
+//!   CMA's 10.9-11.5 us. Setting `FI_SHM_CMA_MIN` fixes the limit for
 //!   messages instead (CMA from it on). RMA transfers use the fixed limit,
 //!   256 KiB by default.
 //! - **Split limit: 32 KiB** ([`getinfo::SPLIT_MIN`], `FI_SHM_SPLIT_MIN`;

@@ -9,15 +9,16 @@
 //! Sizes fall into power-of-two classes. In each class the sender keeps an
 //! estimate of the time per KiB of each protocol, measured from the
 //! announcement to the target's `ACK` (a faster sample replaces it, a
-//! slower one moves it a quarter of the way). It tries the protocols in
-//! pairs, two messages each, twice, then takes the faster one, and two
-//! messages in every [`EXPLORE`] of the class the other one, so that a
-//! change of the machine's speed is noticed. Pairs, because the first
-//! message after a switch is cold: its caches and bounce pages come from
-//! the other protocol, and a first cross-memory attach with a peer is not
-//! split yet. Single probes measured CMA at 2-3 times its steady cost in
-//! the host's slow mode, so the choice stayed with pushing, 19-22% slower
-//! than CMA there at 1-4 MiB.
+//! slower one moves it a quarter of the way). It tries each protocol for
+//! a run of [`RUN`] messages, pushing first, then takes the faster one,
+//! and for one run in every [`EXPLORE`] messages of the class the other
+//! one, so that a change of the machine's speed is noticed. Runs, because
+//! a protocol reaches its steady cost only after a few messages in a row:
+//! traced at 1 MiB (`RUST_LOG=prov_shm::ep::choice=trace`), pushing took
+//! 394, 88, 60 and 53 ns per KiB before settling at 28-30, and CMA after
+//! pushes 178, 86, 90, 59, 59, 65, 52 and 41 before settling at 37-40.
+//! Single probes and pairs judged by those cold samples, and the choice
+//! stuck with whichever its first few messages favoured.
 //!
 //! Only the domain's engine (under its lock) picks and records; the words
 //! are atomics only so that the peer, which application threads share, can
@@ -26,15 +27,16 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
-/// Two messages in this many of a class take the protocol that is not the
-/// faster one, to keep its estimate current. They also disturb the caches
-/// for the next few, so they are rare (single probes, 1 in 16, cost 4-15%
-/// at 1-4 MiB in the host's slow mode; 1 in 128 about 0-5%).
+/// One run in this many messages of a class takes the protocol that is not
+/// the faster one, to keep its estimate current.
 pub(crate) const EXPLORE: u32 = 128;
 
-/// Messages of a class that take the protocols in pairs (push, push, CMA,
-/// CMA, ...) before the estimates are trusted.
-const WARMUP: u32 = 8;
+/// Messages in a row that a protocol gets when it is tried.
+pub(crate) const RUN: u32 = 8;
+
+/// Messages of a class before the estimates are trusted: a run of
+/// pushes, then a run by CMA.
+const WARMUP: u32 = 2 * RUN;
 
 /// The smallest class is 2^`FIRST_CLASS` bytes (256 KiB, the CMA limit:
 /// smaller messages are always pushed).
@@ -86,13 +88,12 @@ impl Choice {
         let turn = c.turn.load(Ordering::Relaxed);
         c.turn.store(turn.wrapping_add(1), Ordering::Relaxed);
         let use_cma = if turn < WARMUP {
-            // Pairs: the second message of each is warm.
-            (turn / 2) % 2 == 1
+            turn >= RUN
         } else if push == 0 || cma == 0 {
             // A sample went missing (failed messages are not timed).
             push != 0
         } else {
-            (cma < push) != (turn % EXPLORE >= EXPLORE - 2)
+            (cma < push) != (turn % EXPLORE >= EXPLORE - RUN)
         };
         Probe {
             at: Instant::now(),
@@ -125,6 +126,14 @@ impl Choice {
             old + ((sample - old) >> SHIFT)
         };
         slot.store(new, Ordering::Relaxed);
+        // `RUST_LOG=prov_shm::ep::choice=trace` shows the choice learning.
+        tracing::trace!(
+            class,
+            cma,
+            ns_per_kib = sample,
+            estimate = new,
+            "shm: rendezvous copy timed"
+        );
     }
 }
 
@@ -161,25 +170,25 @@ mod tests {
     fn tries_both_then_keeps_the_faster_and_sometimes_the_other() {
         let c = Choice::default();
         let len = 256 * 1024;
-        // Nothing measured: in pairs, push first.
-        for want_cma in [false, false, true, true, false, false, true, true] {
+        // Nothing measured: a run of pushes, then a run by CMA.
+        for k in 0..2 * RUN {
             let p = c.pick(len);
-            assert_eq!(p.cma(), want_cma);
+            assert_eq!(p.cma(), k >= RUN);
             c.record(p, len);
         }
         feed(&c, false, 100);
         feed(&c, true, 300);
         let picks: Vec<bool> = (0..EXPLORE * 4).map(|_| c.pick(len).cma()).collect();
         let cma = picks.iter().filter(|&&x| x).count() as u32;
-        assert_eq!(cma, 8, "two CMA probes in every {EXPLORE} messages");
+        assert_eq!(cma, 4 * RUN, "one run of CMA in every {EXPLORE} messages");
         assert!(
-            picks.windows(2).any(|w| w[0] && w[1]),
-            "the probes come in pairs"
+            picks.windows(RUN as usize).any(|w| w.iter().all(|&x| x)),
+            "the probes come in runs"
         );
         // CMA becomes the faster: the choice follows.
         feed(&c, true, 50);
         let cma = (0..EXPLORE * 4).filter(|_| c.pick(len).cma()).count() as u32;
-        assert_eq!(cma, EXPLORE * 4 - 8);
+        assert_eq!(cma, EXPLORE * 4 - 4 * RUN);
         // Other classes are untouched.
         assert!(!c.pick(1 << 20).cma());
     }
