@@ -1,6 +1,8 @@
 //! Test support for providers (feature `testing`): a global allocator that
-//! counts the calling thread's allocations, and [`DataPath`], the exchange
-//! that "the data path allocates nothing" tests count.
+//! counts the calling thread's allocations, [`DataPath`], the exchange
+//! that "the data path allocates nothing" tests count, and
+//! [`PeerProcess`] / [`peer_start`], the two ends of a test that runs its
+//! peer in another process.
 //!
 //! ```ignore
 //! #[global_allocator]
@@ -333,5 +335,111 @@ pub unsafe fn reg(
     match r {
         Ok(mr) => mr,
         Err(e) => panic!("mr_reg: {e}"),
+    }
+}
+
+/// A peer process of a two-process test: the test binary run again, so
+/// that only its `peer_process` test runs, which plays the peer when the
+/// environment names a role. The two exchange endpoint names as lines:
+/// the peer prints `NAME=<address>` (see [`peer_start`]) and reads the
+/// parent's address from its stdin. Dropping it kills the process.
+#[derive(Debug)]
+pub struct PeerProcess {
+    /// The process.
+    pub child: std::process::Child,
+    _stdin: std::process::ChildStdin,
+    /// The peer endpoint's name.
+    pub name: crate::Address,
+    /// The peer's later stdout lines (read on a thread, so that it never
+    /// blocks on a full pipe).
+    pub lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl PeerProcess {
+    /// Starts `cmd` (this test binary, or a command that runs it) with the
+    /// arguments that run just `peer_process`, reads the peer's name and
+    /// sends it `mine`.
+    pub fn spawn(mut cmd: std::process::Command, mine: &crate::Address) -> PeerProcess {
+        use std::io::{BufRead, Write};
+        use std::process::Stdio;
+        let mut child = cmd
+            .args(["--exact", "peer_process", "--nocapture", "--test-threads=1"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawning the peer: {e}"));
+        let (Some(out), Some(mut stdin)) = (child.stdout.take(), child.stdin.take()) else {
+            panic!("the peer has no piped stdin / stdout")
+        };
+        let mut lines = std::io::BufReader::new(out).lines();
+        let name = loop {
+            let Some(Ok(l)) = lines.next() else {
+                panic!("the peer exited before naming its endpoint")
+            };
+            // libtest may have printed "test peer_process ... " before it.
+            if let Some(i) = l.find("NAME=") {
+                match l[i + 5..].trim().parse::<crate::Address>() {
+                    Ok(a) => break a,
+                    Err(e) => panic!("the peer's name {l:?}: {e}"),
+                }
+            }
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for l in lines.map_while(|l| l.ok()) {
+                let _ = tx.send(l);
+            }
+        });
+        if let Err(e) = writeln!(stdin, "{mine}").and_then(|()| stdin.flush()) {
+            panic!("telling the peer our name: {e}");
+        }
+        PeerProcess {
+            child,
+            _stdin: stdin,
+            name,
+            lines: rx,
+        }
+    }
+}
+
+impl Drop for PeerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The peer process's start: registers `region` for remote reads and
+/// writes under `key`, prints `ep`'s name as a `NAME=` line and returns
+/// the parent's address, read from stdin. Panics on failure.
+///
+/// # Safety
+///
+/// As [`reg`]: `region` outlives the returned registration.
+pub unsafe fn peer_start(
+    domain: &dyn crate::objects::Domain,
+    ep: &dyn crate::objects::Endpoint,
+    region: &mut [u8],
+    key: u64,
+) -> (Box<dyn crate::objects::MemoryRegion>, crate::Address) {
+    use std::io::Write;
+    let access = crate::objects::MrAccess::REMOTE_READ | crate::objects::MrAccess::REMOTE_WRITE;
+    // SAFETY: the caller's contract.
+    let mr = unsafe { reg(domain, region, access, key) };
+    let name = match ep.getname() {
+        Ok(n) => n,
+        Err(e) => panic!("getname: {e}"),
+    };
+    println!("NAME={name}");
+    let mut line = String::new();
+    if let Err(e) = std::io::stdout()
+        .flush()
+        .and_then(|()| std::io::stdin().read_line(&mut line).map(|_| ()))
+    {
+        panic!("exchanging names with the parent: {e}");
+    }
+    match line.trim().parse() {
+        Ok(a) => (mr, a),
+        Err(e) => panic!("the parent's name {line:?}: {e}"),
     }
 }

@@ -14,15 +14,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use common::*;
-use fabric_core::objects::{
-    AtomicMsg, AtomicOp, CqEntry, Datatype, FiAddr, MrAccess, RmaIov, RmaMsg,
-};
+use fabric_core::objects::{AtomicMsg, AtomicOp, CqEntry, Datatype, FiAddr, RmaIov, RmaMsg};
 use fabric_core::*;
 
 const ROLE: &str = "PROV_SHM_PEER";
@@ -46,19 +44,7 @@ fn peer_process() {
     let me = side(&info());
     let mut region = vec![0u8; REGION];
     // SAFETY: the buffer is declared before the region, so it outlives it.
-    let _mr = unsafe {
-        reg(
-            me.domain.as_ref(),
-            &mut region,
-            MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE,
-            KEY,
-        )
-    };
-    println!("NAME={}", me.ep.getname().unwrap());
-    std::io::stdout().flush().unwrap();
-    let mut line = String::new();
-    std::io::stdin().read_line(&mut line).unwrap();
-    let parent: Address = line.trim().parse().unwrap();
+    let (_mr, parent) = unsafe { peer_start(me.domain.as_ref(), me.ep.as_ref(), &mut region, KEY) };
     let parent = insert(&me, &parent);
     match role.as_str() {
         // Echo every message back (tagged ones with their tag and CQ data)
@@ -137,54 +123,10 @@ fn peer_process() {
     }
 }
 
-struct Peer {
-    child: Child,
-    _stdin: ChildStdin,
-    name: Address,
-    lines: std::sync::mpsc::Receiver<String>,
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn spawn(role: &str, me: &Side) -> Peer {
-    let exe = std::env::current_exe().unwrap();
-    let mut child = Command::new(&exe)
-        .args(["--exact", "peer_process", "--nocapture", "--test-threads=1"])
-        .env(ROLE, role)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(out).lines();
-    let name = loop {
-        let l = lines.next().expect("the peer exited early").unwrap();
-        // libtest may have printed "test peer_process ... " before it.
-        if let Some(i) = l.find("NAME=") {
-            break l[i + 5..].trim().parse::<Address>().unwrap();
-        }
-    };
-    // Keep reading the child's stdout so it never blocks on a full pipe.
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for l in lines.map_while(|l| l.ok()) {
-            let _ = tx.send(l);
-        }
-    });
-    let mut stdin = child.stdin.take().unwrap();
-    writeln!(stdin, "{}", me.ep.getname().unwrap()).unwrap();
-    stdin.flush().unwrap();
-    Peer {
-        child,
-        _stdin: stdin,
-        name,
-        lines: rx,
-    }
+fn spawn(role: &str, me: &Side) -> PeerProcess {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.env(ROLE, role);
+    PeerProcess::spawn(cmd, &me.ep.getname().unwrap())
 }
 
 fn wait_exit(child: &mut Child, limit: Duration) -> std::process::ExitStatus {

@@ -13,13 +13,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
 use fabric_core::objects::{
-    AtomicMsg, AtomicOp, CqEntry, Datatype, FiAddr, IoVec, MrAccess, Msg, RmaIov, RmaMsg,
+    AtomicMsg, AtomicOp, CqEntry, Datatype, FiAddr, IoVec, Msg, RmaIov, RmaMsg,
 };
 use fabric_core::*;
 
@@ -57,19 +56,7 @@ fn peer_process() {
     ));
     let mut region = vec![0u8; REGION];
     // SAFETY: the buffer is declared before the region, so it outlives it.
-    let _mr = unsafe {
-        reg(
-            me.domain.as_ref(),
-            &mut region,
-            MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE,
-            KEY,
-        )
-    };
-    println!("NAME={}", me.ep.getname().unwrap());
-    std::io::stdout().flush().unwrap();
-    let mut line = String::new();
-    std::io::stdin().read_line(&mut line).unwrap();
-    let parent: Address = line.trim().parse().unwrap();
+    let (_mr, parent) = unsafe { peer_start(me.domain.as_ref(), me.ep.as_ref(), &mut region, KEY) };
     let parent = insert(&me, &parent);
     match role.as_str() {
         // Echo every message back (tagged ones with their tag) until
@@ -136,19 +123,13 @@ fn peer_process() {
     }
 }
 
-struct Peer {
-    child: Child,
-    _stdin: ChildStdin,
-    name: Address,
-}
-
-fn spawn(role: &str, me: &Side) -> Peer {
+fn spawn(role: &str, me: &Side) -> PeerProcess {
     spawn_in(role, me, None)
 }
 
 /// Starts the peer, inside network namespace `ns` with address `node`
 /// when given.
-fn spawn_in(role: &str, me: &Side, ns: Option<(&str, &str)>) -> Peer {
+fn spawn_in(role: &str, me: &Side, ns: Option<(&str, &str)>) -> PeerProcess {
     let exe = std::env::current_exe().unwrap();
     let mut cmd = match ns {
         Some((ns, node)) => {
@@ -158,32 +139,8 @@ fn spawn_in(role: &str, me: &Side, ns: Option<(&str, &str)>) -> Peer {
         }
         None => Command::new(&exe),
     };
-    let mut child = cmd
-        .args(["--exact", "peer_process", "--nocapture", "--test-threads=1"])
-        .env(ROLE, role)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(out).lines();
-    let name = loop {
-        let l = lines.next().expect("the peer exited early").unwrap();
-        // libtest may have printed "test peer_process ... " before it.
-        if let Some(i) = l.find("NAME=") {
-            break l[i + 5..].trim().parse::<Address>().unwrap();
-        }
-    };
-    // Keep reading the child's stdout so it never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    let mut stdin = child.stdin.take().unwrap();
-    writeln!(stdin, "{}", me.ep.getname().unwrap()).unwrap();
-    stdin.flush().unwrap();
-    Peer {
-        child,
-        _stdin: stdin,
-        name,
-    }
+    cmd.env(ROLE, role);
+    PeerProcess::spawn(cmd, &me.ep.getname().unwrap())
 }
 
 #[test]

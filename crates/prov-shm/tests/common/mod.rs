@@ -15,7 +15,9 @@ use fabric_core::objects::{
     Endpoint, Fabric, FiAddr, IoVec, Msg, Provider, WaitObj,
 };
 #[allow(unused_imports)]
-pub use fabric_core::testing::{iov, next, next_from, nothing, reg, settle};
+pub use fabric_core::testing::{
+    PeerProcess, iov, next, next_from, nothing, peer_start, reg, settle,
+};
 use fabric_core::*;
 use prov_shm::ShmProvider;
 

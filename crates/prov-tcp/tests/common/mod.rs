@@ -15,7 +15,7 @@ use fabric_core::objects::{
     Endpoint, Fabric, FiAddr, Provider, WaitObj,
 };
 #[allow(unused_imports)]
-pub use fabric_core::testing::{iov, next, next_from, reg, settle};
+pub use fabric_core::testing::{PeerProcess, iov, next, next_from, peer_start, reg, settle};
 use fabric_core::*;
 use prov_tcp::TcpProvider;
 

@@ -389,6 +389,8 @@ impl QpData {
         self.sges_any(iov, desc, sges)
     }
 
+    /// [`sges`](QpData::sges) for any IO vector: pieces of zero bytes are
+    /// left out.
     fn sges_any(
         &self,
         iov: &[IoVec],
