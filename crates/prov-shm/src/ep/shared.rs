@@ -364,7 +364,7 @@ impl EpShared {
     pub(crate) fn bound(&self) -> Result<&Binds> {
         self.bound
             .get()
-            .ok_or(Error::from_kind(ErrorKind::OpBadState))
+            .ok_or_else(|| Error::from_kind(ErrorKind::OpBadState))
     }
 
     /// The peer of `dest`, introduced and alive: from the table (the fast
@@ -391,7 +391,9 @@ impl EpShared {
         let p = match self.peers.get(dest) {
             Some(p) => p,
             None => {
-                let av = b.av.as_ref().ok_or(Error::from_kind(ErrorKind::NoAv))?;
+                let av =
+                    b.av.as_ref()
+                        .ok_or_else(|| Error::from_kind(ErrorKind::NoAv))?;
                 let addr = av.lookup(dest)?;
                 let name = region_of(&addr)?;
                 let region = attach(name)?;

@@ -9,6 +9,7 @@
 //! that live inside one copy routine.
 
 use std::fs::File;
+use std::marker::PhantomData;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64};
 
@@ -110,13 +111,14 @@ impl Mapping {
         unsafe { AtomicU32::from_ptr(p.cast()) }
     }
 
-    /// The 16-bit atomic word at `off`.
+    /// The `N` bytes at `off` as a [`Fixed`] window, checked once here
+    /// (in the mapping, 8-aligned) so that its fields need no check.
     #[inline(always)]
-    pub(crate) fn u16(&self, off: usize) -> &AtomicU16 {
-        let p = self.check(off, 2, 2);
-        // SAFETY: as in `u64`: in bounds, aligned, mapped while `&self`
-        // lives, and atomics tolerate concurrent writers.
-        unsafe { AtomicU16::from_ptr(p.cast()) }
+    pub(crate) fn fixed<const N: usize>(&self, off: usize) -> Fixed<'_, N> {
+        Fixed {
+            p: self.check(off, N, 8),
+            _map: PhantomData,
+        }
     }
 
     /// Copies `dst.len()` shared bytes starting at `off` into `dst`.
@@ -137,12 +139,85 @@ impl Mapping {
         unsafe { volatile_copy_in(p, src) }
     }
 
+    /// Asks the CPU to start fetching the cache lines of `[off, off + len)`
+    /// (at most [`PREFETCH_MAX`] bytes of it) without waiting for them: a
+    /// receiver calls it as soon as it sees a command, so that the
+    /// payload's lines, written by another core, travel while it matches
+    /// the command. A hint only: nothing is read, nothing can fault.
+    #[inline]
+    pub(crate) fn prefetch(&self, off: usize, len: usize) {
+        let len = len.min(PREFETCH_MAX);
+        let p = self.check(off, len, 1);
+        #[cfg(target_arch = "x86_64")]
+        {
+            // From the line holding the first byte to the one holding the
+            // last.
+            let first = p.wrapping_sub(p as usize % 64);
+            for k in 0..(p as usize % 64 + len).div_ceil(64) {
+                // SAFETY: a prefetch reads nothing and cannot fault (the
+                // addresses are in the mapping's lines anyway).
+                unsafe {
+                    core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
+                        first.wrapping_add(k * 64).cast(),
+                    )
+                };
+            }
+        }
+        let _ = p;
+    }
+
     /// The address of byte `off`, for the futex system call, which names a
     /// word by address.
     pub(crate) fn addr_of_u32(&self, off: usize) -> *mut u32 {
         self.check(off, 4, 4).cast()
     }
 }
+
+/// `N` shared bytes whose bounds and alignment were checked when the
+/// window was made ([`Mapping::fixed`]); its atomic fields are named by
+/// constant offsets, which are checked against `N` at compile time. The
+/// hot paths (a slot's header) use it instead of checking every field.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Fixed<'a, const N: usize> {
+    /// Start of the window: inside the mapping, 8-aligned, `N` bytes to
+    /// the mapping's end at least.
+    p: *mut u8,
+    _map: PhantomData<&'a Mapping>,
+}
+
+impl<const N: usize> Fixed<'_, N> {
+    /// The 64-bit atomic word at `OFF`.
+    #[inline(always)]
+    pub(crate) fn u64<const OFF: usize>(&self) -> &AtomicU64 {
+        const { assert!(OFF % 8 == 0 && OFF + 8 <= N) };
+        // SAFETY: `p + OFF` is in the window (checked at compile time
+        // against `N`, and the window against the mapping when made) and
+        // 8-aligned (`p` is, and `OFF` is a multiple of 8). As in
+        // `Mapping::u64`, atomics tolerate concurrent writers, and the
+        // memory stays mapped while the borrow of the mapping lives.
+        unsafe { AtomicU64::from_ptr(self.p.add(OFF).cast()) }
+    }
+
+    /// The 32-bit atomic word at `OFF`.
+    #[inline(always)]
+    pub(crate) fn u32<const OFF: usize>(&self) -> &AtomicU32 {
+        const { assert!(OFF % 4 == 0 && OFF + 4 <= N) };
+        // SAFETY: as in `u64`, for 4 aligned bytes.
+        unsafe { AtomicU32::from_ptr(self.p.add(OFF).cast()) }
+    }
+
+    /// The 16-bit atomic word at `OFF`.
+    #[inline(always)]
+    pub(crate) fn u16<const OFF: usize>(&self) -> &AtomicU16 {
+        const { assert!(OFF % 2 == 0 && OFF + 2 <= N) };
+        // SAFETY: as in `u64`, for 2 aligned bytes.
+        unsafe { AtomicU16::from_ptr(self.p.add(OFF).cast()) }
+    }
+}
+
+/// Most bytes [`Mapping::prefetch`] asks for at once: enough for the
+/// payload of a slot or the first 4 KiB of a bounce buffer.
+const PREFETCH_MAX: usize = 4096;
 
 /// The widest access the copy loops use. On x86-64 SSE2 is part of the base
 /// instruction set, so 16-byte volatile loads and stores compile to single

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use fabric_core::error::{Error, ErrorKind, Result};
 
-use crate::region::shared::Mapping;
+use crate::region::shared::{Fixed, Mapping};
 use crate::region::{Layout, offsets};
 
 pub use self::wait::WaitPolicy;
@@ -54,6 +54,8 @@ pub mod slot {
     pub const DATA: usize = 40;
     /// Inline payload, up to `slot_size - 64` bytes.
     pub const PAYLOAD: usize = 48;
+    /// Bytes of the header fields above (a [`Header`](super::Header)).
+    pub const HEADER: usize = 48;
     /// `u64` x 2: [`Command::aux`](super::Command::aux), in the last 16
     /// bytes of the slot (`slot_size - AUX_FROM_END`); written and read
     /// only when [`HAS_AUX`] is set, so commands without them do not touch
@@ -62,6 +64,9 @@ pub mod slot {
     /// [`RING_FLAGS`] bit: the `aux` words are present (else they are 0).
     pub const HAS_AUX: u32 = 1;
 }
+
+/// A slot's header fields, checked once per use (see [`Mapping::fixed`]).
+type Header<'a> = Fixed<'a, { slot::HEADER }>;
 
 /// Bound on claim retries while other senders keep winning the tail;
 /// past it `try_send` answers `Again` instead of spinning on.
@@ -307,7 +312,8 @@ impl Sender {
             // slot, so our writes below come after its reads of the last
             // lap. (A read-modify-write here, to fetch the line for writing
             // in one go, measured no faster.)
-            let seq = map.u64(l.slot(pos) + slot::SEQ).load(Ordering::Acquire);
+            let h: Header<'_> = map.fixed(l.slot(pos));
+            let seq = h.u64::<{ slot::SEQ }>().load(Ordering::Acquire);
             let diff = seq.wrapping_sub(pos) as i64;
             if diff == 0 {
                 match tail.compare_exchange_weak(
@@ -317,7 +323,7 @@ impl Sender {
                     Ordering::Relaxed,
                 ) {
                     Ok(_) => {
-                        map.u32(l.slot(pos) + slot::CLAIMER)
+                        h.u32::<{ slot::CLAIMER }>()
                             .store(self.pid, Ordering::Relaxed);
                         return Ok(pos);
                     }
@@ -338,20 +344,21 @@ impl Sender {
     fn write_header(&self, s: usize, cmd: &Command, len: usize, bounce: u32) {
         let m = &*self.map;
         let r = Ordering::Relaxed;
-        m.u16(s + slot::OP).store(cmd.op, r);
-        m.u16(s + slot::FLAGS).store(cmd.flags, r);
-        m.u32(s + slot::LEN).store(len as u32, r);
-        m.u32(s + slot::BOUNCE).store(bounce, r);
-        m.u32(s + slot::SRC).store(cmd.src, r);
-        m.u64(s + slot::TAG).store(cmd.tag, r);
-        m.u64(s + slot::DATA).store(cmd.data, r);
+        let h: Header<'_> = m.fixed(s);
+        h.u16::<{ slot::OP }>().store(cmd.op, r);
+        h.u16::<{ slot::FLAGS }>().store(cmd.flags, r);
+        h.u32::<{ slot::LEN }>().store(len as u32, r);
+        h.u32::<{ slot::BOUNCE }>().store(bounce, r);
+        h.u32::<{ slot::SRC }>().store(cmd.src, r);
+        h.u64::<{ slot::TAG }>().store(cmd.tag, r);
+        h.u64::<{ slot::DATA }>().store(cmd.data, r);
         if cmd.aux == [0, 0] {
-            m.u32(s + slot::RING_FLAGS).store(0, r);
+            h.u32::<{ slot::RING_FLAGS }>().store(0, r);
         } else {
             let aux = s + m.layout().slot_size() - slot::AUX_FROM_END;
             m.u64(aux).store(cmd.aux[0], r);
             m.u64(aux + 8).store(cmd.aux[1], r);
-            m.u32(s + slot::RING_FLAGS).store(slot::HAS_AUX, r);
+            h.u32::<{ slot::RING_FLAGS }>().store(slot::HAS_AUX, r);
         }
     }
 
@@ -362,8 +369,8 @@ impl Sender {
         // receiver's `sleeping` flag, see `wait`). A CAS rather than a
         // store: if the receiver reclaimed the slot (it took this process
         // for dead), the commit fails instead of resurrecting it.
-        if map
-            .u64(s + slot::SEQ)
+        let h: Header<'_> = map.fixed(s);
+        if h.u64::<{ slot::SEQ }>()
             .compare_exchange(
                 pos,
                 pos.wrapping_add(1),
@@ -442,10 +449,11 @@ impl Drop for Release<'_> {
             // out twice.
             let _ = bounce::release(self.map, b);
         }
-        self.map.u32(s + slot::CLAIMER).store(0, Ordering::Relaxed);
+        let h: Header<'_> = self.map.fixed(s);
+        h.u32::<{ slot::CLAIMER }>().store(0, Ordering::Relaxed);
         // Release: our reads of the slot happen before the next lap's
         // sender (which loads this with Acquire) overwrites it.
-        self.map.u64(s + slot::SEQ).store(
+        h.u64::<{ slot::SEQ }>().store(
             pos.wrapping_add(u64::from(l.ring_slots())),
             Ordering::Release,
         );
@@ -491,7 +499,8 @@ impl Receiver {
         let l = *map.layout();
         let pos = self.head;
         let s = l.slot(pos);
-        let seq = map.u64(s + slot::SEQ).load(Ordering::Acquire);
+        let h: Header<'_> = map.fixed(s);
+        let seq = h.u64::<{ slot::SEQ }>().load(Ordering::Acquire);
         if seq == pos {
             return Err(Error::again());
         }
@@ -499,9 +508,9 @@ impl Receiver {
             return Err(self.bad_sequence(pos, seq));
         }
         let r = Ordering::Relaxed;
-        let len = map.u32(s + slot::LEN).load(r) as usize;
-        let bounce = map.u32(s + slot::BOUNCE).load(r);
-        let ring_flags = map.u32(s + slot::RING_FLAGS).load(r);
+        let len = h.u32::<{ slot::LEN }>().load(r) as usize;
+        let bounce = h.u32::<{ slot::BOUNCE }>().load(r);
+        let ring_flags = h.u32::<{ slot::RING_FLAGS }>().load(r);
         let aux = if ring_flags & slot::HAS_AUX != 0 {
             let a = s + l.slot_size() - slot::AUX_FROM_END;
             [map.u64(a).load(r), map.u64(a + 8).load(r)]
@@ -510,15 +519,15 @@ impl Receiver {
         };
         let msg = Message {
             cmd: Command {
-                op: map.u16(s + slot::OP).load(r),
-                flags: map.u16(s + slot::FLAGS).load(r),
-                src: map.u32(s + slot::SRC).load(r),
-                tag: map.u64(s + slot::TAG).load(r),
-                data: map.u64(s + slot::DATA).load(r),
+                op: h.u16::<{ slot::OP }>().load(r),
+                flags: h.u16::<{ slot::FLAGS }>().load(r),
+                src: h.u32::<{ slot::SRC }>().load(r),
+                tag: h.u64::<{ slot::TAG }>().load(r),
+                data: h.u64::<{ slot::DATA }>().load(r),
                 aux,
             },
             len,
-            sender_pid: map.u32(s + slot::CLAIMER).load(r),
+            sender_pid: h.u32::<{ slot::CLAIMER }>().load(r),
             bounce: (bounce != bounce::NONE).then_some(bounce),
         };
         let idx = pos & u64::from(l.ring_slots() - 1);
@@ -566,6 +575,7 @@ impl Receiver {
         let head = &mut self.head;
         match checked {
             Ok(off) => {
+                map.prefetch(off, len);
                 let _release = Release {
                     map,
                     head,
