@@ -245,11 +245,10 @@ impl EpRx {
         let mut work = false;
         // `is_empty` first: an empty `pop` costs a full fence, and this
         // runs on every look of a polling reader.
-        if !sh.posted.is_empty() {
-            while let Some(r) = sh.posted.pop() {
-                work = true;
-                st.take_post(sh, b, r);
-            }
+        while !sh.posted.is_empty() {
+            let Some(r) = sh.posted.pop() else { break };
+            work = true;
+            st.take_post(sh, b, r);
         }
         for _ in 0..RING_BUDGET {
             match self.rx.try_recv(|m, p| st.on_command(sh, b, m, &p)) {
