@@ -7,6 +7,10 @@
 //! - `<prov>/send+recv 1 KiB`: post a 1 KiB receive, `fi_send` 1 KiB to
 //!   ourselves, poll the CQ until both the send and the receive completed.
 //!
+//! - `<prov>/empty cq read`: one CQ read that finds nothing (it runs the
+//!   provider's progress first). A polling receiver notices a message
+//!   half such a read late on average, so this cost is part of latency.
+//!
 //! Each iteration completes every receive it posted and reads every
 //! completion it caused, so nothing accumulates. Polling the CQ drives the
 //! provider's manual progress. tcp goes through the kernel's loopback
@@ -236,6 +240,16 @@ fn bench(c: &mut Criterion) {
                 b.iter(|| round(&s, &riov, &siov, black_box(&sbuf), inject))
             });
         }
+        g.bench_function("empty cq read", |b| {
+            let mut e = [CqEntry::default()];
+            b.iter(|| {
+                let r = s.cq.read(black_box(&mut e));
+                assert!(
+                    matches!(&r, Err(err) if err.kind() == ErrorKind::Again),
+                    "{prov}: the CQ is empty between rounds"
+                );
+            })
+        });
         g.finish();
     }
 }

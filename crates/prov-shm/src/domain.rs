@@ -213,14 +213,18 @@ impl Counter for ShmCntr {
         let errs = core.read_err();
         let mut fds = fabric_core::kit::wait::FdSet::new(core.signal().fd());
         self.engine.wait_fds(&mut |fd| fds.push(fd));
+        // Armed while it may block: progress then reads off the wake-ups
+        // on every pass (see `Engine::run`).
+        self.engine.arm();
         let r = core.signal().wait(fds.as_slice(), timeout, || {
             self.engine.progress()?;
             if core.read_err() != errs {
                 return Err(Error::from_kind(ErrorKind::Avail));
             }
             Ok((core.read() >= threshold).then_some(()))
-        })?;
-        r.ok_or_else(|| Error::new(ErrorKind::TimedOut, "counter wait timed out"))
+        });
+        self.engine.disarm();
+        r?.ok_or_else(|| Error::new(ErrorKind::TimedOut, "counter wait timed out"))
     }
 }
 

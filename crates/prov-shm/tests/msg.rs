@@ -311,6 +311,85 @@ fn cancel_and_multi_recv() {
     );
 }
 
+/// CPU time this thread has used.
+fn thread_cpu() -> Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes one timespec into a live local.
+    assert_eq!(
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) },
+        0
+    );
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
+
+/// Polls `cq` with `read` for `d`, returning the completions' contexts.
+fn poll_for(side: &Side, d: Duration) -> Vec<u64> {
+    let mut got = Vec::new();
+    let mut e = [CqEntry::default()];
+    let t = std::time::Instant::now();
+    while t.elapsed() < d {
+        if let Ok(1) = side.cq.read(&mut e) {
+            got.push(e[0].context);
+        }
+    }
+    got
+}
+
+/// A reader that busy-polls an idle endpoint (past the announcement delay,
+/// when progress stops reading off wake-ups on every look) still gets
+/// every message, and a blocking read afterwards sleeps (little CPU) and
+/// wakes for the next message.
+#[test]
+fn busy_polling_an_idle_endpoint_then_blocking() {
+    let (a, b, b_at_a, _) = pair();
+    let mut bufs = [[0u8; 4]; 4];
+    for (i, buf) in bufs.iter_mut().enumerate() {
+        let bi = iov(buf);
+        // SAFETY: `bufs` outlives the completions, read below.
+        unsafe {
+            b.ep.recvmsg(
+                &msg(&bi, FiAddr::UNSPEC, 0, 0, 10 + i as u64),
+                OpFlags::empty(),
+            )
+            .unwrap()
+        };
+    }
+    // The sender is another thread, so that its wake-up write can land
+    // after the reader already took the message (a stale wake-up, which
+    // must not keep the later blocking read from sleeping).
+    let idle = prov_shm::progress::ANNOUNCE_AFTER * 20;
+    let got = std::thread::scope(|s| {
+        s.spawn(|| {
+            for m in [b"one!", b"two!", b"tri!"] {
+                std::thread::sleep(idle);
+                a.ep.inject(m, b_at_a, None).unwrap();
+            }
+        });
+        poll_for(&b, idle * 5)
+    });
+    assert_eq!(got, [10, 11, 12]);
+    let mut e = [CqEntry::default()];
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(300));
+            a.ep.inject(b"for!", b_at_a, None).unwrap();
+        });
+        let cpu = thread_cpu();
+        let t = std::time::Instant::now();
+        let n = b.cq.sread(&mut e, Some(Duration::from_secs(20))).unwrap();
+        let (cpu, wall) = (thread_cpu() - cpu, t.elapsed());
+        assert_eq!((n, e[0].context), (1, 13));
+        assert!(
+            cpu < wall / 2,
+            "sread used {cpu:?} of CPU over {wall:?}: it spun instead of sleeping"
+        );
+    });
+    assert_eq!(bufs, [*b"one!", *b"two!", *b"tri!", *b"for!"]);
+}
+
 #[test]
 fn sread_blocks_until_a_message_and_times_out() {
     let (a, b, b_at_a, _) = pair();
