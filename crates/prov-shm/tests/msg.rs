@@ -318,10 +318,8 @@ fn thread_cpu() -> Duration {
         tv_nsec: 0,
     };
     // SAFETY: writes one timespec into a live local.
-    assert_eq!(
-        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) },
-        0
-    );
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    assert_eq!(r, 0);
     Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
 
