@@ -389,7 +389,10 @@
 //!   `Canceled`).
 //! - **Consume** (receiver, head in private memory): the head slot's
 //!   sequence (Acquire) equals `head + 1`: committed; copy the header
-//!   fields out, validate them, let the caller copy the payload, then store
+//!   fields out, validate them, prefetch the payload's lines (they travel
+//!   from the sender's core while the caller matches the command: 1 KiB
+//!   one-way 0.220 -> 0.186-0.19 us in `fabric pingpong`, host's fast
+//!   mode, alternating runs), let the caller copy the payload, then store
 //!   `head + slots` (Release: free for the next lap) and advance. Equal to
 //!   `head`: empty (or being filled): `Again`. Anything else is a peer
 //!   writing outside the protocol: the slot is skipped if some sender

@@ -14,7 +14,12 @@
 //!   from then on a sender that commits a command `pwrite`s the region's
 //!   wake word, which raises `IN_MODIFY` and wakes the poll. The first
 //!   progress call that finds work withdraws the announcement, so busy
-//!   traffic makes no system call at all.
+//!   traffic makes no system call at all. The wake-ups are read off the
+//!   inotify fd when the announcement is made, and while it stands only
+//!   when a thread may block on the fd (armed by a blocking read, or the
+//!   auto thread going idle) or a ring holds a command: a reader that
+//!   keeps polling an idle endpoint pays no system call per look (an
+//!   empty `cq.read` took 330 ns with one, 19 ns without).
 //! - an eventfd that is readable exactly while no announcement is in
 //!   place. A caller may decide to block right after a progress call that
 //!   did work (and so withdrew the announcement) without producing a
