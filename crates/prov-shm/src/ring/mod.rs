@@ -54,7 +54,7 @@ pub mod slot {
     pub const DATA: usize = 40;
     /// Inline payload, up to `slot_size - 64` bytes.
     pub const PAYLOAD: usize = 48;
-    /// Bytes of the header fields above (a [`Header`](super::Header)).
+    /// Bytes of the header fields above.
     pub const HEADER: usize = 48;
     /// `u64` x 2: [`Command::aux`](super::Command::aux), in the last 16
     /// bytes of the slot (`slot_size - AUX_FROM_END`); written and read
