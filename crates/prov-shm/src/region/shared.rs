@@ -280,11 +280,6 @@ unsafe fn string_copy(dst: *mut u8, src: *const u8, n: usize) -> bool {
     false
 }
 
-/// Below this many bytes a copy goes byte by byte, inline: cheaper than a
-/// call into a loop function for the few bytes of a small message (a
-/// 1-byte copy took 43 instructions through [`wide`]).
-const TINY: usize = 16;
-
 /// Copy loops with 32-byte AVX2 accesses, which replace the 16-byte loops
 /// below when the CPU has AVX2 (detected at run time, cached by the
 /// standard library). The shared side is accessed only with volatile loads
@@ -456,13 +451,6 @@ pub(crate) unsafe fn volatile_copy_out(src: *const u8, dst: &mut [u8]) {
     if n >= STRING_COPY_OUT_MIN && unsafe { string_copy(d, src, n) } {
         return;
     }
-    if n < TINY {
-        for i in 0..n {
-            // SAFETY: `i < n`: in bounds of both ranges.
-            unsafe { d.add(i).write(src.add(i).read_volatile()) };
-        }
-        return;
-    }
     #[cfg(target_arch = "x86_64")]
     if wide::available() {
         // SAFETY: the CPU has AVX2 (checked); the ranges are as the
@@ -550,13 +538,6 @@ pub(crate) unsafe fn volatile_copy_in(dst: *mut u8, src: &[u8]) {
     let s = src.as_ptr();
     // SAFETY: the caller's contract, as for the loops below.
     if n >= STRING_COPY_IN_MIN && unsafe { string_copy(dst, s, n) } {
-        return;
-    }
-    if n < TINY {
-        for i in 0..n {
-            // SAFETY: `i < n`: in bounds of both ranges.
-            unsafe { dst.add(i).write_volatile(s.add(i).read()) };
-        }
         return;
     }
     #[cfg(target_arch = "x86_64")]
