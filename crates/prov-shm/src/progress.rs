@@ -50,7 +50,7 @@
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use fabric_core::kit::objects::Progress;
@@ -85,7 +85,11 @@ struct State {
 /// The engine of one domain.
 #[derive(Debug)]
 pub(crate) struct Engine {
-    state: Mutex<State>,
+    /// A spin lock: every CQ read takes it with one compare-and-swap and
+    /// releases it with a plain store (std's mutex releases with a swap,
+    /// a second locked instruction on the path from a command's arrival
+    /// to its completion). Waiters for it ([`Engine::lock`]) yield.
+    state: spin::Mutex<State>,
     /// inotify instance watching the domain's region files.
     inotify: OwnedFd,
     /// eventfd readable while no announcement is in place.
@@ -138,7 +142,7 @@ impl Engine {
             None
         };
         let e = Arc::new(Engine {
-            state: Mutex::new(State {
+            state: spin::Mutex::new(State {
                 eps: Vec::new(),
                 idle_since: None,
                 announced: false,
@@ -158,10 +162,16 @@ impl Engine {
         Ok(e)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    /// The state, waiting for it: another thread may be in a progress
+    /// pass, which can take a while (a large copy), so the waiter yields
+    /// the CPU between tries rather than spinning on it.
+    fn lock(&self) -> spin::MutexGuard<'_, State> {
+        loop {
+            if let Some(g) = self.state.try_lock() {
+                return g;
+            }
+            std::thread::yield_now();
+        }
     }
 
     /// Adds an endpoint and watches its region.
@@ -207,7 +217,7 @@ impl Engine {
     /// not with the next CQ read.
     #[inline]
     pub(crate) fn try_start(&self, id: u32) {
-        if let Ok(mut st) = self.state.try_lock() {
+        if let Some(mut st) = self.state.try_lock() {
             if let Some(ep) = st.eps.iter_mut().find(|e| e.shared.id == id) {
                 ep.start_queued();
             }
@@ -260,11 +270,9 @@ impl Engine {
     /// possible sleep at once when nothing is found (the auto-progress
     /// thread, about to block). Returns whether anything happened.
     pub(crate) fn run(&self, idle_now: bool) -> bool {
-        let mut guard = match self.state.try_lock() {
-            Ok(g) => g,
-            // Another thread is progressing right now.
-            Err(std::sync::TryLockError::WouldBlock) => return false,
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        // `None`: another thread is progressing right now.
+        let Some(mut guard) = self.state.try_lock() else {
+            return false;
         };
         let st = &mut *guard;
         // Pending wake-ups are read off the inotify fd only when someone
@@ -343,10 +351,10 @@ impl Engine {
     /// before sleeping).
     fn queued(&self) -> bool {
         match self.state.try_lock() {
-            Ok(st) => st.eps.iter().any(|e| {
+            Some(st) => st.eps.iter().any(|e| {
                 !e.shared.posted.is_empty() || !e.shared.txq.is_empty() || e.rx.is_ready()
             }),
-            Err(_) => true,
+            None => true,
         }
     }
 
