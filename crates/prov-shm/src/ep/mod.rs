@@ -141,7 +141,10 @@ impl ShmEndpoint {
             .sender
             .bounce_capacity()
             .max(peer.sender.inline_capacity());
-        let eager = len <= sh.eager_max && len <= cap;
+        // An inject is copied now whatever the eager limit (set below the
+        // inject size, an inject would otherwise wait for a rendezvous it
+        // cannot make, failing with `Again` for ever).
+        let eager = (inject || len <= sh.eager_max) && len <= cap;
         if eager
             && !flags.intersects(OpFlags::FENCE | OpFlags::DELIVERY_COMPLETE)
             && sh.queued.load(Ordering::Acquire) == 0
@@ -201,6 +204,47 @@ impl ShmEndpoint {
         tag: u64,
         data: Option<u64>,
     ) -> Result<()> {
+        // The common case in few steps: the payload fits the peer's slot
+        // and nothing is queued before it. It is what `send` does for it,
+        // without the piece list.
+        let sh = &*self.shared;
+        let b = sh.bound()?;
+        if buf.len() <= INJECT_SIZE && buf.len() <= sh.info.ep_attr.max_msg_size {
+            let peer = sh.peer(b, dest)?;
+            if buf.len() <= peer.sender.inline_capacity() && sh.queued.load(Ordering::Acquire) == 0
+            {
+                let mut cmd = Command {
+                    op: op::MSG,
+                    src: sh.id,
+                    ..Command::default()
+                };
+                if tagged {
+                    cmd.flags |= flag::TAGGED;
+                    cmd.tag = tag;
+                }
+                if let Some(d) = data {
+                    cmd.flags |= flag::CQ_DATA;
+                    cmd.data = d;
+                }
+                return match peer.sender.try_send_inline(&cmd, buf) {
+                    Ok(()) => {
+                        b.tx_op_done(&TxDone {
+                            context: 0,
+                            flags: msg_flags(tagged, false),
+                            len: buf.len(),
+                            report: false,
+                        });
+                        Ok(())
+                    }
+                    // A ring that stays full may belong to a peer that is
+                    // gone (killed without closing): say so instead.
+                    Err(e) if e.kind() == ErrorKind::Again && !peer.check_alive() => {
+                        Err(shared::peer_gone())
+                    }
+                    Err(e) => Err(e),
+                };
+            }
+        }
         let iov = [fabric_core::objects::IoVec {
             addr: buf.as_ptr().cast_mut(),
             len: buf.len(),

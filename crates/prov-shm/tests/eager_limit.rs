@@ -1,0 +1,78 @@
+//! An eager limit set below the inject size (`FI_SHM_EAGER_MAX=256`):
+//! injects of up to the inject size still go out at once (they must copy
+//! their data in the call; they used to fail with `Again` for ever), and
+//! larger plain sends take the rendezvous. The limit is read from the
+//! environment, so the checks run in a child process started with it.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+use fabric_core::objects::FiAddr;
+use fabric_core::*;
+
+const VAR: &str = "FI_SHM_EAGER_MAX";
+const ROLE: &str = "PROV_SHM_EAGER_LIMIT_ROLE";
+
+#[test]
+fn injects_with_an_eager_limit_below_the_inject_size() {
+    if std::env::var_os(ROLE).is_some() {
+        checks();
+        return;
+    }
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "injects_with_an_eager_limit_below_the_inject_size",
+            "--nocapture",
+        ])
+        .env(VAR, "256")
+        .env(ROLE, "child")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the checks failed in the child:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+        "the child ran no test"
+    );
+}
+
+fn checks() {
+    let (a, b, b_at_a, _) = pair();
+    let inject = a.ep.info().tx_attr.inject_size;
+    assert!(inject > 256, "inject size {inject}");
+    for (i, size) in [256, 257, inject, inject + 1, 4096].into_iter().enumerate() {
+        let ctx = 10 + i as u64;
+        let mut got = vec![0u8; size];
+        let gi = iov(&mut got);
+        // SAFETY: `got` outlives the receive's completion, read below.
+        unsafe {
+            b.ep.recvmsg(&msg(&gi, FiAddr::UNSPEC, 0, 0, ctx), OpFlags::empty())
+                .unwrap()
+        };
+        let mut out = pattern(size, i as u8);
+        if size <= inject {
+            a.ep.inject(&out, b_at_a, None)
+                .unwrap_or_else(|e| panic!("inject of {size} B: {e}"));
+        } else {
+            let oi = iov(&mut out);
+            // SAFETY: `out` outlives the send's completion, read below.
+            unsafe {
+                a.ep.sendmsg(&msg(&oi, b_at_a, 0, 0, 1), OpFlags::empty())
+                    .unwrap()
+            };
+            assert_eq!(next(a.cq.as_ref(), &[b.cq.as_ref()]).unwrap().context, 1);
+        }
+        let e = next(b.cq.as_ref(), &[a.cq.as_ref()]).unwrap();
+        assert_eq!((e.context, e.len), (ctx, size));
+        assert_eq!(got, out, "{size} B arrived intact");
+    }
+}
