@@ -107,7 +107,12 @@
 //!   | slow mode | 2.57 / 1.19 | 2.92 / 1.41 | 3.39 / 2.01 | 4.07 / 2.88 |
 //!
 //!   (An earlier measurement on an Intel guest, with 16-byte volatile
-//!   copy loops, had put the crossing at 4 KiB.)
+//!   copy loops, had put the crossing at 4 KiB.) Re-measured with written
+//!   buffers (the table above used a never-written send buffer, see the
+//!   CMA limit), 5 alternating rounds, slow-mode medians / fast-mode
+//!   minima, rendezvous / bounce buffer: 4 KiB + 1 2.02 / 1.18 and 0.68 /
+//!   0.34, 8 KiB 2.34 / 1.47 and 0.77 / 0.41, 16 KiB 2.83 / 1.97 and
+//!   0.95 / 0.59, 32 KiB 3.54 / 2.75 (slow mode): the limit stands.
 //! - **CMA limit: 256 KiB** ([`getinfo::CMA_MIN`], `FI_SHM_CMA_MIN`):
 //!   a larger message below it is pushed through bounce buffers in 32 KiB
 //!   chunks after a `CTS` (two copies, one on each core, overlapping),
@@ -119,6 +124,11 @@
 //!   |---|---|---|---|---|---|
 //!   | fast mode | 4.31 / 1.99 | 6.1 / 3.5 | 9.8 / 5.9 | 33.4 / 22.9 | 66.3 / 49.1 |
 //!   | slow mode | 5.34 / 4.88 | - | 11.3 / 12.7 | 36-38 / 46-47 | - |
+//!
+//!   With written buffers (5 alternating rounds): fast mode 64 KiB 4.23
+//!   / 1.87, 128 KiB 6.86 / 3.39, 256 KiB 10.07 / 6.38; slow mode 64 KiB
+//!   4.86-5.10 / 4.78-4.90, 256 KiB 10.6-11.0 (CMA) against 11.7-12.1
+//!   for the measured choice below.
 //!
 //!   Pushing wins in the fast mode at every size, by 1.3-2.2x, and loses
 //!   from 256 KiB on in the slow mode, where every pushed line crosses
