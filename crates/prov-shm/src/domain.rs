@@ -214,17 +214,23 @@ impl Counter for ShmCntr {
         let mut fds = fabric_core::kit::wait::FdSet::new(core.signal().fd());
         self.engine.wait_fds(&mut |fd| fds.push(fd));
         // Armed while it may block: progress then reads off the wake-ups
-        // on every pass (see `Engine::run`).
+        // on every pass (see `Engine::run`); disarmed on every way out.
+        struct Armed<'a>(&'a Engine);
+        impl Drop for Armed<'_> {
+            fn drop(&mut self) {
+                self.0.disarm();
+            }
+        }
         self.engine.arm();
+        let _armed = Armed(&self.engine);
         let r = core.signal().wait(fds.as_slice(), timeout, || {
             self.engine.progress()?;
             if core.read_err() != errs {
                 return Err(Error::from_kind(ErrorKind::Avail));
             }
             Ok((core.read() >= threshold).then_some(()))
-        });
-        self.engine.disarm();
-        r?.ok_or_else(|| Error::new(ErrorKind::TimedOut, "counter wait timed out"))
+        })?;
+        r.ok_or_else(|| Error::new(ErrorKind::TimedOut, "counter wait timed out"))
     }
 }
 

@@ -55,6 +55,7 @@ use std::time::{Duration, Instant};
 
 use fabric_core::kit::objects::Progress;
 use fabric_core::{Error, ErrorKind, Result};
+use spin::mutex::{SpinMutex, SpinMutexGuard};
 
 use crate::ep::engine::EpRx;
 use crate::region::{self, process_gone};
@@ -89,7 +90,7 @@ pub(crate) struct Engine {
     /// releases it with a plain store (std's mutex releases with a swap,
     /// a second locked instruction on the path from a command's arrival
     /// to its completion). Waiters for it ([`Engine::lock`]) yield.
-    state: spin::Mutex<State>,
+    state: SpinMutex<State>,
     /// inotify instance watching the domain's region files.
     inotify: OwnedFd,
     /// eventfd readable while no announcement is in place.
@@ -142,7 +143,7 @@ impl Engine {
             None
         };
         let e = Arc::new(Engine {
-            state: spin::Mutex::new(State {
+            state: SpinMutex::new(State {
                 eps: Vec::new(),
                 idle_since: None,
                 announced: false,
@@ -162,15 +163,22 @@ impl Engine {
         Ok(e)
     }
 
-    /// The state, waiting for it: another thread may be in a progress
-    /// pass, which can take a while (a large copy), so the waiter yields
-    /// the CPU between tries rather than spinning on it.
-    fn lock(&self) -> spin::MutexGuard<'_, State> {
+    /// The state, waiting for it (opening and closing endpoints): another
+    /// thread may be in a progress pass, which can take a while (a large
+    /// copy), so the waiter yields the CPU between tries, then sleeps
+    /// between them, rather than spinning on it.
+    fn lock(&self) -> SpinMutexGuard<'_, State> {
+        let mut yields = 0u32;
         loop {
             if let Some(g) = self.state.try_lock() {
                 return g;
             }
-            std::thread::yield_now();
+            if yields < 64 {
+                yields += 1;
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
         }
     }
 
