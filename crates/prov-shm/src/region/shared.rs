@@ -219,15 +219,13 @@ impl<const N: usize> Fixed<'_, N> {
 /// payload of a slot or the first 4 KiB of a bounce buffer.
 const PREFETCH_MAX: usize = 4096;
 
-/// The widest access the copy loops use. On x86-64 SSE2 is part of the base
-/// instruction set, so 16-byte volatile loads and stores compile to single
-/// `movdqa` instructions everywhere.
+/// The chunk of the portable copy loops ([`narrow_copy_out`]). On x86-64
+/// SSE2 is part of the base instruction set, so 16-byte volatile loads and
+/// stores compile to single `movdqa` instructions everywhere.
 #[cfg(target_arch = "x86_64")]
 type Chunk = core::arch::x86_64::__m128i;
 #[cfg(not(target_arch = "x86_64"))]
 type Chunk = u64;
-
-const CHUNK: usize = size_of::<Chunk>();
 
 /// From this many bytes on, copies into shared memory use the CPU's string
 /// copy (see [`string_copy`]). It writes whole cache lines without first
@@ -295,6 +293,8 @@ unsafe fn string_copy(dst: *mut u8, src: *const u8, n: usize) -> bool {
 mod wide {
     use core::arch::x86_64::{__m128i, __m256i};
 
+    use super::{Local, Shared, copy_chunks};
+
     /// Whether this CPU runs the loops below.
     #[inline(always)]
     pub(super) fn available() -> bool {
@@ -309,62 +309,8 @@ mod wide {
     /// `[dst, dst + n)` writable, and the two do not overlap.
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn copy_out(src: *const u8, dst: *mut u8, n: usize) {
-        let mut i = 0;
-        // Every block below: each access lies in `[i, i + width)`
-        // with `i + width <= n` (checked by its loop or `if`), so inside
-        // both ranges; the shared side is read at an address aligned to
-        // the width read: the first loop aligns it to 16, the 16-byte step
-        // to 32, and every later step is a multiple of what follows it.
-        while i < n && (src as usize + i) % 16 != 0 {
-            // SAFETY: in both ranges and aligned on the shared side, as above.
-            unsafe { dst.add(i).write(src.add(i).read_volatile()) };
-            i += 1;
-        }
-        if i + 16 <= n && (src as usize + i) % 32 != 0 {
-            // SAFETY: in both ranges and aligned on the shared side, as above.
-            unsafe {
-                let v = src.add(i).cast::<__m128i>().read_volatile();
-                dst.add(i).cast::<__m128i>().write_unaligned(v);
-            }
-            i += 16;
-        }
-        while i + 128 <= n {
-            // SAFETY: in both ranges and aligned on the shared side, as above.
-            unsafe {
-                let s = src.add(i).cast::<__m256i>();
-                let a = s.read_volatile();
-                let b = s.add(1).read_volatile();
-                let c = s.add(2).read_volatile();
-                let e = s.add(3).read_volatile();
-                let t = dst.add(i).cast::<__m256i>();
-                t.write_unaligned(a);
-                t.add(1).write_unaligned(b);
-                t.add(2).write_unaligned(c);
-                t.add(3).write_unaligned(e);
-            }
-            i += 128;
-        }
-        while i + 32 <= n {
-            // SAFETY: in both ranges and aligned on the shared side, as above.
-            unsafe {
-                let v = src.add(i).cast::<__m256i>().read_volatile();
-                dst.add(i).cast::<__m256i>().write_unaligned(v);
-            }
-            i += 32;
-        }
-        if i + 16 <= n {
-            // SAFETY: in both ranges and aligned on the shared side, as above.
-            unsafe {
-                let v = src.add(i).cast::<__m128i>().read_volatile();
-                dst.add(i).cast::<__m128i>().write_unaligned(v);
-            }
-            i += 16;
-        }
-        while i < n {
-            // SAFETY: in both ranges and aligned on the shared side, as above.
-            unsafe { dst.add(i).write(src.add(i).read_volatile()) };
-            i += 1;
-        }
+        // SAFETY: the caller's contract; the shared side is `src`.
+        unsafe { copy_chunks::<__m256i, __m128i, Shared, Local>(src, dst, n, src as usize) }
     }
 
     /// Copies `n` bytes from local `src` to shared `dst`.
@@ -374,59 +320,127 @@ mod wide {
     /// As for [`copy_out`], with the directions swapped.
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn copy_in(dst: *mut u8, src: *const u8, n: usize) {
-        let mut i = 0;
-        // Every block below: as in `copy_out`, with the shared
-        // side the destination, whose stores are aligned to their width.
-        while i < n && (dst as usize + i) % 16 != 0 {
-            // SAFETY: in both ranges and aligned on the shared side, as above.
-            unsafe { dst.add(i).write_volatile(src.add(i).read()) };
-            i += 1;
+        // SAFETY: the caller's contract; the shared side is `dst`.
+        unsafe { copy_chunks::<__m256i, __m128i, Local, Shared>(src, dst, n, dst as usize) }
+    }
+}
+
+/// How one side of a copy is accessed.
+trait Side {
+    /// Reads a `T` at `p`.
+    ///
+    /// # Safety
+    ///
+    /// `p` is readable for `size_of::<T>()` bytes, and aligned to `T` on
+    /// the [`Shared`] side.
+    unsafe fn read<T>(p: *const T) -> T;
+
+    /// Writes `v` at `p`.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Side::read`], writable.
+    unsafe fn write<T>(p: *mut T, v: T);
+}
+
+/// Shared memory: every access volatile (read or written exactly once,
+/// never re-read or used as scratch space), aligned to its width.
+enum Shared {}
+
+/// Local memory: plain accesses, unaligned.
+enum Local {}
+
+impl Side for Shared {
+    #[inline(always)]
+    unsafe fn read<T>(p: *const T) -> T {
+        // SAFETY: the caller's contract (readable, aligned).
+        unsafe { p.read_volatile() }
+    }
+
+    #[inline(always)]
+    unsafe fn write<T>(p: *mut T, v: T) {
+        // SAFETY: the caller's contract (writable, aligned).
+        unsafe { p.write_volatile(v) }
+    }
+}
+
+impl Side for Local {
+    #[inline(always)]
+    unsafe fn read<T>(p: *const T) -> T {
+        // SAFETY: the caller's contract (readable).
+        unsafe { p.read_unaligned() }
+    }
+
+    #[inline(always)]
+    unsafe fn write<T>(p: *mut T, v: T) {
+        // SAFETY: the caller's contract (writable).
+        unsafe { p.write_unaligned(v) }
+    }
+}
+
+/// Copies `n` bytes from `src` (side `S`) to `dst` (side `D`) in chunks of
+/// `W`, aligned on the shared side, whose address is `shared`: bytes until
+/// it is 16-aligned, one `H` (16 bytes) if that leaves it short of `W`'s
+/// alignment, four chunks per turn, single chunks, one `H`, bytes.
+///
+/// # Safety
+///
+/// `[src, src + n)` readable, `[dst, dst + n)` writable, no overlap;
+/// `shared` is `src` or `dst`, the side that is [`Shared`]; `H` is at most
+/// 16 bytes and `W` at most 32, both with alignment equal to their size.
+#[inline(always)]
+unsafe fn copy_chunks<W, H, S: Side, D: Side>(
+    src: *const u8,
+    dst: *mut u8,
+    n: usize,
+    shared: usize,
+) {
+    let (w, h) = (size_of::<W>(), size_of::<H>());
+    let mut i = 0;
+    // Every access below lies in `[i, i + width)` with `i + width <= n`
+    // (each loop or `if` checks it), so in both ranges. The shared side
+    // is accessed at addresses aligned to the width: the byte loop stops
+    // at 16-alignment, the `H` step brings it to 32 when `W` needs it,
+    // and every later step is a multiple of the width that follows it.
+    while i < n && (shared + i) % 16 != 0 {
+        // SAFETY: as said above, for one byte.
+        unsafe { D::write(dst.add(i), S::read(src.add(i))) };
+        i += 1;
+    }
+    if i + h <= n && (shared + i) % w != 0 {
+        // SAFETY: as said above, for one `H`.
+        unsafe { D::write(dst.add(i).cast::<H>(), S::read(src.add(i).cast::<H>())) };
+        i += h;
+    }
+    while i + 4 * w <= n {
+        // SAFETY: as said above, for four `W`.
+        unsafe {
+            let (s, d) = (src.add(i).cast::<W>(), dst.add(i).cast::<W>());
+            let a = S::read(s);
+            let b = S::read(s.add(1));
+            let c = S::read(s.add(2));
+            let e = S::read(s.add(3));
+            D::write(d, a);
+            D::write(d.add(1), b);
+            D::write(d.add(2), c);
+            D::write(d.add(3), e);
         }
-        if i + 16 <= n && (dst as usize + i) % 32 != 0 {
-            // SAFETY: in both ranges and aligned on the shared side, as above.
-            unsafe {
-                let v = src.add(i).cast::<__m128i>().read_unaligned();
-                dst.add(i).cast::<__m128i>().write_volatile(v);
-            }
-            i += 16;
-        }
-        while i + 128 <= n {
-            // SAFETY: in both ranges and aligned on the shared side, as above.
-            unsafe {
-                let f = src.add(i).cast::<__m256i>();
-                let a = f.read_unaligned();
-                let b = f.add(1).read_unaligned();
-                let c = f.add(2).read_unaligned();
-                let e = f.add(3).read_unaligned();
-                let t = dst.add(i).cast::<__m256i>();
-                t.write_volatile(a);
-                t.add(1).write_volatile(b);
-                t.add(2).write_volatile(c);
-                t.add(3).write_volatile(e);
-            }
-            i += 128;
-        }
-        while i + 32 <= n {
-            // SAFETY: in both ranges and aligned on the shared side, as above.
-            unsafe {
-                let v = src.add(i).cast::<__m256i>().read_unaligned();
-                dst.add(i).cast::<__m256i>().write_volatile(v);
-            }
-            i += 32;
-        }
-        if i + 16 <= n {
-            // SAFETY: in both ranges and aligned on the shared side, as above.
-            unsafe {
-                let v = src.add(i).cast::<__m128i>().read_unaligned();
-                dst.add(i).cast::<__m128i>().write_volatile(v);
-            }
-            i += 16;
-        }
-        while i < n {
-            // SAFETY: in both ranges and aligned on the shared side, as above.
-            unsafe { dst.add(i).write_volatile(src.add(i).read()) };
-            i += 1;
-        }
+        i += 4 * w;
+    }
+    while i + w <= n {
+        // SAFETY: as said above, for one `W`.
+        unsafe { D::write(dst.add(i).cast::<W>(), S::read(src.add(i).cast::<W>())) };
+        i += w;
+    }
+    if i + h <= n {
+        // SAFETY: as said above, for one `H`.
+        unsafe { D::write(dst.add(i).cast::<H>(), S::read(src.add(i).cast::<H>())) };
+        i += h;
+    }
+    while i < n {
+        // SAFETY: as said above, for one byte.
+        unsafe { D::write(dst.add(i), S::read(src.add(i))) };
+        i += 1;
     }
 }
 
@@ -462,10 +476,10 @@ pub(crate) unsafe fn volatile_copy_out(src: *const u8, dst: &mut [u8]) {
     unsafe { narrow_copy_out(src, d, n) }
 }
 
-/// [`volatile_copy_out`] with 16-byte chunks (64 bytes per loop turn), for
-/// CPUs without AVX2 (and other architectures). Out of line: x86-64 CPUs
-/// of the last decade take the [`wide`] loops, and kept inline this code
-/// shifted the hot paths enough to cost 2 KiB messages 20 ns.
+/// [`volatile_copy_out`] in [`Chunk`]s, for CPUs without AVX2 (and other
+/// architectures). Out of line: x86-64 CPUs of the last decade take the
+/// [`wide`] loops, and kept inline this code shifted the hot paths enough
+/// to cost 2 KiB messages 20 ns.
 ///
 /// # Safety
 ///
@@ -474,54 +488,8 @@ pub(crate) unsafe fn volatile_copy_out(src: *const u8, dst: &mut [u8]) {
 #[cold]
 #[inline(never)]
 unsafe fn narrow_copy_out(src: *const u8, d: *mut u8, n: usize) {
-    let mut i = 0;
-    let head = src.align_offset(CHUNK).min(n);
-    while i < head {
-        // SAFETY: `i < n`: in bounds of both the source range and `dst`.
-        unsafe { d.add(i).write(src.add(i).read_volatile()) };
-        i += 1;
-    }
-    while i + 4 * CHUNK <= n {
-        // SAFETY: `src + i` is `CHUNK`-aligned (the head loop aligned it and
-        // every step is a multiple of `CHUNK`), the four chunks lie inside
-        // the source range (`i + 4 * CHUNK <= n`), and the unaligned
-        // stores stay inside `dst` for the same reason.
-        unsafe {
-            // Ask for the line 512 bytes ahead now: the payload was just
-            // written by another core, and fetching several lines at once
-            // hides part of each transfer (2-4 KiB messages ~5-10% faster
-            // in `fabric pingpong -p shm`). A prefetch is only a hint: it
-            // neither reads the value nor faults, even past the range.
-            #[cfg(target_arch = "x86_64")]
-            core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
-                src.wrapping_add(i + 512).cast(),
-            );
-            let s = src.add(i).cast::<Chunk>();
-            let a = s.read_volatile();
-            let b = s.add(1).read_volatile();
-            let c = s.add(2).read_volatile();
-            let e = s.add(3).read_volatile();
-            let t = d.add(i).cast::<Chunk>();
-            t.write_unaligned(a);
-            t.add(1).write_unaligned(b);
-            t.add(2).write_unaligned(c);
-            t.add(3).write_unaligned(e);
-        }
-        i += 4 * CHUNK;
-    }
-    while i + CHUNK <= n {
-        // SAFETY: as above, for one chunk.
-        unsafe {
-            let v = src.add(i).cast::<Chunk>().read_volatile();
-            d.add(i).cast::<Chunk>().write_unaligned(v);
-        }
-        i += CHUNK;
-    }
-    while i < n {
-        // SAFETY: `i < n`.
-        unsafe { d.add(i).write(src.add(i).read_volatile()) };
-        i += 1;
-    }
+    // SAFETY: the caller's contract; the shared side is `src`.
+    unsafe { copy_chunks::<Chunk, Chunk, Shared, Local>(src, d, n, src as usize) }
 }
 
 /// Copies `src` into shared memory at `dst` with volatile stores (each
@@ -551,8 +519,7 @@ pub(crate) unsafe fn volatile_copy_in(dst: *mut u8, src: &[u8]) {
     unsafe { narrow_copy_in(dst, s, n) }
 }
 
-/// [`volatile_copy_in`] with 16-byte chunks (64 bytes per loop turn), out
-/// of line as [`narrow_copy_out`].
+/// [`volatile_copy_in`] in [`Chunk`]s, out of line as [`narrow_copy_out`].
 ///
 /// # Safety
 ///
@@ -561,44 +528,8 @@ pub(crate) unsafe fn volatile_copy_in(dst: *mut u8, src: &[u8]) {
 #[cold]
 #[inline(never)]
 unsafe fn narrow_copy_in(dst: *mut u8, s: *const u8, n: usize) {
-    let mut i = 0;
-    let head = dst.align_offset(CHUNK).min(n);
-    while i < head {
-        // SAFETY: `i < n`: in bounds of both ranges.
-        unsafe { dst.add(i).write_volatile(s.add(i).read()) };
-        i += 1;
-    }
-    while i + 4 * CHUNK <= n {
-        // SAFETY: `dst + i` is `CHUNK`-aligned and the four chunks lie in
-        // both ranges (`i + 4 * CHUNK <= n`); the loads from `src` are
-        // unaligned reads of local memory.
-        unsafe {
-            let f = s.add(i).cast::<Chunk>();
-            let a = f.read_unaligned();
-            let b = f.add(1).read_unaligned();
-            let c = f.add(2).read_unaligned();
-            let e = f.add(3).read_unaligned();
-            let t = dst.add(i).cast::<Chunk>();
-            t.write_volatile(a);
-            t.add(1).write_volatile(b);
-            t.add(2).write_volatile(c);
-            t.add(3).write_volatile(e);
-        }
-        i += 4 * CHUNK;
-    }
-    while i + CHUNK <= n {
-        // SAFETY: as above, for one chunk.
-        unsafe {
-            let v = s.add(i).cast::<Chunk>().read_unaligned();
-            dst.add(i).cast::<Chunk>().write_volatile(v);
-        }
-        i += CHUNK;
-    }
-    while i < n {
-        // SAFETY: `i < n`.
-        unsafe { dst.add(i).write_volatile(s.add(i).read()) };
-        i += 1;
-    }
+    // SAFETY: the caller's contract; the shared side is `dst`.
+    unsafe { copy_chunks::<Chunk, Chunk, Local, Shared>(s, dst, n, dst as usize) }
 }
 
 #[cfg(test)]
