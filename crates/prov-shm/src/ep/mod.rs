@@ -149,19 +149,11 @@ impl ShmEndpoint {
             && !flags.intersects(OpFlags::FENCE | OpFlags::DELIVERY_COMPLETE)
             && sh.queued.load(Ordering::Acquire) == 0
         {
-            let mut cmd = Command {
-                op: op::MSG,
-                src: sh.id,
-                ..Command::default()
-            };
-            if tagged {
-                cmd.flags |= flag::TAGGED;
-                cmd.tag = tag;
-            }
-            if flags.contains(OpFlags::REMOTE_CQ_DATA) {
-                cmd.flags |= flag::CQ_DATA;
-                cmd.data = data;
-            }
+            let cmd = msg_command(
+                sh.id,
+                tagged.then_some(tag),
+                flags.contains(OpFlags::REMOTE_CQ_DATA).then_some(data),
+            );
             // SAFETY: the send contract: the buffer is readable during the
             // call (and, without FI_INJECT, until completion).
             let (parts, n) = unsafe { buf.slices() };
@@ -213,19 +205,7 @@ impl ShmEndpoint {
             let peer = sh.peer(b, dest)?;
             if buf.len() <= peer.sender.inline_capacity() && sh.queued.load(Ordering::Acquire) == 0
             {
-                let mut cmd = Command {
-                    op: op::MSG,
-                    src: sh.id,
-                    ..Command::default()
-                };
-                if tagged {
-                    cmd.flags |= flag::TAGGED;
-                    cmd.tag = tag;
-                }
-                if let Some(d) = data {
-                    cmd.flags |= flag::CQ_DATA;
-                    cmd.data = d;
-                }
+                let cmd = msg_command(sh.id, tagged.then_some(tag), data);
                 return match peer.sender.try_send_inline(&cmd, buf) {
                     Ok(()) => {
                         b.tx_op_done(&TxDone {
@@ -332,6 +312,26 @@ impl ShmEndpoint {
             r => r,
         }
     }
+}
+
+/// The `MSG` command of an eager message from endpoint `src`: tagged with
+/// `tag`, carrying remote CQ data `data`, when given.
+#[inline]
+fn msg_command(src: u32, tag: Option<u64>, data: Option<u64>) -> Command {
+    let mut cmd = Command {
+        op: op::MSG,
+        src,
+        ..Command::default()
+    };
+    if let Some(t) = tag {
+        cmd.flags |= flag::TAGGED;
+        cmd.tag = t;
+    }
+    if let Some(d) = data {
+        cmd.flags |= flag::CQ_DATA;
+        cmd.data = d;
+    }
+    cmd
 }
 
 fn rma_list(v: &[RmaIov]) -> Result<RmaList> {
