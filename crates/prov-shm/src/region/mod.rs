@@ -180,14 +180,14 @@ pub struct RegionConfig {
 }
 
 impl Default for RegionConfig {
-    /// 256 slots of 1088 bytes (1 KiB inline), 64 bounce buffers of 32 KiB:
-    /// about 2.3 MiB. The [crate docs](crate#slot-size) justify the sizes.
+    /// 256 slots of 1088 bytes (1 KiB inline), 64 bounce buffers of 64 KiB:
+    /// about 4.3 MiB. The [crate docs](crate#slot-size) justify the sizes.
     fn default() -> Self {
         RegionConfig {
             ring_slots: 256,
             slot_size: 1088,
             bounce_count: 64,
-            bounce_size: 32 * 1024,
+            bounce_size: 64 * 1024,
         }
     }
 }
@@ -959,7 +959,7 @@ mod tests {
         assert_eq!(l.inline_capacity(), 1024);
         assert_eq!(l.bounce_data_offset() % PAGE, 0);
         assert_eq!(l.bounce_data_offset(), 1024 + 256 * 1088 + 3072);
-        assert_eq!(l.total_size(), l.bounce_data_offset() + 64 * 32 * 1024);
+        assert_eq!(l.total_size(), l.bounce_data_offset() + 64 * 64 * 1024);
         assert_eq!(l.slot(257), l.slot(1));
     }
 
