@@ -493,6 +493,7 @@ struct Floors {
     tcp_pingpong: Series,
     tcp_stream_mbps: Vec<(usize, Vec<f64>)>,
     memcpy_mbps: Vec<f64>,
+    cross_core_mbps: Vec<f64>,
     cacheline_usec: Vec<f64>,
 }
 
@@ -523,6 +524,7 @@ fn measure_floors(tcp_pingpong: Series, o: &Opts) -> Result<Floors, String> {
         tcp_pingpong,
         tcp_stream_mbps: Vec::new(),
         memcpy_mbps: Vec::new(),
+        cross_core_mbps: Vec::new(),
         cacheline_usec: Vec::new(),
     };
     let mut port = 49600u16;
@@ -557,6 +559,7 @@ fn measure_floors(tcp_pingpong: Series, o: &Opts) -> Result<Floors, String> {
     }
     for _ in 0..o.rounds {
         f.memcpy_mbps.push(memcpy_mbps());
+        f.cross_core_mbps.push(cross_core_copy_mbps());
         f.cacheline_usec.push(cacheline_usec());
     }
     Ok(f)
@@ -695,6 +698,47 @@ fn memcpy_mbps() -> f64 {
         dst[i % 4096] = 1;
     }
     (n as f64 * (1 << 20) as f64) / t.elapsed().as_secs_f64() / 1e6
+}
+
+/// A copy of 1 MiB that another thread has just written, so that the data
+/// comes from the other core's cache, MB/s: the floor of any protocol that
+/// moves a message between cores with one copy. Both threads spin while
+/// they wait, so that they stay on two cores; only the copy is timed.
+fn cross_core_copy_mbps() -> f64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+    const LEN: usize = 1 << 20;
+    let n = 300u64;
+    let buf = Arc::new(Mutex::new(vec![0u8; LEN]));
+    let turn = Arc::new(AtomicU64::new(0));
+    let (b2, t2) = (buf.clone(), turn.clone());
+    let writer = std::thread::spawn(move || {
+        for i in 0..n {
+            while t2.load(Ordering::Acquire) != 2 * i {
+                std::hint::spin_loop();
+            }
+            if let Ok(mut b) = b2.lock() {
+                b.fill(i as u8 | 1);
+            }
+            t2.store(2 * i + 1, Ordering::Release);
+        }
+    });
+    let mut dst = vec![0u8; LEN];
+    let mut busy = Duration::ZERO;
+    for i in 0..n {
+        while turn.load(Ordering::Acquire) != 2 * i + 1 {
+            std::hint::spin_loop();
+        }
+        if let Ok(b) = buf.lock() {
+            let t = Instant::now();
+            dst.copy_from_slice(&b);
+            busy += t.elapsed();
+        }
+        std::hint::black_box(&mut dst);
+        turn.store(2 * i + 2, Ordering::Release);
+    }
+    let _ = writer.join();
+    n as f64 * LEN as f64 / busy.as_secs_f64() / 1e6
 }
 
 /// Cache-line ping-pong between two threads, one-way microseconds.
@@ -945,6 +989,11 @@ fn report(
         m,
         "| single-thread memcpy at 1 MiB, MB/s | {} |",
         spread(&floors.memcpy_mbps)
+    );
+    let _ = writeln!(
+        m,
+        "| copy of 1 MiB just written by another core (one-copy floor of a transfer), MB/s | {} |",
+        spread(&floors.cross_core_mbps)
     );
     for (size, v) in &floors.tcp_stream_mbps {
         let _ = writeln!(
