@@ -215,14 +215,7 @@ impl Counter for ShmCntr {
         self.engine.wait_fds(&mut |fd| fds.push(fd));
         // Armed while it may block: progress then reads off the wake-ups
         // on every pass (see `Engine::run`); disarmed on every way out.
-        struct Armed<'a>(&'a Engine);
-        impl Drop for Armed<'_> {
-            fn drop(&mut self) {
-                self.0.disarm();
-            }
-        }
-        self.engine.arm();
-        let _armed = Armed(&self.engine);
+        let _armed = fabric_core::kit::objects::Armed::new(&*self.engine);
         let r = core.signal().wait(fds.as_slice(), timeout, || {
             self.engine.progress()?;
             if core.read_err() != errs {

@@ -54,7 +54,7 @@ pub const ENV_VARS: &[EnvVar] = &[
     EnvVar {
         name: EAGER_MAX_VAR,
         kind: "Integer",
-        help: "Largest message (and inline RMA) sent eagerly through the ring and its bounce buffers; larger ones use rendezvous (default 32768, at most one bounce buffer).",
+        help: "Largest message (and inline RMA) sent eagerly through the ring and its bounce buffers; larger ones use rendezvous (default 32768; at least the inject size, at most one bounce buffer).",
     },
     EnvVar {
         name: CMA_MIN_VAR,
@@ -97,10 +97,15 @@ pub const RX_SIZE: usize = 1024;
 pub const EAGER_MAX: usize = 32 * 1024;
 
 /// The eager limit in effect: [`EAGER_MAX_VAR`] when set to a number, else
-/// [`EAGER_MAX`]; at most one bounce buffer.
+/// [`EAGER_MAX`]; at most one bounce buffer, and at least the inject size
+/// (an inject must copy its data during the call, so it cannot wait for a
+/// rendezvous; a smaller limit made injects above it fail with `Again`
+/// for ever).
 pub fn eager_max() -> usize {
     let cap = crate::region::RegionConfig::default().bounce_size as usize;
-    env_bytes(EAGER_MAX_VAR).unwrap_or(EAGER_MAX).min(cap)
+    env_bytes(EAGER_MAX_VAR)
+        .unwrap_or(EAGER_MAX)
+        .clamp(INJECT_SIZE, cap)
 }
 
 /// A size in bytes from the variable `var`, when it is set to a number.

@@ -36,11 +36,19 @@ pub trait Progress: Send + Sync {
     fn disarm(&self) {}
 }
 
-/// Arms a progress source for as long as it lives.
-struct Armed<'a>(&'a dyn Progress);
+/// Arms a progress source ([`Progress::arm`]) for as long as it lives,
+/// around a wait that may block on its fds.
+pub struct Armed<'a>(&'a dyn Progress);
+
+impl std::fmt::Debug for Armed<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Armed")
+    }
+}
 
 impl<'a> Armed<'a> {
-    fn new(p: &'a dyn Progress) -> Self {
+    /// Arms `p`; dropping the value disarms it.
+    pub fn new(p: &'a dyn Progress) -> Self {
         p.arm();
         Armed(p)
     }

@@ -141,10 +141,7 @@ impl ShmEndpoint {
             .sender
             .bounce_capacity()
             .max(peer.sender.inline_capacity());
-        // An inject is copied now whatever the eager limit (set below the
-        // inject size, an inject would otherwise wait for a rendezvous it
-        // cannot make, failing with `Again` for ever).
-        let eager = (inject || len <= sh.eager_max) && len <= cap;
+        let eager = len <= sh.eager_max && len <= cap;
         if eager
             && !flags.intersects(OpFlags::FENCE | OpFlags::DELIVERY_COMPLETE)
             && sh.queued.load(Ordering::Acquire) == 0
