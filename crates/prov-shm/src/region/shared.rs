@@ -219,7 +219,7 @@ impl<const N: usize> Fixed<'_, N> {
 /// payload of a slot or the first 4 KiB of a bounce buffer.
 const PREFETCH_MAX: usize = 4096;
 
-/// The chunk of the portable copy loops ([`narrow_copy_out`]). On x86-64
+/// The chunk of the portable copy loops ([`narrow_copy`]). On x86-64
 /// SSE2 is part of the base instruction set, so 16-byte volatile loads and
 /// stores compile to single `movdqa` instructions everywhere.
 #[cfg(target_arch = "x86_64")]
@@ -293,7 +293,7 @@ unsafe fn string_copy(dst: *mut u8, src: *const u8, n: usize) -> bool {
 mod wide {
     use core::arch::x86_64::{__m128i, __m256i};
 
-    use super::{Local, Shared, copy_chunks};
+    use super::{Side, copy_chunks};
 
     /// Whether this CPU runs the loops below.
     #[inline(always)]
@@ -301,27 +301,21 @@ mod wide {
         std::arch::is_x86_feature_detected!("avx2")
     }
 
-    /// Copies `n` bytes from shared `src` to local `dst`.
+    /// [`copy_chunks`] in 32-byte chunks.
     ///
     /// # Safety
     ///
-    /// The CPU has AVX2; `[src, src + n)` is mapped and readable,
-    /// `[dst, dst + n)` writable, and the two do not overlap.
+    /// The CPU has AVX2, and the contract of `copy_chunks`.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn copy_out(src: *const u8, dst: *mut u8, n: usize) {
-        // SAFETY: the caller's contract; the shared side is `src`.
-        unsafe { copy_chunks::<__m256i, __m128i, Shared, Local>(src, dst, n, src as usize) }
-    }
-
-    /// Copies `n` bytes from local `src` to shared `dst`.
-    ///
-    /// # Safety
-    ///
-    /// As for [`copy_out`], with the directions swapped.
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn copy_in(dst: *mut u8, src: *const u8, n: usize) {
-        // SAFETY: the caller's contract; the shared side is `dst`.
-        unsafe { copy_chunks::<__m256i, __m128i, Local, Shared>(src, dst, n, dst as usize) }
+    pub(super) unsafe fn copy<S: Side, D: Side>(
+        src: *const u8,
+        dst: *mut u8,
+        n: usize,
+        shared: usize,
+    ) {
+        // SAFETY: the caller's contract; both chunk types are as wide as
+        // they are aligned.
+        unsafe { copy_chunks::<__m256i, __m128i, S, D>(src, dst, n, shared) }
     }
 }
 
@@ -459,37 +453,16 @@ unsafe fn copy_chunks<W, H, S: Side, D: Side>(
 /// overlap `dst`.
 #[inline]
 pub(crate) unsafe fn volatile_copy_out(src: *const u8, dst: &mut [u8]) {
-    let n = dst.len();
-    let d = dst.as_mut_ptr();
-    // SAFETY: the caller's contract, as for the loops below.
-    if n >= STRING_COPY_OUT_MIN && unsafe { string_copy(d, src, n) } {
-        return;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if wide::available() {
-        // SAFETY: the CPU has AVX2 (checked); the ranges are as the
-        // caller guarantees.
-        unsafe { wide::copy_out(src, d, n) };
-        return;
-    }
-    // SAFETY: the caller's contract.
-    unsafe { narrow_copy_out(src, d, n) }
-}
-
-/// [`volatile_copy_out`] in [`Chunk`]s, for CPUs without AVX2 (and other
-/// architectures). Out of line: x86-64 CPUs of the last decade take the
-/// [`wide`] loops, and kept inline this code shifted the hot paths enough
-/// to cost 2 KiB messages 20 ns.
-///
-/// # Safety
-///
-/// `[src, src + n)` must be mapped and readable, `[d, d + n)` writable,
-/// and the two must not overlap.
-#[cold]
-#[inline(never)]
-unsafe fn narrow_copy_out(src: *const u8, d: *mut u8, n: usize) {
     // SAFETY: the caller's contract; the shared side is `src`.
-    unsafe { copy_chunks::<Chunk, Chunk, Shared, Local>(src, d, n, src as usize) }
+    unsafe {
+        volatile_copy::<Shared, Local>(
+            src,
+            dst.as_mut_ptr(),
+            dst.len(),
+            src as usize,
+            STRING_COPY_OUT_MIN,
+        )
+    }
 }
 
 /// Copies `src` into shared memory at `dst` with volatile stores (each
@@ -502,34 +475,61 @@ unsafe fn narrow_copy_out(src: *const u8, d: *mut u8, n: usize) {
 /// overlap `src`.
 #[inline]
 pub(crate) unsafe fn volatile_copy_in(dst: *mut u8, src: &[u8]) {
-    let n = src.len();
-    let s = src.as_ptr();
+    // SAFETY: the caller's contract; the shared side is `dst`.
+    unsafe {
+        volatile_copy::<Local, Shared>(
+            src.as_ptr(),
+            dst,
+            src.len(),
+            dst as usize,
+            STRING_COPY_IN_MIN,
+        )
+    }
+}
+
+/// Copies `n` bytes from `src` to `dst`: by the CPU's string copy from
+/// `string_min` bytes on, else with [`wide`] chunks when the CPU has AVX2,
+/// else with [`narrow_copy`].
+///
+/// # Safety
+///
+/// As for [`copy_chunks`].
+#[inline(always)]
+unsafe fn volatile_copy<S: Side, D: Side>(
+    src: *const u8,
+    dst: *mut u8,
+    n: usize,
+    shared: usize,
+    string_min: usize,
+) {
     // SAFETY: the caller's contract, as for the loops below.
-    if n >= STRING_COPY_IN_MIN && unsafe { string_copy(dst, s, n) } {
+    if n >= string_min && unsafe { string_copy(dst, src, n) } {
         return;
     }
     #[cfg(target_arch = "x86_64")]
     if wide::available() {
-        // SAFETY: the CPU has AVX2 (checked); the ranges are as the
-        // caller guarantees.
-        unsafe { wide::copy_in(dst, s, n) };
+        // SAFETY: the CPU has AVX2 (checked); the rest as the caller
+        // guarantees.
+        unsafe { wide::copy::<S, D>(src, dst, n, shared) };
         return;
     }
     // SAFETY: the caller's contract.
-    unsafe { narrow_copy_in(dst, s, n) }
+    unsafe { narrow_copy::<S, D>(src, dst, n, shared) }
 }
 
-/// [`volatile_copy_in`] in [`Chunk`]s, out of line as [`narrow_copy_out`].
+/// [`copy_chunks`] in [`Chunk`]s, for CPUs without AVX2 (and other
+/// architectures). Out of line: x86-64 CPUs of the last decade take the
+/// [`wide`] loops, and kept inline this code shifted the hot paths enough
+/// to cost 2 KiB messages 20 ns.
 ///
 /// # Safety
 ///
-/// `[dst, dst + n)` must be mapped and writable, `[s, s + n)` readable,
-/// and the two must not overlap.
+/// As for [`copy_chunks`].
 #[cold]
 #[inline(never)]
-unsafe fn narrow_copy_in(dst: *mut u8, s: *const u8, n: usize) {
-    // SAFETY: the caller's contract; the shared side is `dst`.
-    unsafe { copy_chunks::<Chunk, Chunk, Local, Shared>(s, dst, n, dst as usize) }
+unsafe fn narrow_copy<S: Side, D: Side>(src: *const u8, dst: *mut u8, n: usize, shared: usize) {
+    // SAFETY: the caller's contract; a chunk is as wide as it is aligned.
+    unsafe { copy_chunks::<Chunk, Chunk, S, D>(src, dst, n, shared) }
 }
 
 #[cfg(test)]
@@ -576,9 +576,11 @@ mod tests {
                 let mut back = vec![0u8; src.len()];
                 // SAFETY: `off + len <= src.len()`, distinct vectors.
                 unsafe {
-                    narrow_copy_out(src.as_ptr().add(off), out.as_mut_ptr(), len);
+                    let at = src.as_ptr().add(off);
+                    narrow_copy::<Shared, Local>(at, out.as_mut_ptr(), len, at as usize);
                     assert_eq!(&out[..], &src[off..off + len]);
-                    narrow_copy_in(back.as_mut_ptr().add(off), out.as_ptr(), len);
+                    let to = back.as_mut_ptr().add(off);
+                    narrow_copy::<Local, Shared>(out.as_ptr(), to, len, to as usize);
                 }
                 assert_eq!(&back[off..off + len], &src[off..off + len]);
                 assert!(
@@ -593,9 +595,11 @@ mod tests {
                     let mut back = vec![0u8; src.len()];
                     // SAFETY: as above; the CPU has AVX2.
                     unsafe {
-                        wide::copy_out(src.as_ptr().add(off), out.as_mut_ptr(), len);
+                        let at = src.as_ptr().add(off);
+                        wide::copy::<Shared, Local>(at, out.as_mut_ptr(), len, at as usize);
                         assert_eq!(&out[..], &src[off..off + len]);
-                        wide::copy_in(back.as_mut_ptr().add(off), out.as_ptr(), len);
+                        let to = back.as_mut_ptr().add(off);
+                        wide::copy::<Local, Shared>(out.as_ptr(), to, len, to as usize);
                     }
                     assert_eq!(&back[off..off + len], &src[off..off + len]);
                     assert!(
