@@ -115,7 +115,8 @@ fn have(program: &str, args: &[&str]) -> bool {
 /// its tools (`fi_info`, `fi_pingpong` to compare against), valgrind (leak
 /// checks of the C interface), gcc and binutils (C test programs,
 /// `objdump` for the exported symbol versions); rdma-core's headers and
-/// libclang for the `verbs` feature's `bindgen` build (`--all-features`).
+/// libclang for the `verbs` feature's `bindgen` build (`--all-features`);
+/// iproute2 for the tcp test across network namespaces.
 /// The rxe rig's own packages are in [`rxe::PACKAGES`].
 const APT_PACKAGES: &[&str] = &[
     "libfabric-dev",
@@ -127,6 +128,7 @@ const APT_PACKAGES: &[&str] = &[
     "libibverbs-dev",
     "librdmacm-dev",
     "libclang-dev",
+    "iproute2",
 ];
 
 /// The packages of `wanted` that dpkg does not list as installed.

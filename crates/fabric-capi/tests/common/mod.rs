@@ -9,7 +9,7 @@
 //!
 //! Missing tools (cc, libfabric-dev's headers, valgrind, fi_info) make a
 //! test print `SKIPPED: ...` on stderr (not captured by the test harness)
-//! and pass.
+//! and pass; in CI (`CI=true`) they make it fail, naming what is missing.
 
 #![allow(dead_code)]
 
@@ -20,8 +20,12 @@ use std::process::{Command, Output};
 /// The header every C program includes.
 pub(crate) const HEADER: &str = "/usr/include/rdma/fabric.h";
 
-/// Prints a skip notice that `cargo test` shows even for passing tests.
+/// Prints a skip notice that `cargo test` shows even for passing tests;
+/// in CI (`CI=true`) a test that cannot run fails instead.
 pub(crate) fn skip(test: &str, why: &str) {
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{test} cannot run in CI: {why}");
+    }
     let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {why}");
 }
 
