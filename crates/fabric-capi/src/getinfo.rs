@@ -4,7 +4,7 @@
 use std::ffi::{c_char, c_int};
 use std::ptr;
 
-use fabric::{ErrorKind, GetinfoFlags, Registry, Request, Version};
+use fabric::{Caps, ErrorKind, GetinfoFlags, Registry, Request, Version};
 
 use crate::convert::{self, AddrUse};
 use crate::guard;
@@ -48,6 +48,14 @@ unsafe fn getinfo(
         Some(h) => Some(unsafe { convert::info_from_c(h, addrs) }.map_err(|e| e.code())?),
         None => None,
     };
+    // The libfabric view (fabric_core's `Caps`, "Two views"): FI_INJECT,
+    // FI_REMOTE_CQ_DATA and the kfi cancel bit are operation flags in
+    // libfabric, which no provider offers as capabilities.
+    if let Some(h) = &hints {
+        if h.caps.intersects(Caps::KFI) {
+            return Err(ErrorKind::NoData.code());
+        }
+    }
     let request = Request {
         version,
         node,

@@ -11,10 +11,21 @@ fi_flags! {
     /// fi_getinfo(3) splits them into *primary* capabilities, which an
     /// application must request to get, and *secondary* ones, which a
     /// provider may report unrequested ([`Caps::PRIMARY`],
-    /// [`Caps::SECONDARY`]). `INJECT`, `REMOTE_CQ_DATA` and `CANCEL` come
-    /// from kfi_getinfo(3); libfabric has them only as operation flags. They
-    /// use the bits of the libfabric flags of the same name (CANCEL an unused
-    /// bit), and are secondary.
+    /// [`Caps::SECONDARY`]); [`Caps::TX`], [`Caps::RX`] and [`Caps::DOMAIN`]
+    /// are the bits that the transmit, receive and domain attributes may
+    /// hold.
+    ///
+    /// # Two views: libfabric's and kfabric's
+    ///
+    /// `INJECT`, `REMOTE_CQ_DATA` and `CANCEL` ([`Caps::KFI`]) are
+    /// capabilities in kfi_getinfo(3) only; libfabric 1.17 has them as
+    /// operation flags (`FI_REMOTE_CQ_DATA` is bit 17 of `op_flags`), and its
+    /// consumers reject them in `caps`. They use the bits of the libfabric
+    /// flags of the same name (CANCEL an unused bit). Providers declare them
+    /// in their offers; `getinfo` answers show them only to a caller who
+    /// asks for them in the hints' caps (the kfabric view). Everything else,
+    /// `fabric info`, its JSON and the C library, shows the libfabric view,
+    /// where they never appear.
     pub struct Caps: u64, prefix "FI_" {
         /// Send and receive messages (`fi_msg`).
         const MSG = 1 << 1;
@@ -104,8 +115,9 @@ impl Caps {
         .union(Caps::AV_USER_ID)
         .union(Caps::PEER);
 
-    /// Capabilities a provider may report without being asked: fi_getinfo(3)'s
-    /// secondary list plus RMA_PMEM and kfi's INJECT, REMOTE_CQ_DATA, CANCEL.
+    /// Capabilities a provider may report without being asked:
+    /// fi_getinfo(3)'s secondary list plus RMA_PMEM (libfabric 1.17's
+    /// `OFI_SECONDARY_CAPS`).
     pub const SECONDARY: Caps = Caps::MULTI_RECV
         .union(Caps::SOURCE)
         .union(Caps::RMA_EVENT)
@@ -115,10 +127,12 @@ impl Caps {
         .union(Caps::LOCAL_COMM)
         .union(Caps::REMOTE_COMM)
         .union(Caps::SOURCE_ERR)
-        .union(Caps::RMA_PMEM)
-        .union(Caps::INJECT)
-        .union(Caps::REMOTE_CQ_DATA)
-        .union(Caps::CANCEL);
+        .union(Caps::RMA_PMEM);
+
+    /// kfi_getinfo(3)'s capabilities that libfabric has only as operation
+    /// flags: reported only when the hints ask for them (see the type's
+    /// doc, "Two views").
+    pub const KFI: Caps = Caps::INJECT.union(Caps::REMOTE_CQ_DATA).union(Caps::CANCEL);
 
     /// Transfer directions of messages.
     pub const MSG_DIRECTIONS: Caps = Caps::SEND.union(Caps::RECV);
@@ -128,28 +142,53 @@ impl Caps {
         .union(Caps::REMOTE_READ)
         .union(Caps::REMOTE_WRITE);
 
-    /// Capabilities that only describe the receive side; a transmit
-    /// attribute ignores them.
-    pub const RX_ONLY: Caps = Caps::REMOTE_READ
-        .union(Caps::REMOTE_WRITE)
-        .union(Caps::RECV)
-        .union(Caps::DIRECTED_RECV)
-        .union(Caps::MULTI_RECV)
-        .union(Caps::SOURCE)
-        .union(Caps::RMA_EVENT)
-        .union(Caps::SOURCE_ERR);
-
-    /// Capabilities that only describe the transmit side; a receive
-    /// attribute ignores them.
-    pub const TX_ONLY: Caps = Caps::READ
-        .union(Caps::WRITE)
-        .union(Caps::SEND)
-        .union(Caps::FENCE)
+    /// The capabilities a transmit attribute may hold (libfabric 1.17's
+    /// `OFI_TX_CAPS`).
+    pub const TX: Caps = Caps::MSG
+        .union(Caps::RMA)
+        .union(Caps::TAGGED)
+        .union(Caps::ATOMIC)
         .union(Caps::MULTICAST)
         .union(Caps::NAMED_RX_CTX)
-        .union(Caps::INJECT);
+        .union(Caps::HMEM)
+        .union(Caps::COLLECTIVE)
+        .union(Caps::TRIGGER)
+        .union(Caps::FENCE)
+        .union(Caps::RMA_PMEM)
+        .union(Caps::SEND)
+        .union(Caps::READ)
+        .union(Caps::WRITE);
 
-    /// Capabilities that describe the domain rather than an endpoint.
+    /// The capabilities a receive attribute may hold (libfabric 1.17's
+    /// `OFI_RX_CAPS`).
+    pub const RX: Caps = Caps::MSG
+        .union(Caps::RMA)
+        .union(Caps::TAGGED)
+        .union(Caps::ATOMIC)
+        .union(Caps::DIRECTED_RECV)
+        .union(Caps::VARIABLE_MSG)
+        .union(Caps::HMEM)
+        .union(Caps::COLLECTIVE)
+        .union(Caps::RMA_PMEM)
+        .union(Caps::SOURCE)
+        .union(Caps::SOURCE_ERR)
+        .union(Caps::RMA_EVENT)
+        .union(Caps::MULTI_RECV)
+        .union(Caps::TRIGGER)
+        .union(Caps::RECV)
+        .union(Caps::REMOTE_READ)
+        .union(Caps::REMOTE_WRITE);
+
+    /// Capabilities that only describe the receive side; a transmit
+    /// attribute's hint ignores them.
+    pub const RX_ONLY: Caps = Caps::RX.difference(Caps::TX);
+
+    /// Capabilities that only describe the transmit side; a receive
+    /// attribute's hint ignores them.
+    pub const TX_ONLY: Caps = Caps::TX.difference(Caps::RX);
+
+    /// Capabilities that describe the domain rather than an endpoint: the
+    /// bits a domain attribute may hold.
     pub const DOMAIN: Caps = Caps::AV_USER_ID
         .union(Caps::PEER)
         .union(Caps::SHARED_AV)
@@ -352,7 +391,37 @@ mod tests {
     #[test]
     fn classes_partition_the_named_caps() {
         assert!(Caps::PRIMARY.intersection(Caps::SECONDARY).is_empty());
-        assert_eq!(Caps::PRIMARY | Caps::SECONDARY, Caps::all());
+        assert!(
+            Caps::KFI
+                .intersection(Caps::PRIMARY | Caps::SECONDARY)
+                .is_empty()
+        );
+        assert_eq!(Caps::PRIMARY | Caps::SECONDARY | Caps::KFI, Caps::all());
+    }
+
+    #[test]
+    fn queue_classes_are_libfabric_1_17s() {
+        // Every endpoint capability belongs to a side; the kfi bits and
+        // the domain bits to none.
+        let endpoint = (Caps::PRIMARY | Caps::SECONDARY) - Caps::DOMAIN;
+        assert_eq!(Caps::TX | Caps::RX, endpoint);
+        assert!(
+            (Caps::TX | Caps::RX)
+                .intersection(Caps::KFI | Caps::DOMAIN)
+                .is_empty()
+        );
+        assert_eq!(
+            Caps::RX_ONLY,
+            Caps::DIRECTED_RECV
+                | Caps::VARIABLE_MSG
+                | Caps::SOURCE
+                | Caps::SOURCE_ERR
+                | Caps::RMA_EVENT
+                | Caps::MULTI_RECV
+                | Caps::RECV
+                | Caps::REMOTE_READ
+                | Caps::REMOTE_WRITE
+        );
     }
 
     #[test]

@@ -183,7 +183,23 @@ fn rows() -> Vec<Row> {
                                   assert!(a.caps.contains(Caps::MULTI_RECV | Caps::FENCE | Caps::LOCAL_COMM));
                                   assert!(!a.caps.contains(Caps::SOURCE), "SOURCE only when asked");
                                   assert!(!a.caps.contains(Caps::RMA_EVENT), "no RMA_EVENT without a remote direction"); }) },
-        Row { rule: "zero caps report everything offered", offer: rdm, hints: |_| {}, api: V, expect: Match(|a| assert_eq!(a.caps, base_caps() - Caps::SOURCE)) },
+        Row { rule: "zero caps report everything offered (libfabric view: no kfi caps)", offer: rdm, hints: |_| {}, api: V,
+              expect: Match(|a| assert_eq!(a.caps, base_caps() - Caps::SOURCE - Caps::KFI)) },
+        // -- capability hygiene: libfabric's view unless kfi caps are asked for
+        Row { rule: "kfi caps are reported when asked for (kfabric view)", offer: rdm, hints: |h| h.caps = Caps::MSG | Caps::INJECT | Caps::REMOTE_CQ_DATA, api: V,
+              expect: Match(|a| { assert!(a.caps.contains(Caps::INJECT | Caps::REMOTE_CQ_DATA));
+                                  assert!(!a.tx_attr.caps.intersects(Caps::KFI) && !a.rx_attr.caps.intersects(Caps::KFI)); }) },
+        Row { rule: "kfi caps must be offered", offer: rdm, hints: |h| h.caps = Caps::MSG | Caps::CANCEL, api: V, expect: Miss("caps") },
+        Row { rule: "tx / rx / domain caps hold only their class", offer: rdm, hints: |h| h.caps = Caps::MSG | Caps::RMA | Caps::LOCAL_COMM | Caps::REMOTE_COMM, api: V,
+              expect: Match(|a| { assert!(Caps::TX.contains(a.tx_attr.caps) && a.caps.contains(a.tx_attr.caps));
+                                  assert!(Caps::RX.contains(a.rx_attr.caps) && a.caps.contains(a.rx_attr.caps));
+                                  assert!(Caps::DOMAIN.contains(a.domain_attr.caps));
+                                  assert!(a.domain_attr.caps.contains(Caps::LOCAL_COMM | Caps::REMOTE_COMM));
+                                  assert!(a.caps.contains(Caps::LOCAL_COMM | Caps::REMOTE_COMM)); }) },
+        Row { rule: "requested domain caps are kept", offer: rdm, hints: |h| h.caps = Caps::REMOTE_COMM, api: V,
+              expect: Match(|a| { assert!(a.caps.contains(Caps::REMOTE_COMM)); assert!(a.domain_attr.caps.contains(Caps::REMOTE_COMM)); }) },
+        Row { rule: "rx caps hint of another class is ignored, not echoed", offer: rdm, hints: |h| { h.caps = Caps::RMA; h.rx_attr.caps = Caps::MSG | Caps::LOCAL_COMM; }, api: V,
+              expect: Match(|a| { assert!(!a.rx_attr.caps.intersects(Caps::MSG | Caps::LOCAL_COMM)); assert!(a.caps.contains(a.rx_attr.caps)); }) },
         Row { rule: "SOURCE reported when requested", offer: rdm, hints: |h| h.caps = Caps::MSG | Caps::SOURCE, api: V, expect: Match(|a| assert!(a.caps.contains(Caps::SOURCE))) },
         Row { rule: "direction restricts: MSG|SEND is send only", offer: rdm, hints: |h| h.caps = Caps::MSG | Caps::SEND, api: V,
               expect: Match(|a| { assert!(!a.caps.contains(Caps::RECV)); assert!(a.tx_attr.caps.contains(Caps::SEND));
@@ -367,15 +383,39 @@ fn conformance_table() {
     );
 }
 
+/// The offer in libfabric's view: no kfi caps, no default op_flags, tx /
+/// rx / domain caps within their class, no legacy mr_mode bits.
+fn libfabric_view(offer: &Info) -> Info {
+    let mut a = offer.clone();
+    a.caps -= Caps::KFI;
+    a.tx_attr.caps &= a.caps & Caps::TX;
+    a.rx_attr.caps &= a.caps & Caps::RX;
+    a.domain_attr.caps &= a.caps & Caps::DOMAIN;
+    a.tx_attr.op_flags = OpFlags::empty();
+    a.rx_attr.op_flags = OpFlags::empty();
+    a.domain_attr.mr_mode -= MrMode::LEGACY;
+    a
+}
+
 #[test]
-fn null_hints_return_the_offer_unchanged() {
-    let offer = rdm();
-    assert_eq!(matching::alter(&offer, None, Version::CURRENT), offer);
+fn null_hints_return_the_offer_in_libfabrics_view() {
+    let mut offer = rdm();
+    offer.domain_attr.mr_mode = MrMode::BASIC | MrMode::SCALABLE;
+    offer.domain_attr.caps = Caps::LOCAL_COMM | Caps::REMOTE_COMM;
+    let answer = matching::alter(&offer, None, Version::CURRENT);
+    assert_eq!(answer, libfabric_view(&offer));
+    assert_eq!(answer.domain_attr.mr_mode, MrMode::empty());
+    assert!(!answer.caps.intersects(Caps::KFI));
     let r = Request::new(Version::CURRENT);
     assert_eq!(
         matching::select(std::slice::from_ref(&offer), &r).unwrap(),
-        vec![offer]
+        vec![answer.clone()]
     );
+    // Under API 1.4 the legacy mode is the answer's.
+    let old = matching::alter(&offer, None, OLD);
+    assert_eq!(old.domain_attr.mr_mode, MrMode::BASIC);
+    // The answer fed back as hints matches the offer again.
+    assert_eq!(check(&offer, &answer, Version::CURRENT), Ok(()));
 }
 
 #[test]

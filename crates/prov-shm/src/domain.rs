@@ -122,6 +122,12 @@ impl Domain for ShmDomain {
     }
 
     fn endpoint(&self, info: &Info) -> Result<Box<dyn Endpoint>> {
+        fabric_core::kit::defaults::check(
+            info,
+            "shm",
+            crate::getinfo::TX_OP_FLAGS,
+            crate::getinfo::RX_OP_FLAGS,
+        )?;
         match info.ep_attr.ep_type {
             EpType::Rdm | EpType::Unspec => Ok(Box::new(ShmEndpoint::open(
                 info,

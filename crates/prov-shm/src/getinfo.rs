@@ -1,6 +1,7 @@
 //! What the shm provider offers: RDM endpoints between processes of this
 //! node (FI_LOCAL_COMM only), addressed by `fi_shm://<region name>`
-//! strings (FI_ADDR_STR); every hint rule is fabric-core's
+//! strings (FI_ADDR_STR), a service's well-known name among them (see
+//! [`getinfo`]); every hint rule is fabric-core's
 //! ([`fabric_core::matching::select`]).
 //!
 //! `ep_attr.protocol` is `FI_PROTO_SHM`; `ep_attr.protocol_version` says
@@ -14,11 +15,15 @@
 use fabric_core::matching::{Request, select};
 use fabric_core::objects::EnvVar;
 use fabric_core::{
-    AddrFormat, Address, Caps, EpType, Error, GetinfoFlags, Info, MrMode, MsgOrder, Progress,
-    Protocol, ResourceMgmt, Result, Threading, Version,
+    AddrFormat, Address, Caps, EpType, Error, GetinfoFlags, Info, MrMode, MsgOrder, OpFlags,
+    Progress, Protocol, ResourceMgmt, Result, Threading, Version,
 };
 
-use crate::ep::shared::region_of;
+use std::net::{SocketAddr, UdpSocket};
+
+use fabric_core::resolve::{Family, Query, resolve};
+
+use crate::ep::shared::{SCHEME, region_of};
 use crate::pieces::IOV_LIMIT;
 use crate::proto::RMA_IOV_LIMIT;
 
@@ -81,6 +86,18 @@ pub const RDM_CAPS: Caps = Caps::MSG
     .union(Caps::LOCAL_COMM)
     .union(Caps::DIRECTED_RECV)
     .union(Caps::SOURCE);
+
+/// The default transmit flags an endpoint accepts (`tx_attr.op_flags`):
+/// completions (for selective completion), inject, and every completion
+/// level up to delivery (a send completes once the peer took it).
+pub const TX_OP_FLAGS: OpFlags = OpFlags::COMPLETION
+    .union(OpFlags::INJECT)
+    .union(OpFlags::INJECT_COMPLETE)
+    .union(OpFlags::TRANSMIT_COMPLETE)
+    .union(OpFlags::DELIVERY_COMPLETE);
+
+/// The default receive flags an endpoint accepts (`rx_attr.op_flags`).
+pub const RX_OP_FLAGS: OpFlags = OpFlags::COMPLETION.union(OpFlags::MULTI_RECV);
 
 /// Largest inject (the data is copied before the call returns).
 pub const INJECT_SIZE: usize = 1024;
@@ -157,13 +174,15 @@ pub fn offer(auto: bool) -> Info {
         addr_format: AddrFormat::Str,
         ..Info::default()
     };
-    i.tx_attr.caps = RDM_CAPS - Caps::RX_ONLY;
+    i.tx_attr.caps = RDM_CAPS & Caps::TX;
+    i.tx_attr.op_flags = TX_OP_FLAGS;
     i.tx_attr.msg_order = MsgOrder::SAS;
     i.tx_attr.inject_size = INJECT_SIZE;
     i.tx_attr.size = TX_SIZE;
     i.tx_attr.iov_limit = IOV_LIMIT;
     i.tx_attr.rma_iov_limit = RMA_IOV_LIMIT;
-    i.rx_attr.caps = RDM_CAPS - Caps::TX_ONLY;
+    i.rx_attr.caps = RDM_CAPS & Caps::RX;
+    i.rx_attr.op_flags = RX_OP_FLAGS;
     i.rx_attr.msg_order = MsgOrder::SAS;
     i.rx_attr.size = RX_SIZE;
     i.rx_attr.iov_limit = IOV_LIMIT;
@@ -202,43 +221,101 @@ pub fn offer(auto: bool) -> Info {
     i
 }
 
-/// The provider's getinfo: the matching rules on the offer. A node must
-/// be an `fi_shm://` address (it becomes `dest_addr`); shm endpoints name
-/// themselves, so FI_SOURCE with a node or service, and a service, are
-/// declined (`NoData`), as are host names and IP addresses.
+/// The provider's getinfo: the matching rules on the offer, then the
+/// addresses. Every answer has a `src_addr`: the name of the region its
+/// endpoint will create.
+///
+/// Node and service, as libfabric's shm takes them, name endpoints of this
+/// host:
+/// - a service names the well-known address of an endpoint opened for it
+///   ([`region::service_name`](crate::region::service_name)): with
+///   FI_SOURCE it is the answer's `src_addr` (the endpoint takes that
+///   name), without it the `dest_addr` (a peer's);
+/// - an `fi_shm://` node is a region address: `src_addr` with FI_SOURCE
+///   (a name this process may create), else `dest_addr`;
+/// - any other node must name this host (`localhost`, a loopback or local
+///   address, or a name resolving to one), since shm reaches nothing else;
+///   without a service and without FI_SOURCE it names no endpoint, which is
+///   declined.
+///
+/// Hints' addresses must be `fi_shm://` addresses. Without a source name
+/// the answer gets a fresh one of this process
+/// ([`region::fresh_name`](crate::region::fresh_name)).
 pub fn getinfo(req: &Request<'_>) -> Result<Vec<Info>> {
-    if req.flags.contains(GetinfoFlags::SOURCE) {
+    let source = req.flags.contains(GetinfoFlags::SOURCE);
+    let named = named_address(req)?;
+    if named.is_none() && req.node.is_some() && !source {
         return Err(Error::no_data(
-            "shm endpoints choose their own addresses (no FI_SOURCE node or service)",
+            "shm: a node names this host, not an endpoint: give a service or an fi_shm:// node",
         ));
     }
-    if req.service.is_some() {
-        return Err(Error::no_data("shm addresses have no service"));
-    }
-    let dest = match req.node {
-        None => None,
-        Some(n) if req.node_is_addr_str() => {
-            let a: Address = n.parse()?;
-            match region_of(&a) {
-                Ok(_) => Some(a),
-                Err(e) => return Err(Error::no_data(e.detail().to_string())),
-            }
-        }
-        Some(n) => {
-            return Err(Error::no_data(format!(
-                "shm reaches fi_shm:// addresses, not `{n}`"
-            )));
-        }
-    };
     let auto = req.hints.is_some_and(|h| {
         h.domain_attr.data_progress == Progress::Auto
             || h.domain_attr.control_progress == Progress::Auto
     });
     let mut out = select(&[offer(auto)], req)?;
-    if let Some(d) = dest {
-        for i in &mut out {
-            i.dest_addr = Some(d.clone());
+    for i in &mut out {
+        match (&named, source) {
+            (Some(a), true) => i.src_addr = Some(a.clone()),
+            (Some(a), false) => i.dest_addr = Some(a.clone()),
+            (None, _) => {}
+        }
+        for a in [&i.src_addr, &i.dest_addr].into_iter().flatten() {
+            region_of(a).map_err(|e| Error::no_data(e.detail().to_string()))?;
+        }
+        if i.src_addr.is_none() {
+            i.src_addr = Some(Address::Str(format!(
+                "{SCHEME}{}",
+                crate::region::fresh_name()
+            )));
         }
     }
     Ok(out)
+}
+
+/// The endpoint address that node and service name, if any (see
+/// [`getinfo`]); `NoData` with the reason when they name nothing shm
+/// reaches.
+fn named_address(req: &Request<'_>) -> Result<Option<Address>> {
+    let decline = |e: Error| Error::no_data(format!("shm: {}", e.detail()));
+    if req.node_is_addr_str() {
+        let a: Address = req.node.unwrap_or_default().parse()?;
+        region_of(&a).map_err(decline)?;
+        return Ok(Some(a));
+    }
+    if let Some(node) = req.node {
+        if !names_this_host(node, req.flags.contains(GetinfoFlags::NUMERICHOST)) {
+            return Err(Error::no_data(format!(
+                "shm reaches endpoints of this host only, and `{node}` is not this host"
+            )));
+        }
+    }
+    match req.service {
+        Some(svc) => {
+            let name = crate::region::service_name(svc).map_err(decline)?;
+            Ok(Some(Address::Str(format!("{SCHEME}{name}"))))
+        }
+        None => Ok(None),
+    }
+}
+
+/// Whether `node` names this host: `localhost`, this host's name, or an
+/// address (given, or resolved) that is a loopback or local one (one a
+/// socket can be bound to).
+fn names_this_host(node: &str, numeric: bool) -> bool {
+    if node.eq_ignore_ascii_case("localhost") {
+        return true;
+    }
+    let query = Query {
+        node: Some(node),
+        service: None,
+        numeric_host: numeric,
+        passive: false,
+        family: Family::Any,
+    };
+    resolve(&query).is_ok_and(|addrs| {
+        addrs
+            .iter()
+            .any(|a| a.ip().is_loopback() || UdpSocket::bind(SocketAddr::new(a.ip(), 0)).is_ok())
+    })
 }

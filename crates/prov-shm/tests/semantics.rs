@@ -84,8 +84,120 @@ fn getinfo_offers_local_rdm_with_string_addresses() {
             "{node}"
         );
     }
+    // With FI_SOURCE a node naming this host is the local side: the
+    // answer gets a fresh source name.
+    let l = getinfo(None, Some("127.0.0.1"), GetinfoFlags::SOURCE).unwrap();
+    assert!(l[0].src_addr.is_some() && l[0].dest_addr.is_none());
+    // Another host is out of shm's reach.
     assert_eq!(
-        getinfo(None, Some("127.0.0.1"), GetinfoFlags::SOURCE)
+        getinfo(
+            None,
+            Some("192.0.2.77"),
+            GetinfoFlags::SOURCE | GetinfoFlags::NUMERICHOST
+        )
+        .unwrap_err()
+        .kind(),
+        ErrorKind::NoData
+    );
+}
+
+#[test]
+fn every_answer_names_the_region_of_its_endpoint() {
+    let list = getinfo(None, None, GetinfoFlags::empty()).unwrap();
+    let src = list[0].src_addr.clone().expect("src_addr with NULL hints");
+    assert!(src.to_string().starts_with("fi_shm://fabric-shm-"), "{src}");
+    // Each call names a new region.
+    let again = getinfo(None, None, GetinfoFlags::empty()).unwrap();
+    assert_ne!(again[0].src_addr, Some(src.clone()));
+    // The first endpoint opened from the answer takes that name; a second
+    // one from the same answer gets a fresh one.
+    let a = side(&list[0]);
+    assert_eq!(a.ep.getname().unwrap(), src);
+    let b = side(&list[0]);
+    assert_ne!(b.ep.getname().unwrap(), src);
+}
+
+fn getinfo_svc(node: Option<&str>, service: &str, flags: GetinfoFlags) -> Result<Vec<Info>> {
+    let mut h = Info::default();
+    h.mode = Mode::all();
+    h.caps = Caps::MSG;
+    ShmProvider.getinfo(&Request {
+        node,
+        service: Some(service),
+        flags,
+        hints: Some(&h),
+        ..Request::new(Version::CURRENT)
+    })
+}
+
+#[test]
+fn node_and_service_name_a_well_known_endpoint() {
+    let service = format!("{}-{}", std::process::id(), 9228);
+    // The server: FI_SOURCE with node and service; its endpoint takes the
+    // service's name.
+    let server = getinfo_svc(Some("127.0.0.1"), &service, GetinfoFlags::SOURCE).unwrap();
+    let name = server[0].src_addr.clone().unwrap();
+    assert!(
+        name.to_string().ends_with(&format!("-svc-{service}")),
+        "{name}"
+    );
+    let s = side(&server[0]);
+    assert_eq!(s.ep.getname().unwrap(), name);
+    // The service is taken while that endpoint lives.
+    let fabric = ShmProvider.fabric(&server[0].fabric_attr).unwrap();
+    let domain = fabric.domain(&server[0]).unwrap();
+    assert_eq!(
+        domain.endpoint(&server[0]).err().map(|e| e.kind()),
+        Some(ErrorKind::AddrInUse)
+    );
+    // The client: node and service give the server's address as dest_addr,
+    // and its own src_addr is a fresh name.
+    for node in [Some("127.0.0.1"), Some("localhost"), None] {
+        let client = getinfo_svc(node, &service, GetinfoFlags::empty()).unwrap();
+        assert_eq!(client[0].dest_addr.as_ref(), Some(&name), "{node:?}");
+        assert!(client[0].src_addr.is_some());
+        assert_ne!(client[0].src_addr.as_ref(), Some(&name));
+    }
+    // A message from a client to the well-known name arrives.
+    let client = getinfo_svc(Some("127.0.0.1"), &service, GetinfoFlags::empty()).unwrap();
+    let c = side(&client[0]);
+    let to_server = insert(&c, client[0].dest_addr.as_ref().unwrap());
+    c.ep.inject(b"hello", to_server, None).unwrap();
+    let mut buf = [0u8; 8];
+    let iov = [fabric_core::objects::IoVec {
+        addr: buf.as_mut_ptr(),
+        len: buf.len(),
+    }];
+    // SAFETY: `buf` outlives the receive, which completes below.
+    unsafe {
+        s.ep.recvmsg(&msg(&iov, FiAddr::UNSPEC, 0, 0, 7), OpFlags::empty())
+    }
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut e = [CqEntry::default()];
+        match s.cq.read(&mut e) {
+            Ok(1) => {
+                assert_eq!(e[0].len, 5);
+                break;
+            }
+            _ => {
+                c.cq.read(&mut [CqEntry::default()]).ok();
+                assert!(
+                    Instant::now() < deadline,
+                    "the message to the service never came"
+                );
+            }
+        }
+    }
+    assert_eq!(&buf[..5], b"hello");
+    drop(s);
+    // Once the server is gone, the name is free again.
+    let again = side(&server[0]);
+    assert_eq!(again.ep.getname().unwrap(), name);
+    // Services are names of digits, lowercase letters and dashes.
+    assert_eq!(
+        getinfo_svc(None, "Bad/Name", GetinfoFlags::SOURCE)
             .unwrap_err()
             .kind(),
         ErrorKind::NoData

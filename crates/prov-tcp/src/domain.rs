@@ -119,6 +119,12 @@ impl Domain for TcpDomain {
     }
 
     fn endpoint(&self, info: &Info) -> Result<Box<dyn Endpoint>> {
+        fabric_core::kit::defaults::check(
+            info,
+            "tcp",
+            crate::getinfo::TX_OP_FLAGS,
+            crate::getinfo::RX_OP_FLAGS,
+        )?;
         match info.ep_attr.ep_type {
             EpType::Rdm => Ok(Box::new(TcpEndpoint::open_rdm(
                 info,

@@ -11,8 +11,8 @@ use fabric_core::objects::EnvVar;
 use crate::wire;
 use fabric_core::resolve::{Family, Query, resolve};
 use fabric_core::{
-    AddrFormat, Address, Caps, EpType, Error, GetinfoFlags, Info, MrMode, MsgOrder, Progress,
-    Protocol, ResourceMgmt, Result, Threading, Version,
+    AddrFormat, Address, Caps, EpType, Error, GetinfoFlags, Info, MrMode, MsgOrder, OpFlags,
+    Progress, Protocol, ResourceMgmt, Result, Threading, Version,
 };
 
 /// The provider's name.
@@ -53,6 +53,19 @@ pub const RDM_CAPS: Caps = COMMON_CAPS.union(Caps::DIRECTED_RECV).union(Caps::SO
 /// Capabilities the provider implements on MSG endpoints.
 pub const MSG_CAPS: Caps = COMMON_CAPS;
 
+/// The default transmit flags an endpoint accepts (`tx_attr.op_flags`):
+/// completions (for selective completion), inject, and every completion
+/// level up to delivery (each send completes once the peer acknowledged
+/// it, which covers them all).
+pub const TX_OP_FLAGS: OpFlags = OpFlags::COMPLETION
+    .union(OpFlags::INJECT)
+    .union(OpFlags::INJECT_COMPLETE)
+    .union(OpFlags::TRANSMIT_COMPLETE)
+    .union(OpFlags::DELIVERY_COMPLETE);
+
+/// The default receive flags an endpoint accepts (`rx_attr.op_flags`).
+pub const RX_OP_FLAGS: OpFlags = OpFlags::COMPLETION.union(OpFlags::MULTI_RECV);
+
 /// Largest inject (copied before the call returns).
 pub const INJECT_SIZE: usize = 8192;
 /// Largest message.
@@ -91,13 +104,15 @@ fn offers_with(auto: bool) -> Vec<Info> {
                 addr_format: AddrFormat::Sockaddr,
                 ..Info::default()
             };
-            i.tx_attr.caps = caps - Caps::RX_ONLY;
+            i.tx_attr.caps = caps & Caps::TX;
+            i.tx_attr.op_flags = TX_OP_FLAGS;
             i.tx_attr.msg_order = MsgOrder::SAS;
             i.tx_attr.inject_size = INJECT_SIZE;
             i.tx_attr.size = QUEUE_SIZE;
             i.tx_attr.iov_limit = IOV_LIMIT;
             i.tx_attr.rma_iov_limit = wire::MAX_RMA_IOV;
-            i.rx_attr.caps = caps - Caps::TX_ONLY;
+            i.rx_attr.caps = caps & Caps::RX;
+            i.rx_attr.op_flags = RX_OP_FLAGS;
             i.rx_attr.msg_order = MsgOrder::SAS;
             i.rx_attr.size = QUEUE_SIZE;
             i.rx_attr.iov_limit = IOV_LIMIT;

@@ -196,6 +196,12 @@ impl Domain for VerbsDomain {
     }
 
     fn endpoint(&self, info: &Info) -> Result<Box<dyn Endpoint>> {
+        fabric_core::kit::defaults::check(
+            info,
+            "verbs",
+            crate::getinfo::TX_OP_FLAGS,
+            crate::getinfo::RX_OP_FLAGS,
+        )?;
         match info.ep_attr.ep_type {
             EpType::Msg => Ok(Box::new(MsgEndpoint::open(info, self.core.clone())?)),
             EpType::Rdm => RdmEndpoint::open(info, self.core.clone()),

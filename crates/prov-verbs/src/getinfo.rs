@@ -20,7 +20,7 @@ use fabric_core::matching::{Request, select};
 use fabric_core::objects::EnvVar;
 use fabric_core::{
     AddrFormat, Address, Caps, CompOrder, EpType, Error, GetinfoFlags, Info, Mode, MrMode,
-    MsgOrder, Progress, Protocol, ResourceMgmt, Result, Threading, Version,
+    MsgOrder, OpFlags, Progress, Protocol, ResourceMgmt, Result, Threading, Version,
 };
 use fabric_sys::addrinfo::{self, AiFamily, Hints, PortSpace, QpType, RaiFlags};
 use fabric_sys::ffi::{ibv_atomic_cap, ibv_port_state};
@@ -47,6 +47,20 @@ pub const ENV_VARS: &[EnvVar] = &[
         help: "Only offer addresses of network interfaces whose name starts with this.",
     },
 ];
+
+/// The default transmit flags an endpoint accepts (`tx_attr.op_flags`):
+/// completions (for selective completion), inject, and completion levels
+/// up to transmit complete (a work completion says the peer's NIC
+/// acknowledged the data; on RDM that may be a bounce buffer, so delivery
+/// complete is not offered).
+pub const TX_OP_FLAGS: OpFlags = OpFlags::COMPLETION
+    .union(OpFlags::INJECT)
+    .union(OpFlags::INJECT_COMPLETE)
+    .union(OpFlags::TRANSMIT_COMPLETE);
+
+/// The default receive flags an endpoint accepts (`rx_attr.op_flags`); no
+/// FI_MULTI_RECV yet.
+pub const RX_OP_FLAGS: OpFlags = OpFlags::COMPLETION;
 
 /// Largest inject of MSG endpoints (sent inline, or copied to a registered
 /// staging slot when the QP takes less inline).
@@ -311,7 +325,8 @@ pub fn offers(p: &PortAddr, rx_cq_data: bool) -> Vec<Info> {
             i.mode = Mode::RX_CQ_DATA;
             i.rx_attr.mode = Mode::RX_CQ_DATA;
         }
-        i.tx_attr.caps = caps - Caps::RX_ONLY;
+        i.tx_attr.caps = caps & Caps::TX;
+        i.tx_attr.op_flags = TX_OP_FLAGS;
         i.tx_attr.msg_order = ORDER;
         i.tx_attr.comp_order = CompOrder::STRICT;
         i.tx_attr.inject_size = if msg {
@@ -322,7 +337,8 @@ pub fn offers(p: &PortAddr, rx_cq_data: bool) -> Vec<Info> {
         i.tx_attr.size = size;
         i.tx_attr.iov_limit = iov;
         i.tx_attr.rma_iov_limit = 1;
-        i.rx_attr.caps = caps - Caps::TX_ONLY;
+        i.rx_attr.caps = caps & Caps::RX;
+        i.rx_attr.op_flags = RX_OP_FLAGS;
         i.rx_attr.msg_order = ORDER;
         i.rx_attr.comp_order = CompOrder::DATA;
         i.rx_attr.size = size;
@@ -403,11 +419,13 @@ fn dgram_offer(p: &PortAddr) -> Info {
         addr_format: AddrFormat::IbUd,
         ..Info::default()
     };
-    i.tx_attr.caps = caps - Caps::RX_ONLY;
+    i.tx_attr.caps = caps & Caps::TX;
+    i.tx_attr.op_flags = TX_OP_FLAGS;
     i.tx_attr.inject_size = max;
     i.tx_attr.size = 256;
     i.tx_attr.iov_limit = IOV_LIMIT;
-    i.rx_attr.caps = caps - Caps::TX_ONLY;
+    i.rx_attr.caps = caps & Caps::RX;
+    i.rx_attr.op_flags = RX_OP_FLAGS;
     i.rx_attr.size = 256;
     i.rx_attr.iov_limit = IOV_LIMIT;
     i.ep_attr.ep_type = EpType::Dgram;

@@ -1,5 +1,6 @@
 //! Building blocks every provider needs, written once: the completion
-//! queue core, the spin-then-block wait, counters, tag matching with the
+//! queue core, the spin-then-block wait, the check of an endpoint's default
+//! operation flags, counters, tag matching with the
 //! unexpected queue, the memory-region key table, the address-vector
 //! table, and the executor of atomic operations at the target.
 //!
@@ -15,6 +16,7 @@ pub mod av;
 pub mod binds;
 pub mod cntr;
 pub mod cq;
+pub mod defaults;
 pub mod mr;
 pub mod objects;
 pub mod tag;

@@ -3,7 +3,7 @@
 //! `ofi_alter_info`).
 
 use super::check::{needed_mr_mode, rma_target_allowed};
-use crate::flags::{Caps, Mode, MrMode};
+use crate::flags::{Caps, Mode, MrMode, OpFlags};
 use crate::info::Info;
 use crate::version::Version;
 
@@ -13,18 +13,20 @@ use crate::version::Version;
 /// directions (SEND/RECV, READ/WRITE/REMOTE_*) are filled in from `offered`
 /// when the result names a class but no direction.
 ///
-/// Secondary caps that cost speed or need a partner are reported only when
-/// valid: SOURCE and SOURCE_ERR only if requested, RMA_EVENT only with a
-/// REMOTE_* direction. (libfabric reports SOURCE only if requested since
-/// 2.0 and may report RMA_EVENT without a remote direction.)
+/// Capabilities that cost speed, need a partner or belong to another view
+/// are reported only when valid: SOURCE and SOURCE_ERR only if requested,
+/// the kfabric capabilities ([`Caps::KFI`]) only if requested, RMA_EVENT
+/// only with a REMOTE_* direction. (libfabric reports SOURCE only if
+/// requested since 2.0 and may report RMA_EVENT without a remote
+/// direction.)
 pub fn report_caps(base: Caps, hint: Caps, offered: Caps) -> Caps {
     let mut out = if hint.is_empty() {
         (base & offered & Caps::PRIMARY) | (offered & Caps::SECONDARY)
     } else {
         (hint & Caps::PRIMARY) | (offered & Caps::SECONDARY)
     };
-    let costly = Caps::SOURCE | Caps::SOURCE_ERR;
-    out = (out - costly) | (hint & costly & offered);
+    let on_request = Caps::SOURCE | Caps::SOURCE_ERR | Caps::KFI;
+    out = (out - on_request) | (hint & on_request & offered);
     if out.intersects(Caps::MSG | Caps::TAGGED) && !out.intersects(Caps::MSG_DIRECTIONS) {
         out |= offered & Caps::MSG_DIRECTIONS;
     }
@@ -37,10 +39,24 @@ pub fn report_caps(base: Caps, hint: Caps, offered: Caps) -> Caps {
     out
 }
 
-/// The answer for `offer` given `hints` (`None`: no hints at all, the
-/// offer is returned as it is).
+/// The answer for `offer` given `hints` (`None`: no hints at all).
 ///
-/// Output rules, each a sentence of fi_getinfo(3) or libfabric's behaviour:
+/// An offer is what the provider can do; an answer is what one endpoint
+/// will be. Where the two differ, the field says so:
+/// - op_flags: an offer lists the default flags the provider accepts; an
+///   answer holds the endpoint's defaults, which are the hint's, copied as
+///   they are (fi_getinfo(3); zero, or no hints: no default flags; the
+///   short forms of the operations, `fi_send` and friends, use them);
+/// - caps: the kfabric capabilities ([`Caps::KFI`]) only when the hints
+///   ask for them; tx / rx / domain caps only the bits of their class
+///   ([`Caps::TX`], [`Caps::RX`], [`Caps::DOMAIN`]) and within the
+///   endpoint's caps;
+/// - mr_mode: never the legacy FI_MR_BASIC / FI_MR_SCALABLE an offer lists
+///   to say it serves them, unless the hints use them or the API is older
+///   than 1.5.
+///
+/// With hints, each rule is a sentence of fi_getinfo(3) or libfabric's
+/// behaviour:
 /// - caps: [`report_caps`]; the endpoint cannot be an RMA target (REMOTE_*
 ///   removed) when the offer needs target-side MR modes (RAW, VIRT_ADDR,
 ///   PROV_KEY, RMA_EVENT) that the hints' mr_mode does not accept;
@@ -51,7 +67,6 @@ pub fn report_caps(base: Caps, hint: Caps, offered: Caps) -> Caps {
 /// - enumerations (threading, progress, resource management, av_type) and
 ///   sizes (tx/rx size, iov limits, inject size, ordered sizes, context
 ///   counts): the hint where it is non-zero, else the offer's;
-/// - op_flags: the hint's, copied as they are (zero means no default flags);
 /// - msg_order, comp_order: everything the offer keeps;
 /// - mr_mode: the hint when it is a legacy mode; under API < 1.5 BASIC or
 ///   SCALABLE; otherwise the bits the offer needs for the reported caps
@@ -61,6 +76,15 @@ pub fn report_caps(base: Caps, hint: Caps, offered: Caps) -> Caps {
 pub fn alter(offer: &Info, hints: Option<&Info>, api: Version) -> Info {
     let mut out = offer.clone();
     let Some(h) = hints else {
+        out.caps -= Caps::KFI;
+        out.tx_attr.op_flags = OpFlags::empty();
+        out.rx_attr.op_flags = OpFlags::empty();
+        out.domain_attr.mr_mode =
+            answer_mr_mode(out.caps, offer.domain_attr.mr_mode, MrMode::empty(), api);
+        if offer.domain_attr.mr_mode.contains(MrMode::LOCAL) && api < Version::V1_5 {
+            out.mode |= Mode::LOCAL_MR;
+        }
+        confine(&mut out);
         return out;
     };
     let hm = h.domain_attr.mr_mode;
@@ -81,9 +105,10 @@ pub fn alter(offer: &Info, hints: Option<&Info>, api: Version) -> Info {
         }
     }
     out.caps = caps;
-    out.tx_attr.caps = report_caps(caps, h.tx_attr.caps, offer.tx_attr.caps) & caps;
-    out.rx_attr.caps = report_caps(caps, h.rx_attr.caps, offer.rx_attr.caps) & caps;
-    out.domain_attr.caps = report_caps(caps, h.domain_attr.caps, offer.domain_attr.caps) & caps;
+    out.tx_attr.caps = report_caps(caps, h.tx_attr.caps, offer.tx_attr.caps);
+    out.rx_attr.caps = report_caps(caps, h.rx_attr.caps, offer.rx_attr.caps);
+    out.domain_attr.caps = report_caps(caps, h.domain_attr.caps, offer.domain_attr.caps);
+    confine(&mut out);
 
     // Modes: what the offer needs.
     out.mode = offer.mode;
@@ -118,6 +143,38 @@ pub fn alter(offer: &Info, hints: Option<&Info>, api: Version) -> Info {
     out
 }
 
+/// Keeps the tx, rx and domain caps within the endpoint's caps and their
+/// own class (libfabric 1.17's `OFI_TX_CAPS`, `OFI_RX_CAPS`, domain caps).
+fn confine(out: &mut Info) {
+    let caps = out.caps;
+    out.tx_attr.caps &= caps & Caps::TX;
+    out.rx_attr.caps &= caps & Caps::RX;
+    out.domain_attr.caps &= caps & Caps::DOMAIN;
+}
+
+/// The mr_mode of an answer with caps `caps`, for an offer with mr_mode
+/// `offered` and hints with mr_mode `hint` (see [`alter`]).
+fn answer_mr_mode(caps: Caps, offered: MrMode, hint: MrMode, api: Version) -> MrMode {
+    if hint.intersects(MrMode::LEGACY) {
+        hint
+    } else if api < Version::V1_5 {
+        if !offered.is_empty() && offered != MrMode::SCALABLE {
+            MrMode::BASIC
+        } else {
+            MrMode::SCALABLE
+        }
+    } else {
+        let needed = needed_mr_mode(caps, offered)
+            | (offered
+                & (MrMode::ALLOCATED | MrMode::MMU_NOTIFY | MrMode::ENDPOINT | MrMode::COLLECTIVE));
+        if hint.is_empty() {
+            needed
+        } else {
+            needed & hint
+        }
+    }
+}
+
 fn nonzero(out: &mut usize, hint: usize) {
     if hint != 0 {
         *out = hint;
@@ -130,24 +187,7 @@ fn alter_domain(out: &mut Info, h: &Info, api: Version) {
     let pm = out.domain_attr.mr_mode;
     let caps = out.caps;
     let d = &mut out.domain_attr;
-    d.mr_mode = if hd.mr_mode.intersects(MrMode::LEGACY) {
-        hd.mr_mode
-    } else if api < Version::V1_5 {
-        if !pm.is_empty() && pm != MrMode::SCALABLE {
-            MrMode::BASIC
-        } else {
-            MrMode::SCALABLE
-        }
-    } else {
-        let needed = needed_mr_mode(caps, pm)
-            | (pm
-                & (MrMode::ALLOCATED | MrMode::MMU_NOTIFY | MrMode::ENDPOINT | MrMode::COLLECTIVE));
-        if hd.mr_mode.is_empty() {
-            needed
-        } else {
-            needed & hd.mr_mode
-        }
-    };
+    d.mr_mode = answer_mr_mode(caps, pm, hd.mr_mode, api);
     if hd.threading != Threading::Unspec {
         d.threading = hd.threading;
     }

@@ -479,8 +479,9 @@ const TX: QueueNames = QueueNames {
     comp_order: "tx_attr.comp_order",
 };
 
-/// Rules common to both sides: caps (minus the other side's bits) and
-/// op_flags offered, every mode accepted (the side's mode hint, or the
+/// Rules common to both sides: caps (ignoring the bits that do not belong
+/// to the side: libfabric ignores the other side's and rejects the
+/// domain's, which its answers never hold there) and op_flags offered, every mode accepted (the side's mode hint, or the
 /// info's when it is zero), each requested ordering kept (1.17's subset
 /// rule for comp_order too).
 fn check_queue(
@@ -548,7 +549,7 @@ fn check_rx(offer: &Info, hints: &Info) -> Result<(), Mismatch> {
         msg_order: a.msg_order,
         comp_order: a.comp_order,
     };
-    check_queue(S, &RX, Caps::TX_ONLY, hints.mode, view(h), view(p))?;
+    check_queue(S, &RX, Caps::all() - Caps::RX, hints.mode, view(h), view(p))?;
     limit(
         S,
         "rx_attr.total_buffered_recv",
@@ -569,7 +570,7 @@ fn check_tx(offer: &Info, hints: &Info) -> Result<(), Mismatch> {
         msg_order: a.msg_order,
         comp_order: a.comp_order,
     };
-    check_queue(S, &TX, Caps::RX_ONLY, hints.mode, view(h), view(p))?;
+    check_queue(S, &TX, Caps::all() - Caps::TX, hints.mode, view(h), view(p))?;
     limit(S, "tx_attr.inject_size", h.inject_size, p.inject_size)?;
     limit(S, "tx_attr.size", h.size, p.size)?;
     limit(S, "tx_attr.iov_limit", h.iov_limit, p.iov_limit)?;

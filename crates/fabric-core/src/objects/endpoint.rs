@@ -401,6 +401,11 @@ pub enum Bind<'a> {
 /// vtable.
 pub trait Endpoint: AsAny + MsgOps + TaggedOps + RmaOps + AtomicOps + CmOps + Send + Sync {
     /// The entry the endpoint was opened with, as altered by the provider.
+    /// Its `tx_attr.op_flags` and `rx_attr.op_flags` are the endpoint's
+    /// default flags: those of the short forms (`fi_send`, `fi_recv`,
+    /// `fi_write`, ...), which are the `*msg` operations called with them
+    /// (fi_endpoint(3)); opening fails with `BadFlags` when the provider
+    /// does not accept them as defaults.
     fn info(&self) -> &Info;
 
     /// Binds a CQ, EQ, AV or counter (`fi_ep_bind`); before [`enable`].

@@ -31,12 +31,14 @@ use fabric_core::{Address, Error, ErrorKind, Info, OpFlags, Result};
 
 use self::binds::{TxDone, TxReport, msg_flags};
 use self::engine::{EpRx, MAX_ATOMIC_COUNT};
-use self::shared::{EpShared, RecvOp, RmaList, RxReq, TxKind, TxReq, lock, register_own};
+use self::shared::{
+    EpShared, RecvOp, RmaList, RxReq, TxKind, TxReq, lock, region_of, register_own,
+};
 use crate::getinfo::INJECT_SIZE;
 use crate::pieces::Pieces;
 use crate::progress::Engine;
 use crate::proto::{DESC_MAX, Desc, INJECT_ID, RMA_IOV_LIMIT, flag, op};
-use crate::region::{Region, RegionConfig};
+use crate::region::{self, Region, RegionConfig};
 use crate::ring::Command;
 
 /// An RDM endpoint of the shm provider. Its address (`getname`) is
@@ -56,7 +58,23 @@ impl ShmEndpoint {
         cma: bool,
         eager_max: usize,
     ) -> Result<ShmEndpoint> {
-        let region = Region::create(&RegionConfig::default())?;
+        let config = RegionConfig::default();
+        // The answer's src_addr names the region: a service's well-known
+        // name must be had (`AddrInUse` otherwise, as for a port); a name
+        // getinfo chose goes to the first endpoint opened from that
+        // answer, and a later one gets a fresh name (getname tells).
+        let region = match &info.src_addr {
+            Some(a) => {
+                let name = region_of(a)?;
+                match Region::create_named(&config, name) {
+                    Err(e) if e.kind() == ErrorKind::AddrInUse && !region::is_service(name) => {
+                        Region::create(&config)?
+                    }
+                    r => r?,
+                }
+            }
+            None => Region::create(&config)?,
+        };
         register_own(region.name());
         let rx = region.receiver()?;
         let shared = Arc::new(EpShared::new(

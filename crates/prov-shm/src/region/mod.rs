@@ -1,8 +1,9 @@
 //! Named shared-memory regions: one per endpoint, created by its owner (the
 //! receiver) and attached by its peers (the senders).
 //!
-//! A region is a file `/dev/shm/fabric-shm-<uid>-<pid>-<counter>-<random>`,
-//! created with `O_CREAT | O_EXCL`, mode `0600`, reserved with
+//! A region is a file `/dev/shm/fabric-shm-<uid>-<pid>-<counter>-<random>`
+//! (or `/dev/shm/fabric-shm-<uid>-svc-<service>` for an endpoint opened
+//! for a service: [`service_name`]), created with `O_CREAT | O_EXCL`, mode `0600`, reserved with
 //! `posix_fallocate` (so a full `/dev/shm` is an error at creation instead
 //! of a `SIGBUS` later) and mapped `MAP_SHARED`. Its header
 //! ([`offsets`]; the table is in the [crate docs](crate#region-layout)) is
@@ -361,6 +362,74 @@ impl Layout {
     }
 }
 
+/// The second field of a service region's name:
+/// `fabric-shm-<uid>-svc-<service>`.
+const SERVICE_TAG: &str = "svc";
+
+/// Opens `path` as a new file (`O_EXCL`, mode 0600, no symlinks).
+fn open_new(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// The error of a failed region creation at `path`.
+fn create_error(path: &Path, e: std::io::Error) -> Error {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        return Error::new(ErrorKind::NoDev, format!("{SHM_DIR} is not available: {e}"));
+    }
+    let err = Error::from(e);
+    Error::new(
+        err.kind(),
+        format!("cannot create {}: {err}", path.display()),
+    )
+}
+
+/// A region name for this process no region has had:
+/// `fabric-shm-<uid>-<pid>-<counter>-<random>`.
+pub fn fresh_name() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!(
+        "{NAME_PREFIX}{}-{}-{n}-{:016x}",
+        proc::my_uid(),
+        proc::my_pid(),
+        proc::random_u64()
+    )
+}
+
+/// The region name of `service` for this user,
+/// `fabric-shm-<uid>-svc-<service>`: the well-known address of an endpoint
+/// opened for that service (getinfo with FI_SOURCE and a service), which
+/// its peers compute from the service alone. A service is 1 to 64 digits,
+/// lowercase letters and dashes (`Inval` otherwise).
+pub fn service_name(service: &str) -> Result<String> {
+    let ok = (1..=64).contains(&service.len())
+        && service
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase() || b == b'-');
+    if !ok {
+        return Err(Error::inval(format!(
+            "shm service {service:?}: 1 to 64 digits, lowercase letters and dashes"
+        )));
+    }
+    Ok(format!(
+        "{NAME_PREFIX}{}-{SERVICE_TAG}-{service}",
+        proc::my_uid()
+    ))
+}
+
+/// Whether `name` is a [`service_name`] (of any user).
+pub fn is_service(name: &str) -> bool {
+    name.strip_prefix(NAME_PREFIX)
+        .and_then(|r| r.split('-').nth(1))
+        .is_some_and(|tag| tag == SERVICE_TAG)
+}
+
 /// Whether `name` has the form of a region name this library creates:
 /// [`NAME_PREFIX`] then lowercase letters, digits and dashes, at most 128
 /// bytes. Anything else (a `/`, `..`, NUL) is refused before touching the
@@ -377,7 +446,7 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
         Ok(())
     } else {
         Err(Error::inval(format!(
-            "{name:?} is not a shm region name (expected {NAME_PREFIX}<uid>-<pid>-<n>-<hex>)"
+            "{name:?} is not a shm region name (expected {NAME_PREFIX}<uid>-<pid>-<n>-<hex> or {NAME_PREFIX}<uid>-svc-<service>)"
         )))
     }
 }
@@ -413,41 +482,67 @@ impl Region {
     /// `/dev/shm` cannot hold it, `NoDev` when `/dev/shm` is missing, other
     /// I/O errors with their errno kind.
     pub fn create(config: &RegionConfig) -> Result<Region> {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
         let layout = Layout::new(config)?;
-        let (uid, pid) = (proc::my_uid(), proc::my_pid());
         let mut attempt = 0;
         let (name, path, file) = loop {
-            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-            let name = format!("{NAME_PREFIX}{uid}-{pid}-{n}-{:016x}", proc::random_u64());
+            let name = fresh_name();
             let path = path_of(&name);
-            match OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .open(&path)
-            {
+            match open_new(&path) {
                 Ok(f) => break (name, path, f),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 8 => {
                     attempt += 1;
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err(e) => return Err(create_error(&path, e)),
+            }
+        };
+        Region::init(layout, name, path, file)
+    }
+
+    /// Creates a region under a name chosen beforehand: one of
+    /// [`fresh_name`] (this process's), or a [`service_name`] of this
+    /// user. A service region left by an owner that has died is replaced.
+    ///
+    /// Errors: as [`Region::create`]; `Inval` for a name this process may
+    /// not create (another user's, another process's); `AddrInUse` when a
+    /// live region has the name.
+    pub fn create_named(config: &RegionConfig, name: &str) -> Result<Region> {
+        check_name(name)?;
+        let rest = name.strip_prefix(NAME_PREFIX).unwrap_or_default();
+        let mut fields = rest.split('-');
+        let uid = fields.next().and_then(|u| u.parse::<u32>().ok());
+        let second = fields.next().unwrap_or_default();
+        let ours = uid == Some(proc::my_uid())
+            && (second == SERVICE_TAG || second.parse::<u32>().ok() == Some(proc::my_pid()));
+        if !ours {
+            return Err(Error::inval(format!(
+                "{name:?} names a region of another process or user: it cannot be created here"
+            )));
+        }
+        let layout = Layout::new(config)?;
+        let path = path_of(name);
+        let file = match open_new(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let owner = read_owner(&path);
+                if owner.is_some_and(|(pid, start)| proc::gone(pid, Some(start), true)) {
+                    // Left by an owner that died: take the name over once.
+                    let _ = std::fs::remove_file(&path);
+                    open_new(&path).map_err(|e| create_error(&path, e))?
+                } else {
+                    let by = owner.map_or_else(String::new, |(pid, _)| format!(" by pid {pid}"));
                     return Err(Error::new(
-                        ErrorKind::NoDev,
-                        format!("{SHM_DIR} is not available: {e}"),
-                    ));
-                }
-                Err(e) => {
-                    let err = Error::from(e);
-                    return Err(Error::new(
-                        err.kind(),
-                        format!("cannot create {}: {err}", path.display()),
+                        ErrorKind::AddrInUse,
+                        format!("shm address fi_shm://{name} is in use{by}"),
                     ));
                 }
             }
+            Err(e) => return Err(create_error(&path, e)),
         };
+        Region::init(layout, name.to_owned(), path, file)
+    }
+
+    /// Sizes, maps, initialises and publishes a region file just created.
+    fn init(layout: Layout, name: String, path: PathBuf, file: File) -> Result<Region> {
         // From here on, a failure must remove the file again.
         let cleanup = |e: Error| {
             let _ = std::fs::remove_file(&path);
@@ -902,9 +997,8 @@ pub fn reclaim_stale() -> Result<Vec<String>> {
         if check_name(&name).is_err() {
             continue;
         }
-        let Some(name_pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else {
-            continue;
-        };
+        // Service regions name no pid: their header's owner decides.
+        let name_pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
         let path = entry.path();
         let Ok(meta) = std::fs::symlink_metadata(&path) else {
             continue;
@@ -912,7 +1006,7 @@ pub fn reclaim_stale() -> Result<Vec<String>> {
         if !meta.file_type().is_file() || meta.uid() != uid {
             continue;
         }
-        let mut stale = proc::gone(name_pid, None, true);
+        let mut stale = name_pid.is_some_and(|p| proc::gone(p, None, true));
         if !stale {
             if let Some((pid, start)) = read_owner(&path) {
                 stale = proc::gone(pid, Some(start), true);
