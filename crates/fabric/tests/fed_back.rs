@@ -5,7 +5,7 @@
 //! Real providers (the global registry), real interfaces: every answer of
 //! NULL hints and of generated hints, under API 1.4, 1.5 and 1.17.
 
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::field_reassign_with_default)]
 
 use fabric::{
     Caps, EpType, GetinfoFlags, Info, Mode, MrMode, MsgOrder, OpFlags, Progress, Registry, Request,
