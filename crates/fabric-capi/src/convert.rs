@@ -44,7 +44,8 @@ pub(crate) struct AddrUse {
 }
 
 impl AddrUse {
-    /// Both addresses.
+    /// Both addresses (what the unit tests read back).
+    #[cfg(test)]
     pub(crate) const ALL: AddrUse = AddrUse {
         src: true,
         dest: true,

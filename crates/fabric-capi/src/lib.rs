@@ -129,7 +129,7 @@ pub use getinfo::{fi_dupinfo, fi_freeinfo, fi_getinfo};
 pub use misc::{fi_fabric, fi_open, fi_strerror, fi_version};
 pub use params::{fi_freeparams, fi_getparams};
 pub use symver::EXPORTS;
-pub use tostr::{fi_tostr, fi_tostr_r};
+pub use tostr::{fi_tostr, fi_tostr_r, info_text};
 
 /// Runs the body of an exported function, turning a panic into `on_panic`
 /// so that no unwinding reaches C.

@@ -194,13 +194,13 @@ static void tostr(void)
 	CHECK(!strcmp(fi_tostr(&fmt, FI_TYPE_ADDR_FORMAT), "FI_SOCKADDR_IN6"));
 	CHECK(!strcmp(fi_tostr(&proto, FI_TYPE_PROTOCOL), "FI_PROTO_SHM"));
 	CHECK(!strcmp(fi_tostr(&threading, FI_TYPE_THREADING), "FI_THREAD_DOMAIN"));
-	CHECK(!strcmp(fi_tostr(&order, FI_TYPE_MSG_ORDER), "FI_ORDER_NONE"));
+	CHECK(!strcmp(fi_tostr(&order, FI_TYPE_MSG_ORDER), ""));
 	CHECK(!strcmp(fi_tostr(&mode, FI_TYPE_MODE), "FI_CONTEXT"));
 	CHECK(!strcmp(fi_tostr(&mr_mode, FI_TYPE_MR_MODE), "FI_MR_LOCAL, FI_MR_ENDPOINT"));
 	CHECK(!strncmp(fi_tostr("1", FI_TYPE_VERSION), "fabric-rs ", 10));
-	CHECK(strstr(fi_tostr(&caps, 9999), "unknown type") != NULL);
-	CHECK(strstr(fi_tostr(&caps, FI_TYPE_ATOMIC_OP), "not supported") != NULL);
-	CHECK(!strcmp(fi_tostr(NULL, FI_TYPE_CAPS), "(null)"));
+	CHECK(!strcmp(fi_tostr(&caps, 9999), "Unknown type"));
+	CHECK(!strcmp(fi_tostr(&caps, FI_TYPE_ATOMIC_OP), "FI_ATOMIC_READ")); /* 0xa */
+	CHECK(fi_tostr(NULL, FI_TYPE_CAPS) == NULL);
 	/* One buffer per thread: the next call in this thread reuses it. */
 	CHECK(fi_tostr(&caps, FI_TYPE_CAPS) == s);
 	char *theirs = NULL;
@@ -232,9 +232,9 @@ static void tostr(void)
 	CHECK(fi_tostr_r(NULL, 8, &caps, FI_TYPE_CAPS) == NULL);
 	CHECK(fi_tostr_r(buf, 0, &caps, FI_TYPE_CAPS) == NULL);
 
-	/* A value the library does not know is named, not a crash. */
+	/* A value the library does not know is Unknown, not a crash. */
 	i->ep_attr->type = (enum fi_ep_type) 77;
-	CHECK(strstr(fi_tostr(i, FI_TYPE_INFO), "cannot be shown") != NULL);
+	CHECK(strstr(fi_tostr(i, FI_TYPE_INFO), "\n        type: Unknown\n") != NULL);
 	fi_freeinfo(i);
 }
 

@@ -100,7 +100,7 @@ fn debian_fi_info_runs_on_this_library() {
         &all,
         |list| {
             list.iter()
-                .map(|i| format!("---\n{}\n", i.verbose()))
+                .map(|i| format!("---\n{}", fabric_capi::info_text(i)))
                 .collect()
         },
     );

@@ -811,13 +811,13 @@ fn dump(i: &Info) -> String {
 }
 
 /// What the C program prints for the hints it built (and read back
-/// through `fi_tostr`); nothing for NULL hints or hints changed by raw C
-/// statements.
+/// through `fi_tostr`, libfabric's text); nothing for NULL hints or hints
+/// changed by raw C statements.
 fn shown_hints(hints: &Hints) -> String {
-    let (text, info) = match hints {
+    let (text, tostr) = match hints {
         Hints::Null => return String::new(),
         Hints::Alloc(_, raw) if !raw.is_empty() => return String::new(),
-        Hints::Alloc(info, _) => (dump(info), info),
+        Hints::Alloc(info, _) => (dump(info), fabric_capi::info_text(info)),
         Hints::Partial(info) => {
             // A bare fi_info: the sub-structure lines say NULL.
             let mut text = String::new();
@@ -829,10 +829,22 @@ fn shown_hints(hints: &Hints) -> String {
                     let _ = writeln!(text, "{line}");
                 }
             }
-            (text, info)
+            // fi_tostr says `(null)` for each sub-structure.
+            let mut tostr = String::new();
+            for line in fabric_capi::info_text(info).lines() {
+                if line.starts_with("        ") {
+                    continue;
+                }
+                if line.starts_with("    fi_") && line.ends_with(':') {
+                    let _ = writeln!(tostr, "{line} (null)");
+                } else {
+                    let _ = writeln!(tostr, "{line}");
+                }
+            }
+            (text, tostr)
         }
     };
-    format!("hints\n{text}tostr\n{}\n", info.verbose())
+    format!("hints\n{text}tostr\n{tostr}")
 }
 
 /// What the Rust registry answers for `case`, as the C program prints it.

@@ -165,6 +165,71 @@ impl Stage {
     }
 }
 
+/// The installed libfabric (Debian's `libfabric.so.1`), if the C compiler
+/// finds both it and its link-time name `libfabric.so` (libfabric-dev).
+pub(crate) fn system_libfabric() -> Option<PathBuf> {
+    let find = |name: &str| {
+        let out = Command::new("cc")
+            .arg(format!("-print-file-name={name}"))
+            .output()
+            .ok()?;
+        // cc prints the bare name when it does not find the file.
+        let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        (path.is_absolute() && path.exists()).then_some(path)
+    };
+    find("libfabric.so")?;
+    find("libfabric.so.1")
+}
+
+impl Stage {
+    /// Compiles `source` as program `name` against the installed libfabric
+    /// (`-lfabric` from the system paths, no rpath), so that
+    /// [`Stage::run_on`] chooses the library at run time: build once, run
+    /// on both. Check [`system_libfabric`] first.
+    pub(crate) fn compile_system(&self, name: &str, source: &str) -> PathBuf {
+        let src = self.dir.join(format!("{name}.c"));
+        let exe = self.dir.join(name);
+        std::fs::write(&src, source).expect("write C source");
+        let out = Command::new("cc")
+            .args([
+                "-std=gnu11",
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-g",
+                "-pthread",
+            ])
+            .arg("-I/usr/include")
+            .arg(&src)
+            .arg("-o")
+            .arg(&exe)
+            .arg("-lfabric")
+            .output()
+            .expect("run cc");
+        assert!(
+            out.status.success(),
+            "cc failed for {}:\n{}",
+            src.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        exe
+    }
+
+    /// Runs `exe` (from [`Stage::compile_system`]) with `args` on this
+    /// crate's library (`ours`: `LD_LIBRARY_PATH` set to the stage) or on
+    /// the installed libfabric (`LD_LIBRARY_PATH` removed).
+    pub(crate) fn run_on(&self, exe: &Path, args: &[&str], ours: bool) -> Output {
+        let mut cmd = Command::new(exe);
+        cmd.args(args);
+        if ours {
+            cmd.env("LD_LIBRARY_PATH", &self.dir);
+        } else {
+            cmd.env_remove("LD_LIBRARY_PATH");
+        }
+        cmd.output().expect("run program")
+    }
+}
+
 /// The text of an output stream.
 pub(crate) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
@@ -195,4 +260,43 @@ pub(crate) fn c_literal(bytes: &[u8]) -> String {
     }
     s.push('"');
     s
+}
+
+/// Compiles the C file `src` as program `name` in `dir`, linked with
+/// `-lfabric` against the installed libfabric (libfabric-dev) and with no
+/// rpath: the loader picks the library when the program runs, the
+/// system's by default and this crate's when `LD_LIBRARY_PATH` names a
+/// [`Stage`] directory. For differential tests that run one program on
+/// both libraries (see [`run_on`]).
+pub(crate) fn compile_against_system(dir: &Path, name: &str, src: &Path) -> PathBuf {
+    let exe = dir.join(name);
+    let out = Command::new("cc")
+        .args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-g"])
+        .arg("-I/usr/include")
+        .arg(src)
+        .arg("-o")
+        .arg(&exe)
+        .arg("-lfabric")
+        .output()
+        .expect("run cc");
+    assert!(
+        out.status.success(),
+        "cc failed for {} (linked against the system's libfabric):\n{}",
+        src.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+/// Runs `exe` on the system's libfabric (`lib_dir` `None`: no
+/// `LD_LIBRARY_PATH` at all, not even cargo's) or on the library staged
+/// in `lib_dir`. `FI_PROVIDER` is removed so that both runs see every
+/// provider.
+pub(crate) fn run_on(exe: &Path, lib_dir: Option<&Path>) -> Output {
+    let mut cmd = Command::new(exe);
+    cmd.env_remove("LD_LIBRARY_PATH").env_remove("FI_PROVIDER");
+    if let Some(dir) = lib_dir {
+        cmd.env("LD_LIBRARY_PATH", dir);
+    }
+    cmd.output().expect("run program")
 }
