@@ -85,7 +85,44 @@ pub const RDM_CAPS: Caps = Caps::MSG
     .union(Caps::REMOTE_CQ_DATA)
     .union(Caps::LOCAL_COMM)
     .union(Caps::DIRECTED_RECV)
-    .union(Caps::SOURCE);
+    .union(Caps::SOURCE)
+    .union(Caps::RMA_EVENT);
+
+/// The message orderings of an endpoint (`msg_order`, fi_endpoint(3): the
+/// order in which the transport headers of one peer's operations are
+/// processed): all of them. A sender's commands go through its peer's
+/// ring in the order posted (queued operations start in order, and the
+/// direct paths are taken only with nothing queued), and the peer handles
+/// them one after the other. Where the data lands in that order as well is
+/// the ordered sizes' business ([`max_order_raw_size`] and friends).
+pub const MSG_ORDER: MsgOrder = MsgOrder::STRICT
+    .union(MsgOrder::RMA_RAR)
+    .union(MsgOrder::RMA_RAW)
+    .union(MsgOrder::RMA_WAR)
+    .union(MsgOrder::RMA_WAW)
+    .union(MsgOrder::ATOMIC_RAR)
+    .union(MsgOrder::ATOMIC_RAW)
+    .union(MsgOrder::ATOMIC_WAR)
+    .union(MsgOrder::ATOMIC_WAW);
+
+/// `max_order_raw_size` and `max_order_waw_size`: an RMA write up to this
+/// size travels inline in its command and is stored when the command is
+/// handled, before any later command; a larger one moves its data after
+/// later commands may have been handled. The eager limit, bounded by one
+/// bounce buffer less the RMA descriptor. (Atomics are always executed
+/// when their command is handled.)
+pub fn max_order_raw_size() -> usize {
+    let bounce = crate::region::RegionConfig::default().bounce_size as usize;
+    eager_max().min(bounce.saturating_sub(crate::proto::DESC_MAX))
+}
+
+/// `max_order_war_size`: an RMA read up to this size (one ring slot's
+/// inline payload) is answered with its data when its command is handled;
+/// a larger one is copied later, after later commands may have been
+/// handled.
+pub fn max_order_war_size() -> usize {
+    crate::region::RegionConfig::default().slot_size as usize - crate::ring::SLOT_HEADER
+}
 
 /// The default transmit flags an endpoint accepts (`tx_attr.op_flags`):
 /// completions (for selective completion), inject, and every completion
@@ -176,14 +213,14 @@ pub fn offer(auto: bool) -> Info {
     };
     i.tx_attr.caps = RDM_CAPS & Caps::TX;
     i.tx_attr.op_flags = TX_OP_FLAGS;
-    i.tx_attr.msg_order = MsgOrder::SAS;
+    i.tx_attr.msg_order = MSG_ORDER;
     i.tx_attr.inject_size = INJECT_SIZE;
     i.tx_attr.size = TX_SIZE;
     i.tx_attr.iov_limit = IOV_LIMIT;
     i.tx_attr.rma_iov_limit = RMA_IOV_LIMIT;
     i.rx_attr.caps = RDM_CAPS & Caps::RX;
     i.rx_attr.op_flags = RX_OP_FLAGS;
-    i.rx_attr.msg_order = MsgOrder::SAS;
+    i.rx_attr.msg_order = MSG_ORDER;
     i.rx_attr.size = RX_SIZE;
     i.rx_attr.iov_limit = IOV_LIMIT;
     i.ep_attr.ep_type = EpType::Rdm;
@@ -194,6 +231,9 @@ pub fn offer(auto: bool) -> Info {
         PROTOCOL_BOUNCE
     };
     i.ep_attr.max_msg_size = MAX_MSG_SIZE;
+    i.ep_attr.max_order_raw_size = max_order_raw_size();
+    i.ep_attr.max_order_waw_size = max_order_raw_size();
+    i.ep_attr.max_order_war_size = max_order_war_size();
     i.ep_attr.mem_tag_format = 0xaaaa_aaaa_aaaa_aaaa;
     i.ep_attr.tx_ctx_cnt = 1;
     i.ep_attr.rx_ctx_cnt = 1;

@@ -45,7 +45,27 @@ const COMMON_CAPS: Caps = Caps::MSG
     .union(Caps::INJECT)
     .union(Caps::REMOTE_CQ_DATA)
     .union(Caps::LOCAL_COMM)
-    .union(Caps::REMOTE_COMM);
+    .union(Caps::REMOTE_COMM)
+    .union(Caps::RMA_EVENT);
+
+/// The message orderings of an endpoint (`msg_order`, fi_endpoint(3): the
+/// order in which the transport headers of one peer's operations are
+/// processed): all of them. An endpoint has one connection per peer, every
+/// request frame goes on it in the order posted, and the target handles a
+/// connection's frames one after the other. Data ordering is
+/// `max_order_*_size`'s: an RMA write is stored, an atomic executed and a
+/// message matched before the next frame is read (raw, waw: any size); a
+/// read's data leaves the target's memory only when the socket takes it,
+/// after later frames may have been applied (war: 0).
+pub const MSG_ORDER: MsgOrder = MsgOrder::STRICT
+    .union(MsgOrder::RMA_RAR)
+    .union(MsgOrder::RMA_RAW)
+    .union(MsgOrder::RMA_WAR)
+    .union(MsgOrder::RMA_WAW)
+    .union(MsgOrder::ATOMIC_RAR)
+    .union(MsgOrder::ATOMIC_RAW)
+    .union(MsgOrder::ATOMIC_WAR)
+    .union(MsgOrder::ATOMIC_WAW);
 
 /// Capabilities the provider implements on RDM endpoints.
 pub const RDM_CAPS: Caps = COMMON_CAPS.union(Caps::DIRECTED_RECV).union(Caps::SOURCE);
@@ -106,20 +126,22 @@ fn offers_with(auto: bool) -> Vec<Info> {
             };
             i.tx_attr.caps = caps & Caps::TX;
             i.tx_attr.op_flags = TX_OP_FLAGS;
-            i.tx_attr.msg_order = MsgOrder::SAS;
+            i.tx_attr.msg_order = MSG_ORDER;
             i.tx_attr.inject_size = INJECT_SIZE;
             i.tx_attr.size = QUEUE_SIZE;
             i.tx_attr.iov_limit = IOV_LIMIT;
             i.tx_attr.rma_iov_limit = wire::MAX_RMA_IOV;
             i.rx_attr.caps = caps & Caps::RX;
             i.rx_attr.op_flags = RX_OP_FLAGS;
-            i.rx_attr.msg_order = MsgOrder::SAS;
+            i.rx_attr.msg_order = MSG_ORDER;
             i.rx_attr.size = QUEUE_SIZE;
             i.rx_attr.iov_limit = IOV_LIMIT;
             i.ep_attr.ep_type = ep;
             i.ep_attr.protocol = Protocol::SockTcp;
             i.ep_attr.protocol_version = PROTOCOL_VERSION;
             i.ep_attr.max_msg_size = MAX_MSG_SIZE;
+            i.ep_attr.max_order_raw_size = usize::MAX;
+            i.ep_attr.max_order_waw_size = usize::MAX;
             i.ep_attr.mem_tag_format = 0xaaaa_aaaa_aaaa_aaaa;
             i.ep_attr.tx_ctx_cnt = 1;
             i.ep_attr.rx_ctx_cnt = 1;

@@ -300,3 +300,39 @@ pub(crate) fn run_on(exe: &Path, lib_dir: Option<&Path>) -> Output {
     }
     cmd.output().expect("run program")
 }
+
+/// `text` with the fresh shm region names of this run
+/// (`fabric-shm-<uid>-<pid>-<n>-<hex>`, chosen per getinfo call and so per
+/// process) as `fabric-shm-*`, and the `src_addrlen` lines of the blocks
+/// holding one as `src_addrlen: *`: everything else must match exactly.
+pub(crate) fn mask_shm_names(text: &str) -> String {
+    const PREFIX: &str = "fabric-shm-";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(PREFIX) {
+        let (head, tail) = rest.split_at(at + PREFIX.len());
+        out.push_str(head);
+        let name_len = tail
+            .find(|c: char| !(c.is_ascii_hexdigit() || c == '-'))
+            .unwrap_or(tail.len());
+        let name = &tail[..name_len];
+        if name.split('-').count() == 4 {
+            out.push('*');
+        } else {
+            out.push_str(name);
+        }
+        rest = &tail[name_len..];
+    }
+    out.push_str(rest);
+    out.split_inclusive('\n')
+        .map(|l| {
+            if l.trim_start().starts_with("src_addrlen:") {
+                let indent = &l[..l.len() - l.trim_start().len()];
+                let nl = if l.ends_with('\n') { "\n" } else { "" };
+                format!("{indent}src_addrlen: *{nl}")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect()
+}

@@ -153,8 +153,19 @@ impl EpInner {
         let mut cm_out = self.cm();
         cm_out.min_version = version;
         cm_out.max_version = version;
-        let connecting = st.peers.get(&key).and_then(|p| p.connecting);
+        let peer = st.peers.get(&key);
+        let connecting = peer.and_then(|p| p.connecting);
+        // A peer with an established connection keeps it: frames already
+        // went on it, and a second connection would let later ones overtake
+        // them (every msg_order guarantee rests on one connection per
+        // peer). This is the late hello of a simultaneous connect whose
+        // other half finished first, or a stranger claiming the address.
+        let live = peer
+            .and_then(|p| p.conn)
+            .and_then(|c| st.conns.get(&c))
+            .is_some_and(|c| c.phase == Phase::Ready);
         let decision = match (connecting, local) {
+            _ if live => Simultaneous::KeepOutgoing,
             (Some(_), Some(local)) => wire::resolve_simultaneous(local, remote),
             _ => Simultaneous::KeepIncoming,
         };
