@@ -20,6 +20,32 @@
 //! the registry of providers. This crate is for provider authors and for
 //! code that works with `Info` values directly.
 //!
+//! # Offers and answers: libfabric's view
+//!
+//! A provider describes what it can do as *offers*; [`matching::alter`]
+//! turns an offer into an *answer*, which describes one endpoint and is
+//! what `getinfo` returns. Answers are what libfabric 1.17's consumers
+//! (its own tests, MPI, `fi_info`) expect, so the Rust API, `fabric info`,
+//! its JSON and the C library all show the same thing:
+//!
+//! - `caps` hold only primary and secondary capabilities; `tx_attr.caps`,
+//!   `rx_attr.caps` and `domain_attr.caps` only the bits of their class
+//!   ([`Caps::TX`], [`Caps::RX`], [`Caps::DOMAIN`]), within `caps`.
+//!   kfabric's capabilities ([`Caps::KFI`]: INJECT, REMOTE_CQ_DATA,
+//!   CANCEL, operation flags in libfabric) appear only when the hints ask
+//!   for them, the kfabric view for Rust users who want it; the C library
+//!   answers such hints with `FI_ENODATA`, as libfabric does.
+//! - `op_flags` of an offer list the default flags the provider accepts;
+//!   those of an answer are the endpoint's defaults: the hints', copied as
+//!   they are (none without hints), used by the short forms of the
+//!   operations ([`objects::Endpoint::info`]).
+//! - `msg_order` is the order in which one peer's transport headers are
+//!   processed; data ordering is `ep_attr.max_order_raw/war/waw_size`
+//!   (fi_endpoint(3)).
+//! - `mr_mode` never shows the legacy FI_MR_BASIC / FI_MR_SCALABLE bits an
+//!   offer lists to say it serves them, unless the hints use them or the
+//!   API is older than 1.5; so an answer fed back as hints matches again.
+//!
 //! # Example: does an offer serve the hints?
 //!
 //! ```
