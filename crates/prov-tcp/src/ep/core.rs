@@ -472,6 +472,28 @@ fn proto(detail: impl Into<std::borrow::Cow<'static, str>>) -> Error {
     Error::new(ErrorKind::Io, detail)
 }
 
+/// Takes request `id` out of `pending` when `pick` accepts its kind. A
+/// reply of another kind leaves the request where it is: the connection
+/// then fails, and every request still pending ends in an error
+/// completion, this one included (a hostile or broken peer must not make
+/// an operation vanish).
+fn take_pending<T>(
+    pending: &mut HashMap<u64, Pending>,
+    id: u64,
+    reply: &str,
+    pick: impl FnOnce(Pending) -> std::result::Result<T, Pending>,
+) -> Result<T> {
+    match pending.remove(&id) {
+        None => Err(proto(format!("tcp: {reply} for unknown request {id}"))),
+        Some(p) => pick(p).map_err(|p| {
+            pending.insert(id, p);
+            proto(format!(
+                "tcp: {reply} for request {id}, which awaits another answer"
+            ))
+        }),
+    }
+}
+
 fn remote(kind: ErrorKind, what: &str) -> Error {
     Error::new(
         kind,
@@ -2046,16 +2068,19 @@ impl EpInner {
                     return Err(proto("tcp: Cts without its length"));
                 };
                 let id = f.header.id;
-                let Some(Pending::Rndv { buf, done, ack }) = conn.pending.remove(&id) else {
-                    return Err(proto(format!("tcp: Cts for unknown rendezvous {id}")));
-                };
+                let (buf, done, ack) = take_pending(&mut conn.pending, id, "Cts", |p| match p {
+                    Pending::Rndv { buf, done, ack } => Ok((buf, done, ack)),
+                    p => Err(p),
+                })?;
                 if let Some(kind) = f.header.status {
                     self.tx_complete(b, done, Some(&remote(kind, "message")));
                 } else if accept_len > u64_of(buf.len()) {
-                    return Err(proto(format!(
+                    let e = proto(format!(
                         "tcp: Cts accepts {accept_len} bytes of a {}-byte message",
                         buf.len()
-                    )));
+                    ));
+                    self.tx_complete(b, done, Some(&e));
+                    return Err(e);
                 } else if accept_len == 0 {
                     self.tx_complete(b, done, None);
                 } else {
@@ -2147,15 +2172,17 @@ impl EpInner {
             }
             Op::ReadRsp => {
                 let id = f.header.id;
-                let Some(Pending::Read { buf, len, done }) = conn.pending.remove(&id) else {
-                    return Err(proto(format!("tcp: ReadRsp for unknown read {id}")));
-                };
+                let (buf, len, done) =
+                    take_pending(&mut conn.pending, id, "ReadRsp", |p| match p {
+                        Pending::Read { buf, len, done } => Ok((buf, len, done)),
+                        p => Err(p),
+                    })?;
                 if let Some(kind) = f.header.status {
                     self.tx_complete(b, done, Some(&remote(kind, "RMA read")));
                 } else if plen != len {
-                    return Err(proto(format!(
-                        "tcp: ReadRsp of {plen} bytes for a read of {len}"
-                    )));
+                    let e = proto(format!("tcp: ReadRsp of {plen} bytes for a read of {len}"));
+                    self.tx_complete(b, done, Some(&e));
+                    return Err(e);
                 } else if plen == 0 {
                     self.tx_complete(b, done, None);
                 } else {
@@ -2174,15 +2201,19 @@ impl EpInner {
             }
             Op::AtomicRsp => {
                 let id = f.header.id;
-                let Some(Pending::Fetch { buf, len, done }) = conn.pending.remove(&id) else {
-                    return Err(proto(format!("tcp: AtomicRsp for unknown atomic {id}")));
-                };
+                let (buf, len, done) =
+                    take_pending(&mut conn.pending, id, "AtomicRsp", |p| match p {
+                        Pending::Fetch { buf, len, done } => Ok((buf, len, done)),
+                        p => Err(p),
+                    })?;
                 if let Some(kind) = f.header.status {
                     self.tx_complete(b, done, Some(&remote(kind, "atomic operation")));
                 } else if plen != len {
-                    return Err(proto(format!(
+                    let e = proto(format!(
                         "tcp: AtomicRsp of {plen} bytes for {len} bytes of results"
-                    )));
+                    ));
+                    self.tx_complete(b, done, Some(&e));
+                    return Err(e);
                 } else {
                     self.set_cur(st, cid, f, Sink::Fetch { buf, done });
                 }

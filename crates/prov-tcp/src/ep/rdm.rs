@@ -61,6 +61,13 @@ impl EpInner {
             )?;
             sock.set_nonblocking(true)?;
             sock.set_nodelay(true)?;
+            // Leave from this endpoint's own address, which the hello
+            // claims and the peer checks against the socket's.
+            if let Some(name) = self.name {
+                if !name.ip().is_unspecified() && name.is_ipv4() == key.is_ipv4() {
+                    sock.bind(&SocketAddr::new(name.ip(), 0).into())?;
+                }
+            }
             let connecting = match sock.connect(&key.into()) {
                 Ok(()) => false,
                 Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => true,
@@ -136,17 +143,27 @@ impl EpInner {
             return Err(proto("tcp: Hello without an address"));
         };
         // A peer listening on a wildcard address is known by the address
-        // it connected from, with its listening port.
+        // it connected from, with its listening port; any other must
+        // connect from the address it claims (connections leave from the
+        // endpoint's own address), or it could pose as another host.
         let mut key = sent;
+        let from = st
+            .conns
+            .get(&cid)
+            .and_then(|c| c.sock.peer_addr().ok())
+            .map(|a| a.ip().to_canonical());
         if key.ip().is_unspecified() {
-            if let Some(ip) = st
-                .conns
-                .get(&cid)
-                .and_then(|c| c.sock.peer_addr().ok())
-                .map(|a| a.ip())
-            {
+            if let Some(ip) = from {
                 key.set_ip(ip);
             }
+        } else if from != Some(key.ip().to_canonical()) {
+            tracing::debug!(claimed = %sent, from = ?from, "tcp: refused a hello claiming another address");
+            let ack = Frame::hello_ack(self.cm(), Some(ErrorKind::Access));
+            if let Some(c) = st.conns.get_mut(&cid) {
+                c.phase = Phase::Closing;
+            }
+            self.push_frame(st, b, cid, &ack, Src::None, Done::Close);
+            return Ok(());
         }
         let remote = ConnKey::new(cm.nonce, sent);
         let local = self.name.map(|n| ConnKey::new(self.nonce, n));

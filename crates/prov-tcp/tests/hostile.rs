@@ -1,0 +1,150 @@
+//! Hostile or broken peers (issue #21), written with the wire codec over a
+//! raw socket: whatever a peer sends, every operation ends in exactly one
+//! completion, and a stranger cannot take over a live peer's connection.
+
+#![allow(clippy::unwrap_used, clippy::result_large_err)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::Duration;
+
+use common::*;
+use fabric_core::objects::{CqErrEntry, FiAddr, Msg};
+use fabric_core::*;
+use prov_tcp::wire::{CmHeader, Frame, HEADER_LEN, Limits, Op, decode_header};
+
+/// Reads one frame's header, extended header and payload from `s`.
+fn read_frame(s: &mut TcpStream) -> (prov_tcp::wire::Header, Vec<u8>) {
+    let mut h = [0u8; HEADER_LEN];
+    s.read_exact(&mut h).unwrap();
+    let header = decode_header(&h, &Limits::default()).unwrap();
+    let mut rest = vec![0u8; usize::from(header.ext_len) + header.payload_len as usize];
+    s.read_exact(&mut rest).unwrap();
+    (header, rest)
+}
+
+fn write_frame(s: &mut TcpStream, f: &Frame) {
+    let (b, n) = f.to_bytes();
+    s.write_all(&b[..n]).unwrap();
+}
+
+/// A fake RDM peer on 127.0.0.1: accepts one connection and answers its
+/// hello; returns the stream.
+fn fake_peer_accept(l: &TcpListener, me: SocketAddr) -> TcpStream {
+    let (mut s, _) = l.accept().unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let (h, _) = read_frame(&mut s);
+    assert_eq!(h.op, Op::Hello);
+    write_frame(&mut s, &Frame::hello_ack(CmHeader::new(Some(me), 99), None));
+    s
+}
+
+fn msg<'a>(iov: &'a [fabric_core::objects::IoVec], to: FiAddr, ctx: u64) -> Msg<'a> {
+    Msg {
+        iov,
+        desc: &[],
+        addr: to,
+        tag: 0,
+        ignore: 0,
+        context: ctx,
+        data: 0,
+    }
+}
+
+/// The next completion of `s`, which must be an error.
+fn error_of(s: &Side) -> CqErrEntry {
+    match next(s.cq.as_ref(), &[]) {
+        Ok(e) => panic!("expected an error completion, got {e:?}"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn a_reply_of_the_wrong_kind_fails_the_operation_instead_of_losing_it() {
+    let a = side(&rdm_info());
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let fake = l.local_addr().unwrap();
+    let to = insert(&a, &Address::from(fake));
+    // A rendezvous send (well above the eager limit) waits for a Cts.
+    let mut big = vec![7u8; 1 << 20];
+    let siov = iov(&mut big);
+    // SAFETY: `big` outlives the completion awaited below.
+    unsafe { a.ep.sendmsg(&msg(&siov, to, 41), OpFlags::empty()) }.unwrap();
+    let peer = std::thread::spawn(move || {
+        let mut s = fake_peer_accept(&l, fake);
+        let (h, _) = read_frame(&mut s);
+        assert_eq!(h.op, Op::MsgRts, "a rendezvous send starts with an Rts");
+        // Answer the clear-to-send it awaits with a read response.
+        write_frame(&mut s, &Frame::read_rsp(h.id, None, 0));
+        s
+    });
+    let e = error_of(&a);
+    assert_eq!(e.entry.context, 41);
+    drop(peer.join().unwrap());
+}
+
+#[test]
+fn a_hello_for_a_live_peers_address_is_refused() {
+    let (a, b, b_at_a, a_at_b) = pair();
+    // a and b talk: their connection is established.
+    let mut r = [0u8; 4];
+    let riov = iov(&mut r);
+    // SAFETY: `r` outlives the completion awaited below.
+    unsafe {
+        b.ep.recvmsg(&msg(&riov, FiAddr::UNSPEC, 1), OpFlags::empty())
+    }
+    .unwrap();
+    a.ep.inject(b"ping", b_at_a, None).unwrap();
+    next(b.cq.as_ref(), &[a.cq.as_ref()]).unwrap();
+    // A stranger connects to b claiming to be a.
+    let a_name = a.ep.getname().unwrap().socket_addr().unwrap();
+    let b_name = b.ep.getname().unwrap().socket_addr().unwrap();
+    let mut s = TcpStream::connect(b_name).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write_frame(&mut s, &Frame::hello(CmHeader::new(Some(a_name), 12345)));
+    // b refuses it (and closes it) while driving its progress.
+    let refused = std::thread::spawn(move || {
+        let (h, _) = read_frame(&mut s);
+        (h.op, h.status)
+    });
+    while !refused.is_finished() {
+        settle(&[a.cq.as_ref(), b.cq.as_ref()], 5);
+    }
+    let (op, status) = refused.join().unwrap();
+    assert_eq!(op, Op::HelloAck);
+    assert!(status.is_some(), "the impostor's hello must be refused");
+    // b's messages still reach the real a.
+    let mut r = [0u8; 4];
+    let riov = iov(&mut r);
+    // SAFETY: `r` outlives the completion awaited below.
+    unsafe {
+        a.ep.recvmsg(&msg(&riov, FiAddr::UNSPEC, 2), OpFlags::empty())
+    }
+    .unwrap();
+    b.ep.inject(b"pong", a_at_b, None).unwrap();
+    let e = next(a.cq.as_ref(), &[b.cq.as_ref()]).unwrap();
+    assert_eq!((e.context, &r), (2, b"pong"));
+}
+
+#[test]
+fn a_hello_whose_address_is_not_the_sockets_is_refused() {
+    let b = side(&rdm_info());
+    let b_name = b.ep.getname().unwrap().socket_addr().unwrap();
+    // From 127.0.0.1, claiming an address of another host.
+    let mut s = TcpStream::connect(b_name).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let claimed: SocketAddr = "192.0.2.200:7000".parse().unwrap();
+    write_frame(&mut s, &Frame::hello(CmHeader::new(Some(claimed), 5)));
+    let refused = std::thread::spawn(move || {
+        let (h, _) = read_frame(&mut s);
+        (h.op, h.status)
+    });
+    while !refused.is_finished() {
+        settle(&[b.cq.as_ref()], 5);
+    }
+    let (op, status) = refused.join().unwrap();
+    assert_eq!(op, Op::HelloAck);
+    assert!(status.is_some(), "a hello from another IP must be refused");
+}
