@@ -472,25 +472,25 @@ fn proto(detail: impl Into<std::borrow::Cow<'static, str>>) -> Error {
     Error::new(ErrorKind::Io, detail)
 }
 
-/// Takes request `id` out of `pending` when `pick` accepts its kind. A
-/// reply of another kind leaves the request where it is: the connection
-/// then fails, and every request still pending ends in an error
-/// completion, this one included (a hostile or broken peer must not make
-/// an operation vanish).
-fn take_pending<T>(
+/// Takes request `id` out of `pending` when `is` accepts its kind. A reply
+/// of another kind leaves the request where it is: the connection then
+/// fails, and every request still pending ends in an error completion,
+/// this one included (a hostile or broken peer must not make an operation
+/// vanish).
+fn take_pending(
     pending: &mut HashMap<u64, Pending>,
     id: u64,
     reply: &str,
-    pick: impl FnOnce(Pending) -> std::result::Result<T, Pending>,
-) -> Result<T> {
-    match pending.remove(&id) {
+    is: impl FnOnce(&Pending) -> bool,
+) -> Result<Pending> {
+    match pending.get(&id) {
+        Some(p) if is(p) => pending
+            .remove(&id)
+            .ok_or_else(|| proto(format!("tcp: {reply} for unknown request {id}"))),
+        Some(_) => Err(proto(format!(
+            "tcp: {reply} for request {id}, which awaits another answer"
+        ))),
         None => Err(proto(format!("tcp: {reply} for unknown request {id}"))),
-        Some(p) => pick(p).map_err(|p| {
-            pending.insert(id, p);
-            proto(format!(
-                "tcp: {reply} for request {id}, which awaits another answer"
-            ))
-        }),
     }
 }
 
@@ -2068,10 +2068,13 @@ impl EpInner {
                     return Err(proto("tcp: Cts without its length"));
                 };
                 let id = f.header.id;
-                let (buf, done, ack) = take_pending(&mut conn.pending, id, "Cts", |p| match p {
-                    Pending::Rndv { buf, done, ack } => Ok((buf, done, ack)),
-                    p => Err(p),
-                })?;
+                let Pending::Rndv { buf, done, ack } =
+                    take_pending(&mut conn.pending, id, "Cts", |p| {
+                        matches!(p, Pending::Rndv { .. })
+                    })?
+                else {
+                    return Err(proto(format!("tcp: Cts for request {id} of another kind")));
+                };
                 if let Some(kind) = f.header.status {
                     self.tx_complete(b, done, Some(&remote(kind, "message")));
                 } else if accept_len > u64_of(buf.len()) {
@@ -2172,11 +2175,15 @@ impl EpInner {
             }
             Op::ReadRsp => {
                 let id = f.header.id;
-                let (buf, len, done) =
-                    take_pending(&mut conn.pending, id, "ReadRsp", |p| match p {
-                        Pending::Read { buf, len, done } => Ok((buf, len, done)),
-                        p => Err(p),
-                    })?;
+                let Pending::Read { buf, len, done } =
+                    take_pending(&mut conn.pending, id, "ReadRsp", |p| {
+                        matches!(p, Pending::Read { .. })
+                    })?
+                else {
+                    return Err(proto(format!(
+                        "tcp: ReadRsp for request {id} of another kind"
+                    )));
+                };
                 if let Some(kind) = f.header.status {
                     self.tx_complete(b, done, Some(&remote(kind, "RMA read")));
                 } else if plen != len {
@@ -2201,11 +2208,15 @@ impl EpInner {
             }
             Op::AtomicRsp => {
                 let id = f.header.id;
-                let (buf, len, done) =
-                    take_pending(&mut conn.pending, id, "AtomicRsp", |p| match p {
-                        Pending::Fetch { buf, len, done } => Ok((buf, len, done)),
-                        p => Err(p),
-                    })?;
+                let Pending::Fetch { buf, len, done } =
+                    take_pending(&mut conn.pending, id, "AtomicRsp", |p| {
+                        matches!(p, Pending::Fetch { .. })
+                    })?
+                else {
+                    return Err(proto(format!(
+                        "tcp: AtomicRsp for request {id} of another kind"
+                    )));
+                };
                 if let Some(kind) = f.header.status {
                     self.tx_complete(b, done, Some(&remote(kind, "atomic operation")));
                 } else if plen != len {
