@@ -265,6 +265,14 @@
 //!   `FI_ECONNRESET`, receives it was pushing fail, its announced messages
 //!   are dropped, and the region files of dead processes are removed (so
 //!   are they when any process opens a shm fabric).
+//! - Liveness holds across PID namespaces (containers sharing
+//!   `/dev/shm`): the owner of a region holds an exclusive `flock(2)` on
+//!   its file for the region's life and records its PID namespace in the
+//!   header. An owner is gone when its lock is free (the kernel drops it
+//!   with the process's last descriptor: exit, crash, `SIGKILL`), or, for
+//!   an owner of our own namespace, when its pid and start time no longer
+//!   name a process; an owner of another namespace is never judged by its
+//!   pid (see `region::proc` and [`region::reclaim_stale`]).
 //! - A full ring or bounce pool gives `FI_EAGAIN` for injects; other
 //!   operations wait in the engine's queue (at most `tx_attr.size`
 //!   outstanding, then `FI_EAGAIN`).
@@ -305,7 +313,7 @@
 //! | offset | size | field | written by |
 //! |---|---|---|---|
 //! | 0 | 8 | magic `b"fabrshm1"` | owner, at creation |
-//! | 8 | 4 | version (2) | owner, at creation |
+//! | 8 | 4 | version (3) | owner, at creation |
 //! | 12 | 4 | header size (512) | owner, at creation |
 //! | 16 | 8 | total size = file length | owner, at creation |
 //! | 24 | 4 | ring slots (power of two) | owner, at creation |
@@ -322,6 +330,7 @@
 //! | 88 | 4 | ready: 1 once initialised (Release) | owner, last |
 //! | 92 | 4 | layout check: FNV-1a of the 11 fields at 0..64, each as a little-endian `u64` | owner, at creation |
 //! | 96 | 4 | wake word: its value means nothing; a `pwrite(2)` here raises inotify `IN_MODIFY` | senders |
+//! | 104 | 8 | owner's PID namespace (inode of `/proc/self/ns/pid`, 0 unknown) | owner, at creation |
 //! | 128 | 8 | ring tail (own cache line) | senders (CAS) |
 //! | 192 | 4 | wait futex word | senders (bump), receiver (waits) |
 //! | 196 | 4 | receiver sleeping: bit 0 on the futex, bit 1 in `poll` on an inotify watch | receiver |

@@ -62,11 +62,20 @@ impl Forged {
         Forged { name, file }
     }
 
-    /// A byte-for-byte copy of a live region.
+    /// A byte-for-byte copy of a live region, whose owner's lock this
+    /// test holds as a live owner does (version 3).
     fn copy_of(region: &Region) -> Forged {
         let f = Forged::empty();
         let bytes = std::fs::read(region.path()).expect("read region");
         f.file.write_all_at(&bytes, 0).expect("write copy");
+        // SAFETY: flock on a descriptor this test owns; no memory passed.
+        let rc = unsafe {
+            libc::flock(
+                std::os::fd::AsRawFd::as_raw_fd(&f.file),
+                libc::LOCK_EX | libc::LOCK_NB,
+            )
+        };
+        assert_eq!(rc, 0, "lock the copy");
         f
     }
 

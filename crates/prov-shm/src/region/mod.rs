@@ -83,8 +83,13 @@ pub const NAME_PREFIX: &str = "fabric-shm-";
 pub const MAGIC: u64 = u64::from_le_bytes(*b"fabrshm1");
 /// The layout and protocol version this library writes and accepts: 2
 /// since the split rendezvous's early `ACK` (flag `HEAD`), which a version 1
-/// peer would not understand.
-pub const VERSION: u32 = 2;
+/// peer would not understand; 3 since the owner holds an exclusive
+/// `flock(2)` on its region file and records its PID namespace
+/// ([`offsets::OWNER_PID_NS`]), so that liveness holds across PID
+/// namespaces, and since receivers pause senders that flood them with
+/// unexpected messages (`PAUSE` / `RESUME`, see the
+/// [crate docs](crate#unexpected-messages)).
+pub const VERSION: u32 = 3;
 /// Size of the header area; the bounce metadata starts right after it.
 pub const HEADER_SIZE: usize = 512;
 /// A cache line on the machines we target.
@@ -153,6 +158,10 @@ pub mod offsets {
     /// it to wake a receiver that blocks in `poll` on an inotify watch of
     /// the file (`IN_MODIFY`), see [`crate::ring::Receiver::announce_poll_sleep`].
     pub const WAKE_WORD: usize = 96;
+    /// `u64`: the inode of the owner's PID namespace (`/proc/self/ns/pid`),
+    /// 0 if unknown: an owner of another namespace is never judged by its
+    /// pid (version 3).
+    pub const OWNER_PID_NS: usize = 104;
     /// `u64`: the ring's tail, the next position producers claim (own line).
     pub const RING_TAIL: usize = 128;
     /// `u32`: the futex word senders bump to wake the receiver.
@@ -524,12 +533,14 @@ impl Region {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                 let owner = read_owner(&path);
-                if owner.is_some_and(|(pid, start)| proc::gone(pid, Some(start), true)) {
+                if owner.as_ref().is_some_and(Owner::gone) {
                     // Left by an owner that died: take the name over once.
                     let _ = std::fs::remove_file(&path);
                     open_new(&path).map_err(|e| create_error(&path, e))?
                 } else {
-                    let by = owner.map_or_else(String::new, |(pid, _)| format!(" by pid {pid}"));
+                    let by = owner
+                        .filter(|o| o.ready)
+                        .map_or_else(String::new, |o| format!(" by pid {}", o.pid));
                     return Err(Error::new(
                         ErrorKind::AddrInUse,
                         format!("shm address fi_shm://{name} is in use{by}"),
@@ -548,6 +559,14 @@ impl Region {
             let _ = std::fs::remove_file(&path);
             e
         };
+        // The owner's lock, before anything else: while it is held, no
+        // process (of any PID namespace) takes the region for stale.
+        proc::lock_owner(&file).map_err(|e| {
+            cleanup(Error::new(
+                ErrorKind::Busy,
+                format!("cannot lock {}: {e}", path.display()),
+            ))
+        })?;
         // The umask can only clear bits; make the mode exactly 0600.
         file.set_permissions(std::fs::Permissions::from_mode(0o600))
             .map_err(|e| cleanup(e.into()))?;
@@ -660,6 +679,7 @@ fn init_region(map: &Mapping, generation: u64) {
     map.u32(offsets::OWNER_UID).store(proc::my_uid(), r);
     map.u64(offsets::OWNER_START_TIME)
         .store(proc::my_start_time(), r);
+    map.u64(offsets::OWNER_PID_NS).store(proc::my_pid_ns(), r);
     map.u64(offsets::ALIVE).store(generation, r);
     let check = layout_check([
         MAGIC,
@@ -710,6 +730,7 @@ pub struct PeerRegion {
     name: String,
     owner_pid: u32,
     owner_start_time: u64,
+    owner_ns: u64,
     generation: u64,
 }
 
@@ -728,6 +749,7 @@ struct Snapshot {
     owner_pid: u32,
     owner_uid: u32,
     owner_start_time: u64,
+    owner_ns: u64,
     alive: u64,
     layout_check: u32,
 }
@@ -756,6 +778,7 @@ impl Snapshot {
             owner_pid: map.u32(offsets::OWNER_PID).load(r),
             owner_uid: map.u32(offsets::OWNER_UID).load(r),
             owner_start_time: map.u64(offsets::OWNER_START_TIME).load(r),
+            owner_ns: map.u64(offsets::OWNER_PID_NS).load(r),
             alive: map.u64(offsets::ALIVE).load(r),
             layout_check: map.u32(offsets::LAYOUT_CHECK).load(r),
         }
@@ -763,7 +786,7 @@ impl Snapshot {
 
     /// Checks everything; the layout returned is recomputed locally and
     /// matches the file length.
-    fn validate(&self, name: &str, file_len: u64) -> Result<Layout> {
+    fn validate(&self, name: &str, file: &File, file_len: u64) -> Result<Layout> {
         let bad = |why: String| Err(Error::inval(format!("region {name} is malformed: {why}")));
         if self.magic != MAGIC {
             return bad(format!("bad magic {:#018x}", self.magic));
@@ -849,7 +872,7 @@ impl Snapshot {
                 format!("region {name} was closed by its owner"),
             ));
         }
-        if proc::gone(self.owner_pid, Some(self.owner_start_time), true) {
+        if proc::owner_gone(file, self.owner_pid, self.owner_start_time, self.owner_ns) {
             return Err(Error::new(
                 ErrorKind::ConnRefused,
                 format!(
@@ -918,13 +941,14 @@ impl PeerRegion {
         let raw = map_file(&file, len as usize)?;
         let probe = Mapping::new(raw, Layout::header_only());
         let snap = Snapshot::read(&probe);
-        let layout = snap.validate(name, len)?;
+        let layout = snap.validate(name, &file, len)?;
         let raw = probe.into_raw();
         Ok(PeerRegion {
             map: Arc::new(Mapping::new(raw, layout).with_file(file)),
             name: name.to_owned(),
             owner_pid: snap.owner_pid,
             owner_start_time: snap.owner_start_time,
+            owner_ns: snap.owner_ns,
             generation: snap.alive,
         })
     }
@@ -959,10 +983,15 @@ impl PeerRegion {
     }
 
     /// Whether the owner still has the region open: `Closed` once it
-    /// dropped it (or the generation changed), `Gone` when its process (pid
-    /// and start time recorded at attach) no longer exists.
+    /// dropped it (or the generation changed), `Gone` when its process no
+    /// longer holds the region's lock, or (an owner of our PID namespace)
+    /// its pid and start time recorded at attach no longer name a process.
     pub fn owner_status(&self) -> OwnerStatus {
-        if proc::gone(self.owner_pid, Some(self.owner_start_time), true) {
+        let gone = match self.map.file() {
+            Some(f) => proc::owner_gone(f, self.owner_pid, self.owner_start_time, self.owner_ns),
+            None => proc::gone(self.owner_pid, Some(self.owner_start_time), true),
+        };
+        if gone {
             OwnerStatus::Gone
         } else if self.map.u64(offsets::ALIVE).load(Ordering::Acquire) != self.generation {
             OwnerStatus::Closed
@@ -972,15 +1001,27 @@ impl PeerRegion {
     }
 }
 
-/// Removes the regions of this user whose owner process is gone, and
-/// returns their names.
+/// Removes the regions of this user whose owner is gone, and returns
+/// their names.
 ///
-/// A file qualifies when its name is `fabric-shm-<our uid>-<pid>-...`, it
-/// is a regular file owned by us, and either the pid in its name no longer
-/// exists, or its header (when initialised) names an owner pid that no
-/// longer exists, is a zombie, or now belongs to a process with another
-/// start time (the pid was reused). Regions of live processes, this one
-/// included, are left alone.
+/// A file qualifies when its name is `fabric-shm-<our uid>-...` and it is
+/// a regular file owned by us, and:
+///
+/// - an initialised region of version 3 or later: nobody holds the
+///   owner's lock on it, or (an owner of our PID namespace, recorded in the
+///   header) its owner pid no longer exists, is a zombie, or now belongs to
+///   a process with another start time (the pid was reused). Owners in
+///   other PID namespaces (containers sharing `/dev/shm`) are judged by the
+///   lock alone, so their live regions stay.
+/// - an initialised region of an older version (no lock): the pid in its
+///   name or its header's owner is gone, as above.
+/// - a file whose header is not initialised (being created, or left by a
+///   creator that died early): nobody holds a lock on it, the pid in its
+///   name is gone here, and it was last changed at least
+///   [`UNREADY_GRACE`] ago (a creator of another PID namespace takes its
+///   lock an instant after creating the file).
+///
+/// Regions of live processes, this one included, are left alone.
 pub fn reclaim_stale() -> Result<Vec<String>> {
     let uid = proc::my_uid();
     let prefix = format!("{NAME_PREFIX}{uid}-");
@@ -1006,12 +1047,21 @@ pub fn reclaim_stale() -> Result<Vec<String>> {
         if !meta.file_type().is_file() || meta.uid() != uid {
             continue;
         }
-        let mut stale = name_pid.is_some_and(|p| proc::gone(p, None, true));
-        if !stale {
-            if let Some((pid, start)) = read_owner(&path) {
-                stale = proc::gone(pid, Some(start), true);
-            }
-        }
+        let Some(owner) = read_owner(&path) else {
+            continue;
+        };
+        let stale = if owner.ready && owner.version >= 3 {
+            owner.gone()
+        } else if owner.ready {
+            name_pid.is_some_and(|p| proc::gone(p, None, true)) || owner.gone()
+        } else {
+            let old = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age >= UNREADY_GRACE);
+            old && name_pid.is_some_and(|p| proc::gone(p, None, true)) && owner.gone()
+        };
         if stale && std::fs::remove_file(&path).is_ok() {
             removed.push(name);
         }
@@ -1019,9 +1069,42 @@ pub fn reclaim_stale() -> Result<Vec<String>> {
     Ok(removed)
 }
 
-/// The owner (pid, start time) of an initialised region file, read with
-/// `pread` (no mapping, so a file truncated meanwhile cannot fault).
-fn read_owner(path: &Path) -> Option<(u32, u64)> {
+/// How long [`reclaim_stale`] leaves a region file with an uninitialised
+/// header alone.
+pub const UNREADY_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// What a region file says about its owner, read with `pread` (no
+/// mapping, so a file truncated meanwhile cannot fault), with the file
+/// open to probe the owner's lock.
+#[derive(Debug)]
+struct Owner {
+    file: File,
+    /// The header is initialised (magic and `ready`); the fields below
+    /// mean something only then.
+    ready: bool,
+    version: u32,
+    pid: u32,
+    start_time: u64,
+    ns: u64,
+}
+
+impl Owner {
+    /// Whether the owner is gone: by its lock (version 3 on, and any file
+    /// that is not initialised) and, for an owner of our PID namespace or
+    /// an older version, by its pid.
+    fn gone(&self) -> bool {
+        if !self.ready {
+            return proc::lock_free(&self.file);
+        }
+        if self.version >= 3 {
+            proc::owner_gone(&self.file, self.pid, self.start_time, self.ns)
+        } else {
+            proc::gone(self.pid, Some(self.start_time), true)
+        }
+    }
+}
+
+fn read_owner(path: &Path) -> Option<Owner> {
     use std::os::unix::fs::FileExt;
     let file = OpenOptions::new()
         .read(true)
@@ -1029,16 +1112,23 @@ fn read_owner(path: &Path) -> Option<(u32, u64)> {
         .open(path)
         .ok()?;
     let mut h = [0u8; 128];
-    file.read_exact_at(&mut h, 0).ok()?;
+    let ok = file.read_exact_at(&mut h, 0).is_ok();
     let u32_at = |o: usize| u32::from_ne_bytes([h[o], h[o + 1], h[o + 2], h[o + 3]]);
     let u64_at = |o: usize| u64::from(u32_at(o)) | u64::from(u32_at(o + 4)) << 32;
-    if u64_at(offsets::MAGIC) != MAGIC || u32_at(offsets::READY) != 1 {
-        return None;
-    }
-    Some((
-        u32_at(offsets::OWNER_PID),
-        u64_at(offsets::OWNER_START_TIME),
-    ))
+    let ready = ok && u64_at(offsets::MAGIC) == MAGIC && u32_at(offsets::READY) == 1;
+    let version = u32_at(offsets::VERSION);
+    Some(Owner {
+        ready,
+        version,
+        pid: u32_at(offsets::OWNER_PID),
+        start_time: u64_at(offsets::OWNER_START_TIME),
+        ns: if version >= 3 {
+            u64_at(offsets::OWNER_PID_NS)
+        } else {
+            0
+        },
+        file,
+    })
 }
 
 #[cfg(test)]

@@ -7,8 +7,25 @@
 //! `kill(pid, 0)` says `ESRCH`, when it is a zombie (dead, not yet reaped:
 //! `kill` still finds it), or when the pid now belongs to a process that
 //! started at another time.
+//!
+//! Pids mean something only inside one PID namespace: containers that
+//! share `/dev/shm` see each other's regions, but `kill(pid, 0)` there asks
+//! about whatever process has that number in *our* namespace. So the owner
+//! of a region also holds an exclusive `flock(2)` on its file for as long
+//! as the region lives ([`lock_owner`]; locks belong to the file, which
+//! every namespace sharing the mount sees the same), and the header records
+//! the owner's PID namespace ([`my_pid_ns`]). A region's owner is gone when
+//! nobody holds that lock any more ([`lock_free`]: the kernel drops it when
+//! the last descriptor closes, at exit, crash or `SIGKILL`), or, while it
+//! is held, when the owner is of our namespace and its pid is gone (a child
+//! that inherited the descriptor across `fork` keeps the lock alive after
+//! the owner died). Owners of another namespace are never judged by pid.
 
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 /// This process's pid.
 pub(crate) fn my_pid() -> u32 {
@@ -32,6 +49,71 @@ pub(crate) fn my_start_time() -> u64 {
             .and_then(|s| parse_stat(&s))
             .map_or(0, |st| st.start_time)
     })
+}
+
+/// The inode of this process's PID namespace (`/proc/self/ns/pid`), or 0
+/// when it cannot be read (then no owner counts as of our namespace).
+pub(crate) fn my_pid_ns() -> u64 {
+    static NS: OnceLock<u64> = OnceLock::new();
+    *NS.get_or_init(|| std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino()))
+}
+
+/// Whether an owner whose header records PID namespace `ns` lives in ours,
+/// so that its pid can be asked about here.
+pub(crate) fn same_pid_ns(ns: u64) -> bool {
+    ns != 0 && ns == my_pid_ns()
+}
+
+/// `flock(2)` on `file`, not blocking: `Ok(())` taken, `Err(errno)` not.
+fn flock(file: &File, how: libc::c_int) -> Result<(), i32> {
+    // SAFETY: flock takes a descriptor we own (borrowed from `file`, open
+    // for the call) and an operation; it touches no memory of ours.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), how | libc::LOCK_NB) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO))
+    }
+}
+
+/// Takes the owner's exclusive lock on a region file just created. Only
+/// a prober holding its shared lock for an instant can be in the way, so
+/// this retries for at most a second (a process that holds a shared lock
+/// longer is refused with the error, never waited for without a bound).
+pub(crate) fn lock_owner(file: &File) -> std::io::Result<()> {
+    let end = Instant::now() + Duration::from_secs(1);
+    loop {
+        match flock(file, libc::LOCK_EX) {
+            Ok(()) => return Ok(()),
+            Err(e) if e == libc::EWOULDBLOCK && Instant::now() < end => {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            Err(e) => return Err(std::io::Error::from_raw_os_error(e)),
+        }
+    }
+}
+
+/// Whether nobody holds the owner's lock on `file` (an open description
+/// of a region file): a shared lock is taken and given back at once.
+/// `false` when it is held, and when the probe fails otherwise (no
+/// verdict: count as held).
+pub(crate) fn lock_free(file: &File) -> bool {
+    match flock(file, libc::LOCK_SH) {
+        Ok(()) => {
+            let _ = flock(file, libc::LOCK_UN);
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// Whether the owner of a region (its file `file`, lock protocol as of
+/// layout version 3) is gone: its lock is free, or it is of our PID
+/// namespace and its process (pid, start time) is gone.
+pub(crate) fn owner_gone(file: &File, pid: u32, start_time: u64, ns: u64) -> bool {
+    lock_free(file) || (same_pid_ns(ns) && gone(pid, Some(start_time), true))
 }
 
 /// The fields of `/proc/<pid>/stat` we use.

@@ -61,6 +61,11 @@ impl Mapping {
         }
     }
 
+    /// The region's file, when kept open.
+    pub(crate) fn file(&self) -> Option<&File> {
+        self.file.as_ref()
+    }
+
     /// Gives the mapping back (to wrap it again with a validated layout).
     pub(crate) fn into_raw(self) -> MmapRaw {
         self.raw
