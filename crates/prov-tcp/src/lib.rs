@@ -324,6 +324,7 @@
 #![warn(missing_docs)]
 
 mod atomic;
+mod backoff;
 mod conn;
 mod domain;
 mod ep;

@@ -11,6 +11,10 @@ use std::time::Duration;
 use fabric_core::kit::objects::Progress;
 use fabric_core::{DomainAttr, Error, ErrorKind, Result};
 use rustix::event::epoll;
+use rustix::time::{
+    Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags, Timespec, timerfd_create,
+    timerfd_gettime, timerfd_settime,
+};
 
 /// Something the engine progresses.
 pub(crate) trait EpProgress: Send + Sync + std::fmt::Debug {
@@ -49,6 +53,9 @@ pub(crate) fn conn_of(token: u64) -> u32 {
     token as u32
 }
 
+/// The epoll token of the engine's timer (no endpoint has this number).
+const TIMER: u64 = u64::MAX;
+
 /// Most events taken from epoll by one progress call.
 const EVENTS: usize = 256;
 
@@ -74,6 +81,9 @@ struct State {
 #[derive(Debug)]
 pub(crate) struct Poller {
     epoll: OwnedFd,
+    /// A one-shot timer in the epoll set ([`TIMER`]): wakes the waiters
+    /// when a resting listener is due back ([`Poller::wake_after`]).
+    timer: OwnedFd,
     state: Mutex<State>,
     tokens: AtomicU64,
     /// Threads inside an [`Progress::arm`]ed wait.
@@ -91,10 +101,14 @@ fn io(e: rustix::io::Errno) -> Error {
     Error::new(ErrorKind::Io, format!("epoll: {e}"))
 }
 
+/// The events of a socket that waits for reading and / or writing. The
+/// peer's half-close (RDHUP) is asked for only with reading: it stays
+/// signalled, so a paused connection watching it would wake its waiter
+/// for ever.
 fn flags(read: bool, write: bool) -> epoll::EventFlags {
-    let mut f = epoll::EventFlags::RDHUP;
+    let mut f = epoll::EventFlags::empty();
     if read {
-        f |= epoll::EventFlags::IN;
+        f |= epoll::EventFlags::IN | epoll::EventFlags::RDHUP;
     }
     if write {
         f |= epoll::EventFlags::OUT;
@@ -105,6 +119,18 @@ fn flags(read: bool, write: bool) -> epoll::EventFlags {
 impl Poller {
     pub(crate) fn new() -> Result<Self> {
         let epoll = epoll::create(epoll::CreateFlags::CLOEXEC).map_err(io)?;
+        let timer = timerfd_create(
+            TimerfdClockId::Monotonic,
+            TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC,
+        )
+        .map_err(io)?;
+        epoll::add(
+            &epoll,
+            &timer,
+            epoll::EventData::new_u64(TIMER),
+            epoll::EventFlags::IN,
+        )
+        .map_err(io)?;
         let state = State {
             eps: Vec::new(),
             ready: Vec::with_capacity(EVENTS),
@@ -112,6 +138,7 @@ impl Poller {
         };
         Ok(Poller {
             epoll,
+            timer,
             state: Mutex::new(state),
             tokens: AtomicU64::new(1),
             waiters: AtomicU32::new(0),
@@ -149,6 +176,37 @@ impl Poller {
             flags(read, write),
         )
         .map_err(io)
+    }
+
+    /// Wakes the engine's waiters in `after` (or sooner, when an earlier
+    /// wake-up is armed already).
+    pub(crate) fn wake_after(&self, after: Duration) {
+        let zero = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        let armed = timerfd_gettime(&self.timer).map(|t| t.it_value);
+        let sooner = armed.is_ok_and(|v| {
+            (v.tv_sec != 0 || v.tv_nsec != 0)
+                && Duration::new(
+                    v.tv_sec.max(0) as u64,
+                    v.tv_nsec.clamp(0, 999_999_999) as u32,
+                ) <= after
+        });
+        if sooner {
+            return;
+        }
+        let value = Timespec {
+            tv_sec: after.as_secs().try_into().unwrap_or(i64::MAX),
+            tv_nsec: after.subsec_nanos().into(),
+        };
+        let spec = Itimerspec {
+            it_interval: zero,
+            it_value: value,
+        };
+        if let Err(e) = timerfd_settime(&self.timer, TimerfdTimerFlags::empty(), &spec) {
+            tracing::debug!(error = %e, "tcp: cannot arm the engine's timer");
+        }
     }
 
     /// Stops watching a socket (it moves to another engine, or busy
@@ -255,7 +313,13 @@ impl Progress for Poller {
         };
         st.ready.clear();
         match epoll::wait(&self.epoll, &mut events[..], Some(&zero)) {
-            Ok((got, _)) => st.ready.extend(got.iter().map(|e| e.data.u64())),
+            Ok((got, _)) => {
+                st.ready.extend(got.iter().map(|e| e.data.u64()));
+                if st.ready.contains(&TIMER) {
+                    // Fired: read it off, or it stays readable.
+                    let _ = rustix::io::read(&self.timer, &mut [0u8; 8]);
+                }
+            }
             Err(rustix::io::Errno::INTR) => {}
             Err(e) => return Err(io(e)),
         }

@@ -2,7 +2,11 @@
 //! raw socket: whatever a peer sends, every operation ends in exactly one
 //! completion, and a stranger cannot take over a live peer's connection.
 
-#![allow(clippy::unwrap_used, clippy::result_large_err)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::result_large_err,
+    clippy::field_reassign_with_default
+)]
 
 mod common;
 
@@ -147,4 +151,70 @@ fn a_hello_whose_address_is_not_the_sockets_is_refused() {
     let (op, status) = refused.join().unwrap();
     assert_eq!(op, Op::HelloAck);
     assert!(status.is_some(), "a hello from another IP must be refused");
+}
+
+/// CPU time (user + system) this process has used.
+fn cpu_time() -> Duration {
+    let mut u = std::mem::MaybeUninit::<libc::rusage>::uninit();
+    // SAFETY: getrusage writes a whole rusage into the pointer on success.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, u.as_mut_ptr()) };
+    assert_eq!(rc, 0);
+    // SAFETY: initialised by the successful call above.
+    let u = unsafe { u.assume_init() };
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+    };
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+/// An RDM answer on 127.0.0.1 whose domain progresses by itself (a
+/// thread), so that a spinning engine shows as CPU time.
+fn auto_info() -> Info {
+    let mut h = Info::default();
+    h.caps = Caps::MSG | Caps::TAGGED;
+    h.mode = Mode::all();
+    h.ep_attr.ep_type = EpType::Rdm;
+    h.domain_attr.data_progress = Progress::Auto;
+    let req = fabric_core::matching::Request {
+        node: Some("127.0.0.1"),
+        flags: GetinfoFlags::SOURCE,
+        hints: Some(&h),
+        ..fabric_core::matching::Request::new(Version::CURRENT)
+    };
+    use fabric_core::objects::Provider;
+    prov_tcp::TcpProvider.getinfo(&req).unwrap().remove(0)
+}
+
+/// Connects to `to` as an RDM peer (the hello names this socket's own
+/// address) and waits for the answer.
+fn hello_to(to: SocketAddr) -> TcpStream {
+    let mut s = TcpStream::connect(to).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let me = s.local_addr().unwrap();
+    write_frame(&mut s, &Frame::hello(CmHeader::new(Some(me), 7)));
+    let (h, _) = read_frame(&mut s);
+    assert_eq!((h.op, h.status), (Op::HelloAck, None));
+    s
+}
+
+#[test]
+fn a_paused_half_closed_connection_costs_no_cpu() {
+    let b = side(&auto_info());
+    let name = b.ep.getname().unwrap().socket_addr().unwrap();
+    let mut s = hello_to(name);
+    // One unexpected tagged message larger than the 8 MiB budget: the
+    // connection is paused with its payload in the socket; then the
+    // sender half-closes.
+    let (h, n) = Frame::tagged(1, 5, 9 << 20).to_bytes();
+    s.write_all(&h[..n]).unwrap();
+    s.write_all(&[0u8; 4096]).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // The progress thread must sleep now: at most a tenth of the second
+    // measured is spent, where a spinning thread spends all of it.
+    let before = cpu_time();
+    std::thread::sleep(Duration::from_secs(1));
+    let used = cpu_time() - before;
+    assert!(used < Duration::from_millis(100), "{used:?} of CPU in 1 s");
+    drop(s);
 }

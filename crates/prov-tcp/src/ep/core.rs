@@ -24,6 +24,7 @@ use fabric_core::{Address, Error, ErrorKind, Info, Mode, OpFlags, Result};
 use super::conns::Conns;
 use super::{Binds, msg_flags};
 use crate::atomic;
+use crate::backoff::AcceptBackoff;
 use crate::conn::{
     Conn, Cur, DIRECT_READ_MIN, Done, Landed, Pending, Phase, Pieces, RecvDone, RecvOp, RndvRecv,
     Sink, Src, TxDone, TxItem, locate,
@@ -448,6 +449,8 @@ pub(crate) struct EpInner {
     /// Busy polling took some connection out of the epoll set: the epoll
     /// path must read it directly (or watch it again).
     pub unwatched: AtomicBool,
+    /// The RDM listener's rest after accept ran out of resources.
+    pub accept_rest: AcceptBackoff,
     pub poller: Arc<Poller>,
     pub mr: Arc<MrTable>,
     pub ep_no: u32,
@@ -549,6 +552,7 @@ impl EpInner {
             tx_waiting: AtomicBool::new(false),
             sent_since_progress: AtomicBool::new(false),
             unwatched: AtomicBool::new(false),
+            accept_rest: AcceptBackoff::default(),
             poller: poller.clone(),
             mr,
             ep_no,
@@ -1771,6 +1775,12 @@ impl EpInner {
                     return Ok(());
                 };
                 if conn.rx.stalled || conn.phase == Phase::Closing {
+                    // Not read now; a reset peer (EPOLLERR and EPOLLHUP,
+                    // which epoll always reports) fails the connection
+                    // instead of waking its waiter for ever.
+                    if let Ok(Some(e)) = conn.sock.take_error() {
+                        return Err(e.into());
+                    }
                     return Ok(());
                 }
                 let rx = &mut conn.rx;
@@ -2742,6 +2752,7 @@ impl EpProgress for EpInner {
         if !mine
             && !self.tx_waiting.load(Ordering::Acquire)
             && !self.unwatched.load(Ordering::Relaxed)
+            && !self.accept_rest.is_paused()
         {
             return Ok(());
         }
@@ -2788,6 +2799,15 @@ impl EpProgress for EpInner {
             } else {
                 // What is already waiting shows at the next epoll_wait.
                 self.watch_conns(st);
+            }
+        }
+        if self.accept_rest.is_paused() {
+            let resumed = st.listener.as_ref().is_some_and(|l| {
+                self.accept_rest
+                    .resume_if_due(&self.poller, l.as_fd(), self.token(0))
+            });
+            if resumed {
+                self.rdm_accept(st)?;
             }
         }
         for t in ready.iter().filter(|t| ep_of(**t) == self.ep_no) {

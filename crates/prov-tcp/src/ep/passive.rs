@@ -17,6 +17,7 @@ use fabric_core::kit::objects::{Eq, EqCore, Progress};
 use fabric_core::objects::{EqEvent, EventQueue, PassiveEndpoint};
 use fabric_core::{Address, Error, ErrorKind, Handle, Info, Result};
 
+use crate::backoff::AcceptBackoff;
 use crate::ep::core::lock;
 use crate::progress::{EpProgress, Poller, conn_of, ep_of, token};
 use crate::sys;
@@ -84,6 +85,8 @@ struct PepInner {
     name: SocketAddr,
     poller: Arc<Poller>,
     ep_no: u32,
+    /// The listener's rest after accept ran out of resources.
+    accept_rest: AcceptBackoff,
     state: Mutex<PepState>,
 }
 
@@ -115,6 +118,7 @@ impl TcpPassiveEndpoint {
             name,
             poller: poller.clone(),
             ep_no,
+            accept_rest: AcceptBackoff::default(),
             state: Mutex::new(PepState::default()),
         });
         let weak: Weak<dyn EpProgress> = Arc::downgrade(&(inner.clone() as Arc<dyn EpProgress>));
@@ -136,6 +140,7 @@ impl PepInner {
         loop {
             match self.listener.accept() {
                 Ok((sock, _)) => {
+                    self.accept_rest.reset();
                     if sock.set_nonblocking(true).is_err() {
                         continue;
                     }
@@ -164,7 +169,18 @@ impl PepInner {
                     );
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) => return,
+                Err(e) => {
+                    // Out of fds and the like: the listener rests (see
+                    // `backoff`), or it would wake every waiter for ever.
+                    if crate::backoff::is_exhaustion(&e) {
+                        self.accept_rest.pause(
+                            &self.poller,
+                            self.listener.as_fd(),
+                            token(self.ep_no, 0),
+                        );
+                    }
+                    return;
+                }
             }
         }
     }
@@ -260,11 +276,20 @@ impl PepInner {
 
 impl EpProgress for PepInner {
     fn progress(&self, ready: &[u64]) -> Result<()> {
-        let mine: Vec<u32> = ready
+        let mut mine: Vec<u32> = ready
             .iter()
             .filter(|t| ep_of(**t) == self.ep_no)
             .map(|t| conn_of(*t))
             .collect();
+        if self.accept_rest.is_paused()
+            && self.accept_rest.resume_if_due(
+                &self.poller,
+                self.listener.as_fd(),
+                token(self.ep_no, 0),
+            )
+        {
+            mine.push(0);
+        }
         if mine.is_empty() {
             return Ok(());
         }

@@ -8,6 +8,7 @@
 //! survivor ([`wire::resolve_simultaneous`]).
 
 use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use fabric_core::objects::FiAddr;
@@ -101,6 +102,7 @@ impl EpInner {
             };
             match listener.accept() {
                 Ok((sock, _)) => {
+                    self.accept_rest.reset();
                     sock.set_nonblocking(true)?;
                     sock.set_nodelay(true)?;
                     self.add_conn(st, Conn::new(sock, false, Phase::AwaitHello, self.limits))?;
@@ -109,8 +111,14 @@ impl EpInner {
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == std::io::ErrorKind::ConnectionAborted => {}
                 Err(e) => {
-                    // Out of fds and the like: keep the endpoint usable.
+                    // Out of fds and the like: keep the endpoint usable,
+                    // and the listener out of epoll for a while (it stays
+                    // readable, and accepting again now fails again).
                     tracing::debug!(error = %e, "tcp: accept failed");
+                    if crate::backoff::is_exhaustion(&e) {
+                        self.accept_rest
+                            .pause(&self.poller, listener.as_fd(), self.token(0));
+                    }
                     return Ok(());
                 }
             }
