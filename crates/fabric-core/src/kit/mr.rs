@@ -27,11 +27,26 @@ pub struct Region {
     pub offset: u64,
 }
 
+/// A key a peer cannot guess from the keys it has seen: the output of
+/// the process's randomly keyed SipHash (std's `RandomState`, seeded by the
+/// operating system) over a counter and the time. Keys the provider
+/// chooses (FI_MR_PROV_KEY) are the only protection of registered memory
+/// from a peer that may talk to the endpoint, so they are not sequential.
+fn unpredictable_key() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    if let Ok(d) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        h.write_u128(d.as_nanos());
+    }
+    h.finish()
+}
+
 /// Keys to regions.
 #[derive(Debug)]
 pub struct MrTable {
     map: RwLock<HashMap<u64, Region>>,
-    next_key: AtomicU64,
     virt_addr: bool,
     prov_key: bool,
 }
@@ -43,14 +58,13 @@ impl MrTable {
     pub fn new(virt_addr: bool, prov_key: bool) -> Self {
         MrTable {
             map: RwLock::new(HashMap::new()),
-            next_key: AtomicU64::new(1),
             virt_addr,
             prov_key,
         }
     }
 
-    /// Registers a region under `requested` (or a fresh key with
-    /// FI_MR_PROV_KEY); `NoKey` if the requested key is taken.
+    /// Registers a region under `requested` (or, with FI_MR_PROV_KEY, a
+    /// fresh unpredictable key); `NoKey` if the requested key is taken.
     pub fn insert(&self, requested: u64, region: Region) -> Result<u64> {
         if region.base.checked_add(region.len).is_none() {
             return Err(Error::inval("memory region wraps around the address space"));
@@ -61,8 +75,8 @@ impl MrTable {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let key = if self.prov_key {
             loop {
-                let k = self.next_key.fetch_add(1, Ordering::Relaxed);
-                if !map.contains_key(&k) {
+                let k = unpredictable_key();
+                if k != 0 && !map.contains_key(&k) {
                     break k;
                 }
             }
@@ -164,6 +178,24 @@ mod tests {
             access,
             offset: 0,
         }
+    }
+
+    #[test]
+    fn provider_keys_are_not_guessable_from_earlier_ones() {
+        let t = MrTable::new(true, true);
+        let keys: Vec<u64> = (0..64)
+            .map(|_| t.insert(0, region(MrAccess::REMOTE_READ)).unwrap())
+            .collect();
+        // Distinct, non-zero, and not a sequence (a run of 64 keys with
+        // a constant step has probability about 2^-64 for random keys).
+        let mut sorted = keys.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), keys.len());
+        assert!(!keys.contains(&0));
+        let step = keys[1].wrapping_sub(keys[0]);
+        assert!(keys.windows(2).any(|w| w[1].wrapping_sub(w[0]) != step));
+        assert!(keys.iter().all(|&k| k > 64), "{keys:?}");
     }
 
     #[test]
