@@ -412,6 +412,16 @@ impl TxItem {
 /// 0.15-0.3 us one-way from 64 B to 4 KiB).
 pub(crate) const FLAT_MAX: usize = 4096;
 
+/// Most frames a connection's transmit queue holds before reading from it
+/// pauses. This side's own operations are at most `tx_attr.size` (1024),
+/// and each of a well-behaved peer's outstanding operations asks for at
+/// most one answer, so only a peer that sends requests and does not read
+/// the answers gets here.
+pub(crate) const TX_ITEMS_MAX: usize = 4096;
+/// Most bytes copied into a connection's staging buffer before reading
+/// from it pauses.
+pub(crate) const TX_STAGE_MAX: usize = 8 << 20;
+
 /// The transmit side of a connection.
 #[derive(Debug)]
 pub(crate) struct Tx {
@@ -436,6 +446,18 @@ impl Tx {
 
     pub(crate) fn len(&self) -> usize {
         self.items.len()
+    }
+
+    /// Whether the queue holds more than a connection may have waiting
+    /// ([`TX_ITEMS_MAX`] frames or [`TX_STAGE_MAX`] copied bytes).
+    pub(crate) fn over_cap(&self) -> bool {
+        self.items.len() >= TX_ITEMS_MAX || self.stage.len() >= TX_STAGE_MAX
+    }
+
+    /// Whether a connection paused by [`Tx::over_cap`] may be read again:
+    /// the queue is down to half.
+    pub(crate) fn may_resume(&self) -> bool {
+        self.items.len() <= TX_ITEMS_MAX / 2 && self.stage.len() < TX_STAGE_MAX / 2
     }
 
     /// A body for `src`, copying transient bytes into the staging buffer.
@@ -860,6 +882,10 @@ pub(crate) struct Rx {
     pub cur: Option<Cur>,
     /// Reading paused (the unexpected budget is spent).
     pub stalled: bool,
+    /// Reading paused: this connection's transmit queue is over its cap
+    /// ([`Tx::over_cap`]), a peer that sends requests and does not read
+    /// the answers.
+    pub tx_full: bool,
     /// The last frame carried a large payload.
     pub last_large: bool,
 }
@@ -933,6 +959,7 @@ impl Conn {
                 len: 0,
                 cur: None,
                 stalled: false,
+                tx_full: false,
                 last_large: false,
             },
             pending: HashMap::new(),

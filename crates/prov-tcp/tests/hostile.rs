@@ -218,3 +218,65 @@ fn a_paused_half_closed_connection_costs_no_cpu() {
     assert!(used < Duration::from_millis(100), "{used:?} of CPU in 1 s");
     drop(s);
 }
+
+/// This process's resident memory.
+fn rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap();
+    kb * 1024
+}
+
+#[test]
+fn a_peer_that_never_reads_its_answers_is_not_read_either() {
+    use fabric_core::objects::RmaIov;
+    let b = side(&auto_info());
+    let name = b.ep.getname().unwrap().socket_addr().unwrap();
+    let before = rss();
+    let mut s = hello_to(name);
+    s.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
+    // RMA reads with a key that names nothing: each is answered with an
+    // error status, which this peer never reads.
+    let bad = [RmaIov {
+        addr: 0,
+        len: 8,
+        key: 0xbad,
+    }];
+    let mut batch = Vec::new();
+    for id in 0..1000u64 {
+        let (h, n) = Frame::read_req(id, &bad).unwrap().to_bytes();
+        batch.extend_from_slice(&h[..n]);
+    }
+    let limit: u64 = 300 << 20;
+    let mut sent = 0u64;
+    let blocked = loop {
+        match s.write_all(&batch) {
+            Ok(()) => sent += batch.len() as u64,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                break true;
+            }
+            Err(e) => panic!("{e}"),
+        }
+        if sent >= limit {
+            break false;
+        }
+    };
+    let grown = rss().saturating_sub(before);
+    assert!(
+        blocked,
+        "the endpoint kept reading: {sent} bytes of requests taken"
+    );
+    assert!(
+        grown < 64 << 20,
+        "RSS grew by {grown} bytes after {sent} bytes sent"
+    );
+    drop(s);
+}

@@ -614,9 +614,10 @@ impl EpInner {
     /// paused, writing while frames wait.
     fn rewatch(&self, c: &Conn, cid: u32) {
         if c.watched {
+            let read = !c.rx.stalled && !c.rx.tx_full;
             let _ = self
                 .poller
-                .interest(c.fd(), self.token(cid), !c.rx.stalled, c.want_write);
+                .interest(c.fd(), self.token(cid), read, c.want_write);
         }
     }
 
@@ -958,6 +959,10 @@ impl EpInner {
         };
         let mut note = WriteNote::default();
         let r = conn.flush(&self.mr, &mut |d| self.on_written(b, d, &mut note));
+        if conn.rx.tx_full && conn.tx.may_resume() {
+            conn.rx.tx_full = false;
+            st.resume.push(cid);
+        }
         let want = conn.connecting || !conn.tx.is_empty();
         if want {
             self.tx_waiting.store(true, Ordering::Release);
@@ -1774,7 +1779,13 @@ impl EpInner {
                 let Some(conn) = st.conns.get_mut(&cid) else {
                     return Ok(());
                 };
-                if conn.rx.stalled || conn.phase == Phase::Closing {
+                if conn.rx.cur.is_none() && !conn.rx.tx_full && conn.tx.over_cap() {
+                    // A peer that does not read its answers: read no more
+                    // of its requests until they drain (`flush_one`).
+                    conn.rx.tx_full = true;
+                    self.rewatch(conn, cid);
+                }
+                if conn.rx.stalled || conn.rx.tx_full || conn.phase == Phase::Closing {
                     // Not read now; a reset peer (EPOLLERR and EPOLLHUP,
                     // which epoll always reports) fails the connection
                     // instead of waking its waiter for ever.
