@@ -91,6 +91,21 @@
 //!   `FI_EAGAIN` once `tx_attr.size` are outstanding. A peer can therefore
 //!   never make an endpoint buffer more than the budget; the price is that
 //!   a paused connection delivers nothing else until its message is taken.
+//! - **Answers a peer does not read.** A connection whose transmit queue
+//!   holds 4096 frames or 8 MiB of copied bytes is not read until the
+//!   queue drains to half: a peer that sends requests (RMA reads, writes
+//!   asking for an acknowledgement) and never reads the answers is paused
+//!   by TCP flow control instead of growing this side's memory. This
+//!   side's own operations are at most `tx_attr.size`, and a well-behaved
+//!   peer's too, so neither ever gets there.
+//! - **Hostile or broken peers.** A hello claiming an address other than
+//!   the socket's peer IP, or the address of a peer with an established
+//!   connection, is refused (connections leave from the endpoint's own
+//!   address); an answer of the wrong kind or length fails the connection
+//!   and every operation still waiting on it ends in an error completion.
+//!   A listener that runs out of descriptors rests out of the epoll set
+//!   (10 ms, doubling to 1 s) instead of being retried in a loop, and a
+//!   paused connection does not watch the peer's half-close.
 //! - **Queues.** At most `tx_attr.size` transmit operations are
 //!   outstanding (started and not completed); the next one returns
 //!   `FI_EAGAIN`. Receives are not limited.
