@@ -228,6 +228,8 @@
 //! | `ATOMIC` | 9 | CQ_DATA | op id | CQ data | - | descriptor, operands, compare values |
 //! | `SPLIT` | 10 | - | op id | transfer id | \[split offset, bytes accepted\] | the receiver's buffer from the split on, (address, length) × 1..4 |
 //! | `PUT_DONE` | 11 | - | transfer id | 0 or errno | - | - |
+//! | `PAUSE` | 12 | - | - | - | - | the receiver's region name |
+//! | `RESUME` | 13 | - | - | - | - | the receiver's region name |
 //!
 //! Flags: TAGGED 1, CQ_DATA 2, ACK_REQ 4, TO_TX 8, PUSH 16, INLINE 32,
 //! HEAD 64 (an `ACK` of a split rendezvous sent once the receiver's part
@@ -279,14 +281,54 @@
 //! - A sender that dies between claiming and committing a slot blocks the
 //!   ring; the engine recovers it after 50 ms
 //!   ([`ring::Receiver::recover`]).
-//! - Unexpected eager messages (each at most the 32 KiB eager limit) are
-//!   buffered without a limit, as are announcements of unexpected
-//!   rendezvous messages (their data stays with the sender); a peer of the
-//!   same user can make an endpoint hold memory this way, as it can by
-//!   writing its region.
+//! - Unexpected messages are kept within a budget, with flow control
+//!   instead of loss (see [Unexpected messages](#unexpected-messages)).
 //! - AV handles are resolved once per endpoint and kept: after
 //!   `fi_av_remove`, an endpoint that already used a handle can still
 //!   reach that peer through it.
+//!
+//! ## Unexpected messages
+//!
+//! A message that matches no posted receive is kept: an eager one with
+//! its bytes (copied out of the ring), a rendezvous one as its
+//! announcement (its data stays with the sender). What they hold counts
+//! against a budget per endpoint: the payload's buffer plus 64 bytes per
+//! entry (an announcement, and remote CQ data kept in `FI_RX_CQ_DATA`
+//! mode, count 64). The numbers are those of tcp's budget, whose reasons
+//! hold here too (a few MiB is plenty for an application that receives
+//! what it is sent, and small next to the 4.3 MiB region):
+//!
+//! - **Budget: 8 MiB.** Once the endpoint keeps more than that, a sender
+//!   that brings another unexpected message while it holds more than its
+//!   **reserve of 256 KiB** is sent `PAUSE`. A paused sender sends no more
+//!   messages to that endpoint: sends wait in its engine's queue (at most
+//!   `tx_attr.size` outstanding, then `FI_EAGAIN`) and injects return
+//!   `FI_EAGAIN`, until the endpoint sends `RESUME`, once receives took
+//!   enough that it keeps at most half the budget, or that sender at most
+//!   half its reserve (so not one `PAUSE` / `RESUME` per message). A
+//!   sender below its reserve is never paused, so one peer that floods
+//!   cannot starve the others; RMA and atomics are not paused.
+//! - **Hard limit: 16 MiB**, for senders that do not honour `PAUSE` (a
+//!   process writing into the ring itself) or have not read it yet (the
+//!   sender's engine sees it on its next progress call): from it on, a
+//!   message that matches no receive is *left in the ring* (a command is
+//!   taken only when it can be kept), and the ring is not read again
+//!   until a receive is posted or receives free budget. Senders then find
+//!   the ring full (back-pressure), every sender's commands wait behind it
+//!   (a peer writing our ring can always do that much), and nothing is
+//!   spun on: progress reports no work, so blocking reads sleep.
+//!
+//! Nothing accepted is dropped: every message taken from the ring is
+//! delivered once a matching receive is posted, in order per sender. The
+//! check is on the unexpected path only (a comparison before keeping a
+//! message); senders read one flag of the peer next to the one they read
+//! anyway. An application that never receives the messages ahead of the
+//! one it waits for can stall a paused sender, as with tcp's budget.
+//! Measured (`tests/unexp_budget.rs`): a process pushing 16 KiB tagged
+//! messages into an endpoint that posts no receives got 1085 (17 MiB)
+//! accepted and the ring full after that; the receiver's RSS grew by
+//! 20 MiB (without the budget: 256 MiB accepted, +263 MiB), and every
+//! message arrived in order once receives were posted.
 //!
 //! ## Progress and locking
 //!

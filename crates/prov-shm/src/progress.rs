@@ -291,7 +291,7 @@ impl Engine {
         if st.announced
             && (idle_now
                 || self.armed.load(Ordering::SeqCst) > 0
-                || st.eps.iter().any(|ep| ep.rx.is_ready()))
+                || st.eps.iter().any(|ep| ep.ring_ready()))
         {
             self.drain_inotify();
         }
@@ -359,9 +359,10 @@ impl Engine {
     /// before sleeping).
     fn queued(&self) -> bool {
         match self.state.try_lock() {
-            Some(st) => st.eps.iter().any(|e| {
-                !e.shared.posted.is_empty() || !e.shared.txq.is_empty() || e.rx.is_ready()
-            }),
+            Some(st) => st
+                .eps
+                .iter()
+                .any(|e| !e.shared.posted.is_empty() || !e.shared.txq.is_empty() || e.ring_ready()),
             None => true,
         }
     }

@@ -47,6 +47,13 @@ pub(crate) mod op {
     /// The sender wrote the tail of a split rendezvous: `tag` = the
     /// receiver's transfer id, `data` = 0 or an errno.
     pub(crate) const PUT_DONE: u16 = 11;
+    /// The receiver holds more unexpected messages from this sender than
+    /// its budget allows: send no more messages until `RESUME`. Payload =
+    /// the receiver's region name (which of the sender's peers it is).
+    pub(crate) const PAUSE: u16 = 12;
+    /// The receiver's unexpected messages were taken: messages may flow
+    /// again. Payload as `PAUSE`.
+    pub(crate) const RESUME: u16 = 13;
 }
 
 /// Command flags.

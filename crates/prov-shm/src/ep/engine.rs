@@ -47,6 +47,24 @@ pub(crate) const SPLIT_BIAS: usize = 4 * 1024;
 /// Spare buffers for unexpected messages kept for reuse.
 const SPARE_BUFS: usize = 64;
 
+/// Bytes of unexpected messages an endpoint keeps before it pauses the
+/// senders that bring more (payloads, plus [`UNEXP_COST`] per entry; the
+/// same budget as tcp's). See the [crate docs](crate#unexpected-messages).
+pub(crate) const UNEXP_BUDGET: usize = 8 << 20;
+
+/// What one unexpected entry counts besides its payload.
+pub(crate) const UNEXP_COST: usize = 64;
+
+/// What a sender may always have kept unexpected, whatever the others
+/// hold: a sender below it is never paused, so one that floods cannot
+/// starve the rest.
+pub(crate) const UNEXP_RESERVE: usize = 256 << 10;
+
+/// The hard limit, for senders that do not honour `PAUSE` (or have not
+/// seen it yet): from it on, a message that matches no receive stays in
+/// the ring until receives take what is kept.
+pub(crate) const UNEXP_HARD: usize = 2 * UNEXP_BUDGET;
+
 /// A rendezvous announcement: where the sender's data is.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Rts {
@@ -65,6 +83,12 @@ pub(crate) struct Unexp {
     pub len: usize,
     pub data: Option<u64>,
     pub kind: UnexpKind,
+    /// Who sent it (peer index and that peer's number, which an index
+    /// reused by another peer does not have) and what it counts against
+    /// the budget.
+    pub peer: u32,
+    pub peer_uid: u64,
+    pub cost: usize,
 }
 
 #[derive(Debug)]
@@ -111,6 +135,12 @@ pub(crate) struct RxPeer {
     pub cma_ok: bool,
     /// Answers that found the peer's ring full, in order.
     pub backlog: VecDeque<Queued>,
+    /// This peer's number (never reused, unlike its index).
+    uid: u64,
+    /// What its unexpected messages count against the budget.
+    unexp: usize,
+    /// It was sent `PAUSE` (and no `RESUME` since).
+    paused: bool,
 }
 
 /// Where pushed data for a transfer goes.
@@ -177,6 +207,17 @@ pub(crate) struct RxState {
     pub stuck_since: Option<Instant>,
     /// `PUT_DONE` notices that found the receiver's ring full.
     pub put_done_backlog: VecDeque<(Arc<super::shared::TxPeer>, crate::ring::Command)>,
+    /// What the unexpected messages count against the budget, in all.
+    unexp_bytes: usize,
+    /// Peers sent `PAUSE` and not `RESUME` yet.
+    paused_peers: usize,
+    /// The ring's head is a message left there (over the hard limit): the
+    /// ring is not read until a receive is posted or the budget has room.
+    ring_held: bool,
+    /// Numbers peers.
+    next_uid: u64,
+    /// `start_ops` stopped at a message for a peer that paused us.
+    pub send_paused: bool,
 }
 
 fn usize_of(v: u64) -> usize {
@@ -208,6 +249,11 @@ impl EpRx {
                 results: Vec::new(),
                 stuck_since: None,
                 put_done_backlog: VecDeque::new(),
+                unexp_bytes: 0,
+                paused_peers: 0,
+                ring_held: false,
+                next_uid: 0,
+                send_paused: false,
             },
         }
     }
@@ -219,11 +265,18 @@ impl EpRx {
     /// blocking read sleep (see [`crate::progress`]).
     pub(crate) fn stalled(&self) -> bool {
         let st = &self.st;
-        !st.pending.is_empty()
-            || !self.shared.txq.is_empty()
+        // Operations behind a message for a peer that paused us wait for
+        // its `RESUME`, which comes through our ring and wakes a sleeper.
+        (!st.send_paused && (!st.pending.is_empty() || !self.shared.txq.is_empty()))
             || !st.pushes.is_empty()
             || st.backlogged > 0
             || !st.put_done_backlog.is_empty()
+    }
+
+    /// Whether the ring holds a command the engine would take now (not one
+    /// left at the head by flow control).
+    pub(crate) fn ring_ready(&self) -> bool {
+        !self.st.ring_held && self.rx.is_ready()
     }
 
     /// Starts the operations handed over (from the call that queued them).
@@ -251,8 +304,20 @@ impl EpRx {
             st.take_post(sh, b, r);
         }
         for _ in 0..RING_BUDGET {
-            match self.rx.try_recv(|m, p| st.on_command(sh, b, m, &p)) {
-                Ok(()) => work = true,
+            if st.ring_held {
+                break;
+            }
+            match self
+                .rx
+                .try_recv_or_keep(|m, p| st.on_command(sh, b, m, &p).then_some(()))
+            {
+                Ok(Some(())) => work = true,
+                Ok(None) => {
+                    // Over the hard limit: the message stays in the ring
+                    // until receives take what is kept.
+                    st.ring_held = true;
+                    break;
+                }
                 Err(e) if e.kind() == ErrorKind::Again => break,
                 Err(e) => {
                     work = true;
@@ -374,7 +439,11 @@ impl RxState {
             no_cma: !sh.cma,
             cma_ok: false,
             backlog: VecDeque::new(),
+            uid: self.next_uid,
+            unexp: 0,
+            paused: false,
         };
+        self.next_uid += 1;
         let idx = match self.peers.iter().position(Option::is_none) {
             Some(i) => {
                 self.peers[i] = Some(peer);
@@ -402,10 +471,23 @@ impl RxState {
         if !peer.backlog.is_empty() {
             self.backlogged = self.backlogged.saturating_sub(1);
         }
-        let from =
-            |u: &Unexpected<Unexp>| matches!(&u.msg.kind, UnexpKind::Rndv(r) if r.peer == pi);
+        if peer.paused {
+            self.paused_peers = self.paused_peers.saturating_sub(1);
+        }
+        // Its announced messages go (their data was with the sender);
+        // messages whose bytes are here stay deliverable.
+        let freed = std::cell::Cell::new(0usize);
+        let from = |u: &Unexpected<Unexp>| {
+            let drop = matches!(&u.msg.kind, UnexpKind::Rndv(r) if r.peer == pi);
+            if drop {
+                freed.set(freed.get() + u.msg.cost);
+            }
+            drop
+        };
         self.msg.drop_unexpected(from);
         self.tagged.drop_unexpected(from);
+        self.unexp_bytes = self.unexp_bytes.saturating_sub(freed.get());
+        self.budget_freed(sh);
         for id in self.xfers.ids_where(|x| x.peer == pi) {
             if let Some(x) = self.xfers.remove(id) {
                 if let XferDest::Recv { op, meta } = x.dest {
@@ -473,17 +555,21 @@ impl RxState {
     // -----------------------------------------------------------------
     // Dispatch.
 
-    fn on_command(&mut self, sh: &EpShared, b: &Binds, m: &Message, p: &Payload<'_>) {
+    /// Handles a command; `false` leaves it in the ring (a message over
+    /// the hard limit of the unexpected budget).
+    fn on_command(&mut self, sh: &EpShared, b: &Binds, m: &Message, p: &Payload<'_>) -> bool {
         let c = &m.cmd;
         if c.flags & !flag::ALL != 0 {
             tracing::debug!(flags = c.flags, "shm: command with unknown flags dropped");
-            return;
+            return true;
         }
         match c.op {
-            op::MSG => self.on_msg(sh, b, m, p),
+            op::MSG => return self.on_msg(sh, b, m, p),
+            op::RTS => return self.on_rts(sh, b, m, p),
+            op::PAUSE => Self::on_flow(sh, m, p, true),
+            op::RESUME => Self::on_flow(sh, m, p, false),
             op::ACK => self.on_ack(sh, b, m, p),
             op::DATA => self.on_data(sh, b, m, p),
-            op::RTS => self.on_rts(sh, b, m, p),
             op::CTS => self.on_cts(sh, m),
             op::SPLIT => self.on_split(sh, b, m, p),
             op::PUT_DONE => self.on_put_done(sh, b, m),
@@ -492,6 +578,95 @@ impl RxState {
             op::READ => self.on_read(sh, b, m, p),
             op::ATOMIC => self.on_atomic(sh, b, m, p),
             other => tracing::debug!(op = other, "shm: command with an unknown op dropped"),
+        }
+        true
+    }
+
+    /// `PAUSE` / `RESUME` from a receiver of ours, which names its region.
+    fn on_flow(sh: &EpShared, m: &Message, p: &Payload<'_>, pause: bool) {
+        let mut raw = [0u8; 128];
+        if p.len() > raw.len() {
+            return tracing::debug!("shm: PAUSE / RESUME with an oversized name dropped");
+        }
+        let n = p.copy_to(&mut raw);
+        match std::str::from_utf8(&raw[..n]) {
+            Ok(name) => sh.flow(name, m.sender_pid, pause),
+            Err(_) => tracing::debug!("shm: PAUSE / RESUME with a name that is not UTF-8"),
+        }
+    }
+
+    // -----------------------------------------------------------------
+    // The unexpected budget.
+
+    /// Whether an unexpected message may be taken in now: below the hard
+    /// limit (a message over it stays in the ring).
+    #[inline]
+    fn unexp_room(&self) -> bool {
+        self.unexp_bytes < UNEXP_HARD
+    }
+
+    /// Counts an unexpected entry of `cost` from peer `pi`, and pauses the
+    /// peer if the budget is used up and it holds more than its reserve.
+    fn charge(&mut self, sh: &EpShared, pi: u32, cost: usize) {
+        self.unexp_bytes = self.unexp_bytes.saturating_add(cost);
+        let over = self.unexp_bytes > UNEXP_BUDGET;
+        let Some(Some(p)) = self.peers.get_mut(pi as usize) else {
+            return;
+        };
+        p.unexp = p.unexp.saturating_add(cost);
+        if over && !p.paused && p.unexp > UNEXP_RESERVE {
+            p.paused = true;
+            self.paused_peers += 1;
+            tracing::debug!(peer = %p.addr, held = p.unexp, "shm: unexpected budget used up; pausing a sender");
+            self.reply(
+                sh,
+                pi,
+                Reply::Flow {
+                    pause: true,
+                    region: &sh.region_name,
+                },
+            );
+        }
+    }
+
+    /// An unexpected entry left the queue (delivered, discarded).
+    fn uncharge(&mut self, sh: &EpShared, u: &Unexp) {
+        self.unexp_bytes = self.unexp_bytes.saturating_sub(u.cost);
+        if let Some(Some(p)) = self.peers.get_mut(u.peer as usize) {
+            if p.uid == u.peer_uid {
+                p.unexp = p.unexp.saturating_sub(u.cost);
+            }
+        }
+        self.budget_freed(sh);
+    }
+
+    /// The budget has room again: the ring is read again, and paused
+    /// peers are resumed once the total is at half the budget or they hold
+    /// at most half their reserve (no `PAUSE` / `RESUME` per message).
+    fn budget_freed(&mut self, sh: &EpShared) {
+        self.ring_held = false;
+        if self.paused_peers == 0 {
+            return;
+        }
+        let low = self.unexp_bytes <= UNEXP_BUDGET / 2;
+        let mut resume = Vec::new();
+        for (i, p) in self.peers.iter_mut().enumerate() {
+            let Some(p) = p else { continue };
+            if p.paused && (low || p.unexp <= UNEXP_RESERVE / 2) {
+                p.paused = false;
+                resume.push(i as u32);
+            }
+        }
+        self.paused_peers -= resume.len().min(self.paused_peers);
+        for pi in resume {
+            self.reply(
+                sh,
+                pi,
+                Reply::Flow {
+                    pause: false,
+                    region: &sh.region_name,
+                },
+            );
         }
     }
 
@@ -530,9 +705,10 @@ impl RxState {
         }
     }
 
-    fn on_msg(&mut self, sh: &EpShared, b: &Binds, m: &Message, p: &Payload<'_>) {
+    fn on_msg(&mut self, sh: &EpShared, b: &Binds, m: &Message, p: &Payload<'_>) -> bool {
         let Some(pi) = self.peer_of(m) else {
-            return Self::unknown_sender(m);
+            Self::unknown_sender(m);
+            return true;
         };
         let c = &m.cmd;
         let tagged = c.flags & flag::TAGGED != 0;
@@ -559,9 +735,14 @@ impl RxState {
                 }
             }
             None => {
+                if !self.unexp_room() {
+                    return false;
+                }
                 let mut v = self.take_buf(m.len);
                 v.resize(m.len, 0);
                 p.copy_to(&mut v);
+                let cost = v.capacity() + UNEXP_COST;
+                let peer_uid = self.peer_uid(pi);
                 self.matcher(tagged).push_unexpected(
                     tag,
                     src,
@@ -572,15 +753,29 @@ impl RxState {
                             bytes: v,
                             ack: ack.map(|id| (pi, id)),
                         },
+                        peer: pi,
+                        peer_uid,
+                        cost,
                     },
                 );
+                self.charge(sh, pi, cost);
             }
+        }
+        true
+    }
+
+    /// The number of peer `pi`.
+    fn peer_uid(&self, pi: u32) -> u64 {
+        match self.peers.get(pi as usize) {
+            Some(Some(p)) => p.uid,
+            _ => u64::MAX,
         }
     }
 
-    fn on_rts(&mut self, sh: &EpShared, b: &Binds, m: &Message, p: &Payload<'_>) {
+    fn on_rts(&mut self, sh: &EpShared, b: &Binds, m: &Message, p: &Payload<'_>) -> bool {
         let Some(pi) = self.peer_of(m) else {
-            return Self::unknown_sender(m);
+            Self::unknown_sender(m);
+            return true;
         };
         let c = &m.cmd;
         let id = c.aux[1];
@@ -600,12 +795,12 @@ impl RxState {
         }) else {
             tracing::debug!("shm: malformed rendezvous request refused");
             self.reply(sh, pi, Reply::ack(id, Some(ErrorKind::Inval)));
-            return;
+            return true;
         };
         if len > sh.info.ep_attr.max_msg_size {
             tracing::debug!(len, "shm: rendezvous request over max_msg_size refused");
             self.reply(sh, pi, Reply::ack(id, Some(ErrorKind::MsgSize)));
-            return;
+            return true;
         }
         let tagged = c.flags & flag::TAGGED != 0;
         let tag = if tagged { c.tag } else { 0 };
@@ -631,16 +826,27 @@ impl RxState {
                 let op = self.carve(posted, len, tagged);
                 self.accept_rts(sh, b, op, meta, rts);
             }
-            None => self.matcher(tagged).push_unexpected(
-                tag,
-                src,
-                Unexp {
-                    len,
-                    data,
-                    kind: UnexpKind::Rndv(rts),
-                },
-            ),
+            None => {
+                if !self.unexp_room() {
+                    return false;
+                }
+                let peer_uid = self.peer_uid(pi);
+                self.matcher(tagged).push_unexpected(
+                    tag,
+                    src,
+                    Unexp {
+                        len,
+                        data,
+                        kind: UnexpKind::Rndv(rts),
+                        peer: pi,
+                        peer_uid,
+                        cost: UNEXP_COST,
+                    },
+                );
+                self.charge(sh, pi, UNEXP_COST);
+            }
         }
+        true
     }
 
     /// Takes an announced message into `op`: pulls it with cross-memory
@@ -1000,6 +1206,8 @@ impl RxState {
 
     /// A receive request from the application.
     fn take_post(&mut self, sh: &EpShared, b: &Binds, r: RxReq) {
+        // A message left in the ring may match this receive.
+        self.ring_held = false;
         match r {
             RxReq::Post {
                 tagged,
@@ -1093,6 +1301,7 @@ impl RxState {
             data: u.msg.data,
             src: u.src,
         };
+        self.uncharge(sh, &u.msg);
         match u.msg.kind {
             UnexpKind::Data { bytes, ack } => {
                 // SAFETY: the receive contract of recvmsg / trecvmsg.
@@ -1122,6 +1331,7 @@ impl RxState {
     /// Drops an unexpected message (FI_DISCARD): its sender is told it
     /// was taken.
     fn discard(&mut self, sh: &EpShared, u: Unexpected<Unexp>) {
+        self.uncharge(sh, &u.msg);
         match u.msg.kind {
             UnexpKind::Data { bytes, ack } => {
                 self.give_buf(bytes);
@@ -1242,7 +1452,7 @@ impl RxState {
 
     /// Remote CQ data of an RMA write or atomic: a completion at the
     /// target (consuming a posted receive in FI_RX_CQ_DATA mode).
-    fn remote_cq_data(&mut self, sh: &EpShared, b: &Binds, data: u64, src: FiAddr) {
+    fn remote_cq_data(&mut self, sh: &EpShared, b: &Binds, pi: u32, data: u64, src: FiAddr) {
         let flags =
             CompletionFlags::RMA | CompletionFlags::REMOTE_WRITE | CompletionFlags::REMOTE_CQ_DATA;
         let mut context = 0;
@@ -1254,6 +1464,9 @@ impl RxState {
                     let _ = self.mrecv_finish(&op);
                 }
                 None => {
+                    // Counted against the budget (its sender's writes are
+                    // not paused: they were applied already).
+                    let peer_uid = self.peer_uid(pi);
                     self.msg.push_unexpected(
                         0,
                         src,
@@ -1261,8 +1474,12 @@ impl RxState {
                             len: 0,
                             data: Some(data),
                             kind: UnexpKind::RmaData,
+                            peer: pi,
+                            peer_uid,
+                            cost: UNEXP_COST,
                         },
                     );
+                    self.charge(sh, pi, UNEXP_COST);
                     return;
                 }
             }
@@ -1348,7 +1565,7 @@ impl RxState {
                     }
                     if let Some(d) = data {
                         let src = self.src_of(b, x.peer, false);
-                        self.remote_cq_data(sh, b, d, src);
+                        self.remote_cq_data(sh, b, x.peer, d, src);
                     }
                 }
             }
@@ -1425,7 +1642,7 @@ impl RxState {
                 }
                 if let Some(v) = data {
                     let src = self.src_of(b, pi, false);
-                    self.remote_cq_data(sh, b, v, src);
+                    self.remote_cq_data(sh, b, pi, v, src);
                 }
                 self.reply(sh, pi, Reply::ack(id, None));
             }
@@ -1602,7 +1819,7 @@ impl RxState {
             }
             if c.flags & flag::CQ_DATA != 0 {
                 let src = self.src_of(b, pi, false);
-                self.remote_cq_data(sh, b, c.data, src);
+                self.remote_cq_data(sh, b, pi, c.data, src);
             }
         } else {
             tracing::debug!(error = ?status, "shm: refused an atomic operation");

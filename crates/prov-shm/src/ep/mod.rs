@@ -163,6 +163,7 @@ impl ShmEndpoint {
         if eager
             && !flags.intersects(OpFlags::FENCE | OpFlags::DELIVERY_COMPLETE)
             && sh.queued.load(Ordering::Acquire) == 0
+            && !peer.paused.load(Ordering::Relaxed)
         {
             let cmd = msg_command(
                 sh.id,
@@ -218,7 +219,9 @@ impl ShmEndpoint {
         let b = sh.bound()?;
         if buf.len() <= INJECT_SIZE && buf.len() <= sh.info.ep_attr.max_msg_size {
             let peer = sh.peer(b, dest)?;
-            if buf.len() <= peer.sender.inline_capacity() && sh.queued.load(Ordering::Acquire) == 0
+            if buf.len() <= peer.sender.inline_capacity()
+                && sh.queued.load(Ordering::Acquire) == 0
+                && !peer.paused.load(Ordering::Relaxed)
             {
                 let cmd = msg_command(sh.id, tagged.then_some(tag), data);
                 return match peer.sender.try_send_inline(&cmd, buf) {

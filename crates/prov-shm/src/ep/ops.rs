@@ -39,6 +39,9 @@ pub(crate) enum Reply<'a> {
         accept: u64,
         iovs: &'a [u8],
     },
+    /// Flow control of unexpected messages: `PAUSE` (`pause`) or
+    /// `RESUME`, naming our region.
+    Flow { pause: bool, region: &'a str },
 }
 
 impl Reply<'_> {
@@ -98,6 +101,14 @@ impl Reply<'_> {
                     ..Command::default()
                 },
                 iovs,
+            ),
+            Reply::Flow { pause, region } => (
+                Command {
+                    op: if pause { op::PAUSE } else { op::RESUME },
+                    src,
+                    ..Command::default()
+                },
+                region.as_bytes(),
             ),
             Reply::Cts { id, xfer, accept } => (
                 Command {
@@ -187,6 +198,7 @@ impl RxState {
     /// finds its target's ring full waits at the head (so order is kept).
     pub(crate) fn start_ops(&mut self, sh: &EpShared, b: &Binds) -> bool {
         let mut work = false;
+        self.send_paused = false;
         loop {
             // (`is_empty` first: an empty `pop` costs a full fence.)
             let Some(req) = self
@@ -206,6 +218,15 @@ impl RxState {
                 sh.outstanding.fetch_sub(1, Ordering::AcqRel);
                 b.tx_failed(&req.done, &peer_gone());
                 continue;
+            }
+            if matches!(req.kind, TxKind::Send { .. }) && req.peer.paused.load(Ordering::Relaxed) {
+                // The peer paused our messages (unexpected-message flow
+                // control): wait for its `RESUME`, which arrives in our
+                // ring and so wakes a sleeper; later operations queue
+                // behind (send-after-send order).
+                self.pending.push_front(req);
+                self.send_paused = true;
+                break;
             }
             match self.start(sh, b, &req) {
                 Ok(()) => {

@@ -105,6 +105,11 @@ pub(crate) struct TxPeer {
     pub choice: Choice,
     /// The peer closed its endpoint or exited: operations fail.
     pub dead: AtomicBool,
+    /// The peer asked us to send no messages until it resumes us (it holds
+    /// too many unexpected messages of ours): messages wait in the
+    /// engine's queue, injects return `FI_EAGAIN`. Set and cleared by our
+    /// engine on the peer's `PAUSE` / `RESUME`.
+    pub paused: AtomicBool,
 }
 
 impl TxPeer {
@@ -324,6 +329,9 @@ pub(crate) struct EpShared {
     pub adaptive: bool,
     pub mr: Arc<MrTable>,
     pub directed: bool,
+    /// The peers by region name (several AV handles may name one), for
+    /// `PAUSE` / `RESUME`, which name the region that sends them.
+    pub by_region: Mutex<HashMap<String, Vec<Weak<TxPeer>>>>,
 }
 
 impl EpShared {
@@ -356,6 +364,7 @@ impl EpShared {
             adaptive: crate::getinfo::cma_min().is_none(),
             mr,
             directed: info.caps.contains(fabric_core::Caps::DIRECTED_RECV),
+            by_region: Mutex::new(HashMap::new()),
         }
     }
 
@@ -405,8 +414,20 @@ impl EpShared {
                     no_cma: AtomicBool::new(false),
                     choice: Choice::default(),
                     dead: AtomicBool::new(false),
+                    paused: AtomicBool::new(false),
                 });
-                self.peers.insert(dest, p)
+                let p = self.peers.insert(dest, p);
+                let mut map = lock(&self.by_region);
+                let list = map.entry(p.region.name().to_owned()).or_default();
+                list.retain(|w| w.strong_count() > 0);
+                if !list
+                    .iter()
+                    .any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&p)))
+                {
+                    list.push(Arc::downgrade(&p));
+                }
+                drop(map);
+                p
             }
         };
         if p.dead.load(Ordering::Relaxed) {
@@ -444,6 +465,22 @@ impl std::ops::Deref for PeerRef<'_> {
         match self {
             PeerRef::Ref(p) => p,
             PeerRef::Owned(p) => p,
+        }
+    }
+}
+
+impl EpShared {
+    /// A `PAUSE` (`pause`) or `RESUME` from the owner (`pid`) of region
+    /// `name`: applies to every peer of ours that is that region.
+    pub(crate) fn flow(&self, name: &str, pid: u32, pause: bool) {
+        let map = lock(&self.by_region);
+        let Some(list) = map.get(name) else {
+            return;
+        };
+        for p in list.iter().filter_map(Weak::upgrade) {
+            if p.pid == pid {
+                p.paused.store(pause, Ordering::Relaxed);
+            }
         }
     }
 }

@@ -495,6 +495,28 @@ impl Receiver {
     /// malformed slot is consumed or repaired, and `f` is not called, so
     /// the next call moves on.
     pub fn try_recv<R>(&mut self, f: impl FnOnce(&Message, Payload<'_>) -> R) -> Result<R> {
+        self.take(|m, p| (f(m, p), false))
+    }
+
+    /// [`try_recv`](Self::try_recv) that may leave the command where it
+    /// is: when `f` returns `None`, the slot (and its bounce buffer) stays
+    /// the ring's head, and the next call sees the same command again
+    /// (flow control: the receiver cannot take it yet, and senders find
+    /// the ring full once it fills up behind it).
+    pub fn try_recv_or_keep<R>(
+        &mut self,
+        f: impl FnOnce(&Message, Payload<'_>) -> Option<R>,
+    ) -> Result<Option<R>> {
+        self.take(|m, p| {
+            let r = f(m, p);
+            let keep = r.is_none();
+            (r, keep)
+        })
+    }
+
+    /// The body of the receive calls: `f` says whether to keep the slot.
+    #[inline(always)]
+    fn take<R>(&mut self, f: impl FnOnce(&Message, Payload<'_>) -> (R, bool)) -> Result<R> {
         let map: &Mapping = &self.map;
         let l = *map.layout();
         let pos = self.head;
@@ -576,12 +598,18 @@ impl Receiver {
         match checked {
             Ok(off) => {
                 map.prefetch(off, len);
-                let _release = Release {
+                let release = Release {
                     map,
                     head,
                     bounce: msg.bounce,
                 };
-                Ok(f(&msg, Payload { map, off, len }))
+                let (r, keep) = f(&msg, Payload { map, off, len });
+                if keep {
+                    // Not consumed: the slot stays committed at the head
+                    // (the guard holds only references; nothing leaks).
+                    std::mem::forget(release);
+                }
+                Ok(r)
             }
             Err(e) => {
                 drop(Release {
