@@ -22,7 +22,7 @@
 //! | symbol | version |
 //! |---|---|
 //! | [`fi_getparams`], [`fi_freeparams`], [`fi_strerror`], [`fi_tostr`], [`fi_version`] | `FABRIC_1.0` |
-//! | [`fi_fabric`] (`-FI_ENOSYS` for now) | `FABRIC_1.1` |
+//! | [`fi_fabric`] | `FABRIC_1.1` |
 //! | [`fi_getinfo`], [`fi_freeinfo`], [`fi_dupinfo`] | `FABRIC_1.3` |
 //! | [`fi_tostr_r`] | `FABRIC_1.4` |
 //! | [`fi_open`] (`-FI_ENOSYS` for now) | `FABRIC_1.5` |
@@ -99,27 +99,32 @@
 //! No panic crosses into C: every exported function runs its body under
 //! `catch_unwind` and returns `-FI_EOTHER` (or NULL) if it panics.
 //!
-//! # Opening objects from C (later)
+//! # Opening objects from C
 //!
 //! The data path of libfabric programs is `static inline` functions of the
 //! headers that call through each object's operation tables
-//! (`ep->msg->send(...)`), so running `fi_pingpong` or fabtests on our
-//! providers takes [`fi_fabric`] plus those tables. The crate is laid out
-//! for it: [`types::Fid`] and friends become `#[repr(C)]` structures
-//! (`struct fid` with `fclass`, `context`, `ops`) embedded first in a Rust
-//! object that owns a `Box<dyn fabric::objects::Fabric>` (domain,
-//! endpoint, ...); static `fi_ops_*` tables hold `extern "C"` trampolines
-//! that recover the object from the `fid` pointer, call the trait method
-//! under the same panic guard and turn `Error::code()` into the return
-//! value; `fi_fabric` then replaces its `-FI_ENOSYS` body, and the
-//! `handle` / `domain` / `fabric` fields already carry such pointers
-//! through `fabric::Handle`. New entry points are added to
-//! `src/symver.rs` and `libfabric.map` with libfabric's versions.
+//! (`ep->msg->send(...)`). [`fi_fabric`] opens the first object; every
+//! other is created by an ops call of its parent, as in libfabric. Each is
+//! a `#[repr(C)]` structure starting with libfabric 1.17's descriptor
+//! (`struct fid_ep`, ...) followed by the Rust object it wraps; the tables
+//! are statics of `extern "C"` trampolines that check the `fid`, call the
+//! trait method under the panic guard and return `Error::code()`. See
+//! [`obj`] for what is implemented: fabric, domain, MR, endpoint (msg and
+//! tagged data path, CM), passive endpoint, CQ (every format, readerr),
+//! AV, EQ; RMA and atomic transfers, counters, wait sets, scalable and
+//! shared contexts answer `-FI_ENOSYS`. Debian's `fi_pingpong` runs on it
+//! (`tests/fi_pingpong.rs`).
+//!
+//! Data operations (`fi_send`, `fi_recv`, `fi_tsend`, `fi_cq_read`, ...)
+//! make one call through the provider's trait object, allocate nothing and
+//! take no lock; the short forms use the endpoint's default flags
+//! (`tx_attr.op_flags` / `rx_attr.op_flags` of the opened endpoint).
 
 mod convert;
 mod getinfo;
 mod mem;
 mod misc;
+pub mod obj;
 mod params;
 mod symver;
 mod tostr;

@@ -58,12 +58,16 @@ pub extern "C" fn fi_version() -> u32 {
 /// `int fi_fabric(struct fi_fabric_attr *attr, struct fid_fabric **fabric,
 /// void *context)` (`fi_fabric@@FABRIC_1.1`).
 ///
-/// Not implemented yet: sets `*fabric` to NULL and returns `-FI_ENOSYS`
-/// (see "Opening objects from C" in the crate documentation).
+/// Opens the fabric of a provider compiled in (`attr->prov_name`, or the
+/// first provider that accepts `attr`), the root of the objects of
+/// [`crate::obj`]; `*fabric` is NULL on failure (`-FI_EINVAL` for NULL
+/// arguments, `-FI_ENOSYS` for a provider not compiled in, or the
+/// provider's error).
 ///
 /// # Safety
 ///
-/// `fabric` is null or writable.
+/// `attr` is null or a valid `fi_fabric_attr`; `fabric` is null or
+/// writable.
 #[cfg_attr(fabric_symver, unsafe(export_name = "fabric_capi_fi_fabric"))]
 #[cfg_attr(not(fabric_symver), unsafe(no_mangle))]
 #[inline(never)]
@@ -73,13 +77,9 @@ pub unsafe extern "C" fn fi_fabric(
     context: *mut c_void,
 ) -> c_int {
     symver!("fi_fabric", "FABRIC_1.1");
-    let _ = (attr, context);
     guard(ErrorKind::Other.code(), || {
-        if !fabric.is_null() {
-            // SAFETY: non-null and writable, per the contract.
-            unsafe { *fabric = ptr::null_mut() };
-        }
-        ErrorKind::NoSys.code()
+        // SAFETY: per the contract.
+        unsafe { crate::obj::fabric::fi_fabric(attr, fabric.cast(), context) }
     })
 }
 

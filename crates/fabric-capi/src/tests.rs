@@ -458,10 +458,13 @@ fn params_list_the_registry_variables() {
 }
 
 #[test]
-fn fabric_is_not_implemented_yet() {
+fn fabric_without_attributes_is_invalid() {
     let mut fabric = 0x10 as *mut crate::types::FidFabric;
     // SAFETY: writable out pointer.
     let ret = unsafe { fi_fabric(ptr::null_mut(), &mut fabric, ptr::null_mut()) };
-    assert_eq!(ret, ErrorKind::NoSys.code());
+    assert_eq!(ret, ErrorKind::Inval.code());
     assert!(fabric.is_null());
+    // SAFETY: NULL out pointer: refused without a write.
+    let ret = unsafe { fi_fabric(ptr::null_mut(), ptr::null_mut(), ptr::null_mut()) };
+    assert_eq!(ret, ErrorKind::Inval.code());
 }

@@ -1,0 +1,444 @@
+//! Event queues (`struct fid_eq`, `struct fi_ops_eq`).
+//!
+//! Events are written as `struct fi_eq_entry` (MR / AV completions) or
+//! `struct fi_eq_cm_entry` (connection events: the `fid` of the endpoint
+//! concerned, for `FI_CONNREQ` a fresh `fi_info` the application frees,
+//! and the peer's private data after it, as far as `len` allows).
+
+use std::ffi::{CString, c_char, c_int, c_void};
+use std::ptr;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use fabric::ErrorKind;
+use fabric::objects::{EqAttr, EqEvent, EventQueue, WaitObj};
+
+use super::fabric::{self as fab, FabricObj, FidFabric};
+use super::{
+    EBUSY, EINVAL, ENOSYS, FiOps, Fid, Refs, class, fi_ops, guard_int, guard_sz, object, put, sz,
+};
+use crate::convert;
+
+/// `struct fi_eq_attr`.
+#[repr(C)]
+pub struct FiEqAttr {
+    /// `size_t size`.
+    pub size: usize,
+    /// `uint64_t flags`.
+    pub flags: u64,
+    /// `enum fi_wait_obj wait_obj`.
+    pub wait_obj: u32,
+    /// `int signaling_vector`.
+    pub signaling_vector: c_int,
+    /// `struct fid_wait *wait_set`.
+    pub wait_set: *mut c_void,
+}
+
+/// `struct fi_eq_entry`.
+#[repr(C)]
+pub struct FiEqEntry {
+    /// `fid_t fid`.
+    pub fid: *mut Fid,
+    /// `void *context`.
+    pub context: *mut c_void,
+    /// `uint64_t data`.
+    pub data: u64,
+}
+
+/// `struct fi_eq_cm_entry` (without its flexible `data` member).
+#[repr(C)]
+pub struct FiEqCmEntry {
+    /// `fid_t fid`.
+    pub fid: *mut Fid,
+    /// `struct fi_info *info`.
+    pub info: *mut crate::types::FiInfo,
+}
+
+/// `struct fi_eq_err_entry`.
+#[repr(C)]
+pub struct FiEqErrEntry {
+    /// `fid_t fid`.
+    pub fid: *mut Fid,
+    /// `void *context`.
+    pub context: *mut c_void,
+    /// `uint64_t data`.
+    pub data: u64,
+    /// `int err`.
+    pub err: c_int,
+    /// `int prov_errno`.
+    pub prov_errno: c_int,
+    /// `void *err_data`.
+    pub err_data: *mut c_void,
+    /// `size_t err_data_size`.
+    pub err_data_size: usize,
+}
+
+/// `struct fi_ops_eq`.
+#[repr(C)]
+pub struct FiOpsEq {
+    /// `size_t size`.
+    pub size: usize,
+    /// `read`.
+    pub read: unsafe extern "C" fn(*mut FidEq, *mut u32, *mut c_void, usize, u64) -> isize,
+    /// `readerr`.
+    pub readerr: unsafe extern "C" fn(*mut FidEq, *mut FiEqErrEntry, u64) -> isize,
+    /// `write`.
+    pub write: unsafe extern "C" fn(*mut FidEq, u32, *const c_void, usize, u64) -> isize,
+    /// `sread`.
+    pub sread: unsafe extern "C" fn(*mut FidEq, *mut u32, *mut c_void, usize, c_int, u64) -> isize,
+    /// `strerror`.
+    pub strerror:
+        unsafe extern "C" fn(*mut FidEq, c_int, *const c_void, *mut c_char, usize) -> *const c_char,
+}
+
+/// `struct fid_eq`.
+#[repr(C)]
+pub struct FidEq {
+    /// `struct fid fid`.
+    pub fid: Fid,
+    /// `struct fi_ops_eq *ops`.
+    pub ops: *mut FiOpsEq,
+}
+
+/// An event queue opened from C.
+#[repr(C)]
+pub struct EqObj {
+    /// The C descriptor.
+    pub c: FidEq,
+    /// The provider's queue.
+    pub inner: Box<dyn EventQueue>,
+    /// The fabric (which counts it).
+    pub fabric: *const FabricObj,
+    /// Endpoints bound to it.
+    pub refs: Refs,
+    /// The text of the last error event read.
+    pub err_text: Mutex<CString>,
+}
+
+static OPS: FiOps = fi_ops!(close);
+
+static EQ_OPS: FiOpsEq = FiOpsEq {
+    size: size_of::<FiOpsEq>(),
+    read,
+    readerr,
+    write,
+    sread,
+    strerror,
+};
+
+/// `FI_CONNREQ`, `FI_CONNECTED`, ... (`enum` of `fi_eq.h`).
+mod event {
+    pub(super) const CONNREQ: u32 = 1;
+    pub(super) const CONNECTED: u32 = 2;
+    pub(super) const SHUTDOWN: u32 = 3;
+    pub(super) const MR_COMPLETE: u32 = 4;
+    pub(super) const AV_COMPLETE: u32 = 5;
+}
+
+/// The EQ behind a `fid` pointer, if it is one of ours.
+///
+/// # Safety
+///
+/// `p` is null or points to a readable `struct fid`.
+pub(crate) unsafe fn get<'a, T>(p: *const T) -> Option<&'a EqObj> {
+    // SAFETY: per the contract.
+    unsafe { object(p.cast(), class::EQ, &OPS) }
+}
+
+/// `fi_ops_fabric.eq_open` (`fi_eq_open`).
+pub(crate) unsafe extern "C" fn open(
+    fabric: *mut FidFabric,
+    attr: *mut FiEqAttr,
+    out: *mut *mut FidEq,
+    context: *mut c_void,
+) -> c_int {
+    guard_int(|| {
+        // SAFETY: null or writable.
+        unsafe { put(out, ptr::null_mut()) };
+        // SAFETY: the application passes a fabric from fi_fabric.
+        let Some(f) = (unsafe { fab::get(fabric) }) else {
+            return EINVAL;
+        };
+        // SAFETY: null or a valid fi_eq_attr.
+        let Some(a) = (unsafe { attr.as_ref() }) else {
+            return EINVAL;
+        };
+        if out.is_null() {
+            return EINVAL;
+        }
+        let Ok(wait_obj) = WaitObj::try_from(a.wait_obj) else {
+            return EINVAL;
+        };
+        let inner = match f.inner.eq(&EqAttr {
+            size: a.size,
+            wait_obj,
+        }) {
+            Ok(e) => e,
+            Err(e) => return e.code(),
+        };
+        f.refs.take();
+        let obj = Box::new(EqObj {
+            c: FidEq {
+                fid: Fid::new(class::EQ, context, &OPS),
+                ops: ptr::from_ref(&EQ_OPS).cast_mut(),
+            },
+            inner,
+            fabric: f,
+            refs: Refs::default(),
+            err_text: Mutex::new(CString::default()),
+        });
+        // SAFETY: non-null and writable.
+        unsafe { *out = Box::into_raw(obj).cast() };
+        0
+    })
+}
+
+unsafe extern "C" fn close(fid: *mut Fid) -> c_int {
+    guard_int(|| {
+        // SAFETY: fi_close's argument is a fid.
+        let Some(e) = (unsafe { get(fid) }) else {
+            return EINVAL;
+        };
+        if e.refs.busy() {
+            return EBUSY;
+        }
+        // SAFETY: the fabric outlives its EQs (its refs count this one).
+        unsafe { (*e.fabric).refs.release() };
+        // SAFETY: ours, from Box::into_raw in `open`; closed once.
+        drop(unsafe { Box::from_raw(fid.cast::<EqObj>()) });
+        0
+    })
+}
+
+/// Writes `ev` to the application's buffer; returns the bytes written.
+///
+/// # Safety
+///
+/// `event` null or writable; `buf` has `len` writable bytes.
+unsafe fn deliver(ev: EqEvent, event: *mut u32, buf: *mut c_void, len: usize) -> isize {
+    let cm = size_of::<FiEqCmEntry>();
+    let (code, written) = match ev {
+        EqEvent::ConnReq { fid, info, data } => {
+            if len < cm {
+                return ErrorKind::TooSmall.code() as isize;
+            }
+            let Ok(i) = convert::info_to_c(&info) else {
+                return ErrorKind::NoMem.code() as isize;
+            };
+            // SAFETY: `len` >= cm writable bytes; the data fits after it.
+            unsafe { write_cm(buf, fid, i, &data, len) };
+            (event::CONNREQ, cm + data.len().min(len - cm))
+        }
+        EqEvent::Connected { fid, data } => {
+            if len < cm {
+                return ErrorKind::TooSmall.code() as isize;
+            }
+            // SAFETY: as above.
+            unsafe { write_cm(buf, fid, ptr::null_mut(), &data, len) };
+            (event::CONNECTED, cm + data.len().min(len - cm))
+        }
+        EqEvent::Shutdown { fid } => {
+            if len < cm {
+                return ErrorKind::TooSmall.code() as isize;
+            }
+            // SAFETY: as above.
+            unsafe { write_cm(buf, fid, ptr::null_mut(), &[], len) };
+            (event::SHUTDOWN, cm)
+        }
+        EqEvent::MrComplete { fid, context } => {
+            // SAFETY: as above.
+            if let Err(code) = unsafe { write_entry(buf, len, fid, context, 0) } {
+                return code;
+            }
+            (event::MR_COMPLETE, size_of::<FiEqEntry>())
+        }
+        EqEvent::AvComplete {
+            fid,
+            context,
+            count,
+        } => {
+            // SAFETY: as above.
+            if let Err(code) = unsafe { write_entry(buf, len, fid, context, count as u64) } {
+                return code;
+            }
+            (event::AV_COMPLETE, size_of::<FiEqEntry>())
+        }
+    };
+    // SAFETY: null or writable.
+    unsafe { put(event, code) };
+    written as isize
+}
+
+/// Writes a `fi_eq_cm_entry` and as much of `data` as fits in `len`.
+///
+/// # Safety
+///
+/// `buf` has `len` >= `size_of::<FiEqCmEntry>()` writable bytes.
+unsafe fn write_cm(
+    buf: *mut c_void,
+    fid: u64,
+    info: *mut crate::types::FiInfo,
+    data: &[u8],
+    len: usize,
+) {
+    let cm = size_of::<FiEqCmEntry>();
+    let e = FiEqCmEntry {
+        fid: fid as usize as *mut Fid,
+        info,
+    };
+    // SAFETY: per the contract.
+    unsafe {
+        buf.cast::<FiEqCmEntry>().write_unaligned(e);
+        let n = data.len().min(len - cm);
+        ptr::copy_nonoverlapping(data.as_ptr(), buf.cast::<u8>().add(cm), n);
+    }
+}
+
+/// Writes a `fi_eq_entry`.
+///
+/// # Safety
+///
+/// `buf` has `len` writable bytes.
+unsafe fn write_entry(
+    buf: *mut c_void,
+    len: usize,
+    fid: u64,
+    context: u64,
+    data: u64,
+) -> Result<(), isize> {
+    if len < size_of::<FiEqEntry>() {
+        return Err(ErrorKind::TooSmall.code() as isize);
+    }
+    let e = FiEqEntry {
+        fid: fid as usize as *mut Fid,
+        context: context as usize as *mut c_void,
+        data,
+    };
+    // SAFETY: per the contract.
+    unsafe { buf.cast::<FiEqEntry>().write_unaligned(e) };
+    Ok(())
+}
+
+/// Takes the next event with `op` and delivers it.
+///
+/// # Safety
+///
+/// As [`deliver`]; `eq` a fid.
+unsafe fn read_with(
+    eq: *mut FidEq,
+    event: *mut u32,
+    buf: *mut c_void,
+    len: usize,
+    flags: u64,
+    op: impl FnOnce(&EqObj) -> fabric::Result<EqEvent>,
+) -> isize {
+    // SAFETY: the application passes an EQ from fi_eq_open.
+    let Some(e) = (unsafe { get(eq) }) else {
+        return EINVAL as isize;
+    };
+    if buf.is_null() {
+        return EINVAL as isize;
+    }
+    if flags != 0 {
+        // FI_PEEK is not supported.
+        return ENOSYS as isize;
+    }
+    match op(e) {
+        // SAFETY: per the contract.
+        Ok(ev) => unsafe { deliver(ev, event, buf, len) },
+        Err(err) => sz(err),
+    }
+}
+
+unsafe extern "C" fn read(
+    eq: *mut FidEq,
+    event: *mut u32,
+    buf: *mut c_void,
+    len: usize,
+    flags: u64,
+) -> isize {
+    // SAFETY: fi_eq_read's arguments.
+    guard_sz(|| unsafe { read_with(eq, event, buf, len, flags, |e| e.inner.read()) })
+}
+
+unsafe extern "C" fn sread(
+    eq: *mut FidEq,
+    event: *mut u32,
+    buf: *mut c_void,
+    len: usize,
+    ms: c_int,
+    flags: u64,
+) -> isize {
+    let timeout = u64::try_from(ms).ok().map(Duration::from_millis);
+    // SAFETY: fi_eq_sread's arguments.
+    guard_sz(|| unsafe { read_with(eq, event, buf, len, flags, |e| e.inner.sread(timeout)) })
+}
+
+unsafe extern "C" fn readerr(eq: *mut FidEq, buf: *mut FiEqErrEntry, _flags: u64) -> isize {
+    guard_sz(|| {
+        // SAFETY: the application passes an EQ from fi_eq_open.
+        let Some(q) = (unsafe { get(eq) }) else {
+            return EINVAL as isize;
+        };
+        if buf.is_null() {
+            return EINVAL as isize;
+        }
+        let e = match q.inner.readerr() {
+            Ok(e) => e,
+            Err(err) => return sz(err),
+        };
+        let mut kept = q.err_text.lock().unwrap_or_else(|p| p.into_inner());
+        *kept = CString::new(e.err_text.replace('\0', " ")).unwrap_or_default();
+        // SAFETY: a writable fi_eq_err_entry.
+        unsafe {
+            let b = &mut *buf;
+            let (user_buf, user_size) = (b.err_data, b.err_data_size);
+            b.fid = e.fid as usize as *mut Fid;
+            b.context = e.context as usize as *mut c_void;
+            b.data = 0;
+            b.err = e.err.errno();
+            b.prov_errno = e.prov_errno;
+            // err_data carries the peer's private data (a rejection's).
+            if user_size > 0 && !user_buf.is_null() {
+                let n = user_size.min(e.data.len());
+                ptr::copy_nonoverlapping(e.data.as_ptr(), user_buf.cast::<u8>(), n);
+                b.err_data_size = n;
+            } else {
+                b.err_data = ptr::null_mut();
+                b.err_data_size = 0;
+            }
+        }
+        size_of::<FiEqErrEntry>() as isize
+    })
+}
+
+unsafe extern "C" fn write(_: *mut FidEq, _: u32, _: *const c_void, _: usize, _: u64) -> isize {
+    ENOSYS as isize
+}
+
+unsafe extern "C" fn strerror(
+    eq: *mut FidEq,
+    _prov_errno: c_int,
+    _err_data: *const c_void,
+    buf: *mut c_char,
+    len: usize,
+) -> *const c_char {
+    crate::guard(c"Unknown error".as_ptr(), || {
+        // SAFETY: the application passes an EQ from fi_eq_open.
+        let Some(q) = (unsafe { get(eq) }) else {
+            return c"Unknown error".as_ptr();
+        };
+        let kept = q.err_text.lock().unwrap_or_else(|p| p.into_inner());
+        if buf.is_null() || len == 0 {
+            return kept.as_ptr();
+        }
+        let bytes = kept.as_bytes();
+        let n = bytes.len().min(len - 1);
+        // SAFETY: `buf` has `len` writable bytes, per fi_eq(3).
+        unsafe {
+            ptr::copy_nonoverlapping(bytes.as_ptr(), buf.cast::<u8>(), n);
+            *buf.add(n) = 0;
+        }
+        buf
+    })
+}
