@@ -422,6 +422,15 @@ pub(crate) const TX_ITEMS_MAX: usize = 4096;
 /// from it pauses.
 pub(crate) const TX_STAGE_MAX: usize = 8 << 20;
 
+/// How long an accepted connection (or a passive endpoint's incoming
+/// one) may take to say hello (send its connection request); then it is
+/// closed.
+pub(crate) const HELLO_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// Most accepted connections of an endpoint that have not said hello yet
+/// (connection requests not yet complete, on a passive endpoint); more
+/// are closed as they come.
+pub(crate) const HELLO_PENDING_MAX: usize = 256;
+
 /// The transmit side of a connection.
 #[derive(Debug)]
 pub(crate) struct Tx {
@@ -436,7 +445,7 @@ impl Tx {
         Tx {
             items: VecDeque::new(),
             stage: Vec::new(),
-            flat: vec![0; MAX_FRAME_HEADER_LEN + FLAT_MAX].into_boxed_slice(),
+            flat: Box::default(),
         }
     }
 
@@ -503,6 +512,11 @@ impl Tx {
             Src::Bytes(b) => b.len(),
             Src::User(p) => p.len(),
         };
+        if self.flat.is_empty() {
+            // Allocated on the first send: a connection that never gets
+            // as far as sending (a silent accepted socket) costs nothing.
+            self.flat = vec![0; MAX_FRAME_HEADER_LEN + FLAT_MAX].into_boxed_slice();
+        }
         let mut head = [0u8; MAX_FRAME_HEADER_LEN];
         let flat = match self.flat.first_chunk_mut::<MAX_FRAME_HEADER_LEN>() {
             Some(h) if body_len <= FLAT_MAX => h,
@@ -912,6 +926,9 @@ pub(crate) enum Phase {
 #[derive(Debug)]
 pub(crate) struct Conn {
     pub sock: TcpStream,
+    /// When the connection was made (an accepted one must say hello
+    /// within [`HELLO_TIMEOUT`]).
+    pub since: std::time::Instant,
     /// The non-blocking TCP connect is still in progress.
     pub connecting: bool,
     pub phase: Phase,
@@ -947,6 +964,7 @@ impl Conn {
     ) -> Self {
         Conn {
             sock,
+            since: std::time::Instant::now(),
             connecting,
             phase,
             peer: None,
@@ -954,7 +972,8 @@ impl Conn {
             tx: Tx::new(),
             rx: Rx {
                 dec: wire::Decoder::new(limits),
-                buf: vec![0u8; RBUF].into_boxed_slice(),
+                // Allocated on the first read (`EpInner::read_conn`).
+                buf: Box::default(),
                 pos: 0,
                 len: 0,
                 cur: None,

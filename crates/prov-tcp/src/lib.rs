@@ -106,6 +106,11 @@
 //!   A listener that runs out of descriptors rests out of the epoll set
 //!   (10 ms, doubling to 1 s) instead of being retried in a loop, and a
 //!   paused connection does not watch the peer's half-close.
+//! - **Silent connections.** An accepted socket gets its buffers (64 KiB
+//!   to read, 4 KiB to write) when it first has something to read or
+//!   send; it must say hello (a passive endpoint's: complete its
+//!   connection request) within 10 s, and at most 256 wait for that at
+//!   once per endpoint: more are closed as they come.
 //! - **Queues.** At most `tx_attr.size` transmit operations are
 //!   outstanding (started and not completed); the next one returns
 //!   `FI_EAGAIN`. Receives are not limited.

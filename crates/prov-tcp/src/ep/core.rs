@@ -381,6 +381,9 @@ pub(crate) struct State {
     resume: Vec<u32>,
     /// Peers whose backlog waits for the peer's connection.
     pub orphans: usize,
+    /// When the oldest accepted connection that has not said hello times
+    /// out ([`crate::conn::HELLO_TIMEOUT`]).
+    pub hello_due: Option<Instant>,
     /// Connections that failed during the current pass.
     pub dead: Vec<(u32, Error)>,
     /// Scratch list of connections to flush.
@@ -407,6 +410,7 @@ impl State {
             budget_stalled: Vec::new(),
             resume: Vec::new(),
             orphans: 0,
+            hello_due: None,
             dead: Vec::new(),
             flush_ids: Vec::new(),
         }
@@ -451,6 +455,9 @@ pub(crate) struct EpInner {
     pub unwatched: AtomicBool,
     /// The RDM listener's rest after accept ran out of resources.
     pub accept_rest: AcceptBackoff,
+    /// Some accepted connection has not said hello yet (`State::hello_due`
+    /// is set).
+    pub hello_waiting: AtomicBool,
     pub poller: Arc<Poller>,
     pub mr: Arc<MrTable>,
     pub ep_no: u32,
@@ -553,6 +560,7 @@ impl EpInner {
             sent_since_progress: AtomicBool::new(false),
             unwatched: AtomicBool::new(false),
             accept_rest: AcceptBackoff::default(),
+            hello_waiting: AtomicBool::new(false),
             poller: poller.clone(),
             mr,
             ep_no,
@@ -1894,6 +1902,11 @@ impl EpInner {
             // next frame is likely large too: read little, so that its
             // payload can go straight to its destination instead of through
             // the read buffer.
+            if rx.buf.is_empty() {
+                // A connection's read buffer exists once it has something
+                // to read: silent sockets cost no buffer.
+                rx.buf = vec![0u8; crate::conn::RBUF].into_boxed_slice();
+            }
             let between = rx.cur.is_none();
             let want = if between && (rx.last_large || !rndv.is_empty()) {
                 SMALL_READ
@@ -2764,6 +2777,7 @@ impl EpProgress for EpInner {
             && !self.tx_waiting.load(Ordering::Acquire)
             && !self.unwatched.load(Ordering::Relaxed)
             && !self.accept_rest.is_paused()
+            && !self.hello_waiting.load(Ordering::Relaxed)
         {
             return Ok(());
         }
@@ -2811,6 +2825,9 @@ impl EpProgress for EpInner {
                 // What is already waiting shows at the next epoll_wait.
                 self.watch_conns(st);
             }
+        }
+        if st.hello_due.is_some_and(|d| Instant::now() >= d) {
+            self.rdm_hello_timeouts(st);
         }
         if self.accept_rest.is_paused() {
             let resumed = st.listener.as_ref().is_some_and(|l| {

@@ -9,15 +9,16 @@
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fabric_core::kit::objects::{Eq, EqCore, Progress};
 use fabric_core::objects::{EqEvent, EventQueue, PassiveEndpoint};
 use fabric_core::{Address, Error, ErrorKind, Handle, Info, Result};
 
 use crate::backoff::AcceptBackoff;
+use crate::conn::{HELLO_PENDING_MAX, HELLO_TIMEOUT};
 use crate::ep::core::lock;
 use crate::progress::{EpProgress, Poller, conn_of, ep_of, token};
 use crate::sys;
@@ -64,6 +65,9 @@ const REQ_MAX: usize = wire::HEADER_LEN + wire::CM_LEN + wire::DEFAULT_MAX_PRIVA
 #[derive(Debug)]
 struct Incoming {
     sock: TcpStream,
+    /// When it was accepted: its request must be complete within
+    /// [`HELLO_TIMEOUT`].
+    since: Instant,
     dec: Decoder,
     frame: Option<Frame>,
     private: Vec<u8>,
@@ -75,6 +79,8 @@ struct PepState {
     listening: bool,
     incoming: HashMap<u32, Incoming>,
     next: u32,
+    /// When the oldest incoming connection times out.
+    due: Option<Instant>,
 }
 
 #[derive(Debug)]
@@ -87,6 +93,8 @@ struct PepInner {
     ep_no: u32,
     /// The listener's rest after accept ran out of resources.
     accept_rest: AcceptBackoff,
+    /// Some incoming connection's request is not complete yet.
+    waiting: AtomicBool,
     state: Mutex<PepState>,
 }
 
@@ -119,6 +127,7 @@ impl TcpPassiveEndpoint {
             poller: poller.clone(),
             ep_no,
             accept_rest: AcceptBackoff::default(),
+            waiting: AtomicBool::new(false),
             state: Mutex::new(PepState::default()),
         });
         let weak: Weak<dyn EpProgress> = Arc::downgrade(&(inner.clone() as Arc<dyn EpProgress>));
@@ -141,6 +150,12 @@ impl PepInner {
             match self.listener.accept() {
                 Ok((sock, _)) => {
                     self.accept_rest.reset();
+                    if st.incoming.len() >= HELLO_PENDING_MAX {
+                        tracing::debug!(
+                            "tcp: too many incomplete connection requests; closing a new one"
+                        );
+                        continue;
+                    }
                     if sock.set_nonblocking(true).is_err() {
                         continue;
                     }
@@ -162,11 +177,17 @@ impl PepInner {
                         id,
                         Incoming {
                             sock,
+                            since: Instant::now(),
                             dec: Decoder::new(limits),
                             frame: None,
                             private: Vec::new(),
                         },
                     );
+                    if st.due.is_none() {
+                        st.due = Some(Instant::now() + HELLO_TIMEOUT);
+                        self.waiting.store(true, Ordering::Relaxed);
+                        self.poller.wake_after(HELLO_TIMEOUT);
+                    }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => {
@@ -182,6 +203,33 @@ impl PepInner {
                     return;
                 }
             }
+        }
+    }
+
+    /// Closes the incoming connections whose request did not complete
+    /// within [`HELLO_TIMEOUT`], and arms the next check.
+    fn time_out(&self, st: &mut PepState) {
+        let now = Instant::now();
+        let late: Vec<u32> = st
+            .incoming
+            .iter()
+            .filter(|(_, inc)| inc.since + HELLO_TIMEOUT <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in late {
+            if let Some(inc) = st.incoming.remove(&id) {
+                tracing::debug!("tcp: a connection request did not complete within 10 s");
+                let _ = self.poller.remove(inc.sock.as_fd());
+            }
+        }
+        st.due = st
+            .incoming
+            .values()
+            .map(|inc| inc.since + HELLO_TIMEOUT)
+            .min();
+        self.waiting.store(st.due.is_some(), Ordering::Relaxed);
+        if let Some(d) = st.due {
+            self.poller.wake_after(d - now);
         }
     }
 
@@ -290,10 +338,13 @@ impl EpProgress for PepInner {
         {
             mine.push(0);
         }
-        if mine.is_empty() {
+        if mine.is_empty() && !self.waiting.load(Ordering::Relaxed) {
             return Ok(());
         }
         let mut st = lock(&self.state);
+        if st.due.is_some_and(|d| Instant::now() >= d) {
+            self.time_out(&mut st);
+        }
         if !st.listening || st.eq.is_none() {
             return Ok(());
         }

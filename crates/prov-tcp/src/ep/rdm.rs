@@ -9,6 +9,7 @@
 
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsFd;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use fabric_core::objects::FiAddr;
@@ -16,7 +17,7 @@ use fabric_core::{Error, ErrorKind, Result};
 
 use super::Binds;
 use super::core::{EpInner, Kind, State};
-use crate::conn::{Conn, Done, Phase, Src};
+use crate::conn::{Conn, Done, HELLO_PENDING_MAX, HELLO_TIMEOUT, Phase, Src};
 use crate::wire::{self, CmHeader, ConnKey, Ext, Frame, Simultaneous};
 
 /// How long a backlog waits for the peer's connection after this side's
@@ -103,9 +104,25 @@ impl EpInner {
             match listener.accept() {
                 Ok((sock, _)) => {
                     self.accept_rest.reset();
+                    let waiting = st
+                        .conns
+                        .iter()
+                        .filter(|(_, c)| c.phase == Phase::AwaitHello)
+                        .count();
+                    if waiting >= HELLO_PENDING_MAX {
+                        tracing::debug!(
+                            "tcp: {waiting} connections await their hello; closing a new one"
+                        );
+                        continue;
+                    }
                     sock.set_nonblocking(true)?;
                     sock.set_nodelay(true)?;
                     self.add_conn(st, Conn::new(sock, false, Phase::AwaitHello, self.limits))?;
+                    if st.hello_due.is_none() {
+                        st.hello_due = Some(Instant::now() + HELLO_TIMEOUT);
+                        self.hello_waiting.store(true, Ordering::Relaxed);
+                        self.poller.wake_after(HELLO_TIMEOUT);
+                    }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -122,6 +139,32 @@ impl EpInner {
                     return Ok(());
                 }
             }
+        }
+    }
+
+    /// Closes the accepted connections that did not say hello within
+    /// [`HELLO_TIMEOUT`], and arms the next check.
+    pub(crate) fn rdm_hello_timeouts(&self, st: &mut State) {
+        let now = Instant::now();
+        let mut next: Option<Instant> = None;
+        for (cid, c) in st.conns.iter() {
+            if c.phase != Phase::AwaitHello {
+                continue;
+            }
+            let due = c.since + HELLO_TIMEOUT;
+            if due <= now {
+                st.dead.push((
+                    cid,
+                    Error::new(ErrorKind::TimedOut, "tcp: no hello within 10 s"),
+                ));
+            } else if next.is_none_or(|n| due < n) {
+                next = Some(due);
+            }
+        }
+        st.hello_due = next;
+        self.hello_waiting.store(next.is_some(), Ordering::Relaxed);
+        if let Some(n) = next {
+            self.poller.wake_after(n - now);
         }
     }
 
