@@ -274,7 +274,10 @@
 //!   with the process's last descriptor: exit, crash, `SIGKILL`), or, for
 //!   an owner of our own namespace, when its pid and start time no longer
 //!   name a process; an owner of another namespace is never judged by its
-//!   pid (see `region::proc` and [`region::reclaim_stale`]).
+//!   pid (see `region::proc` and [`region::reclaim_stale`]). Nor is
+//!   cross-memory attach used with a peer of another namespace (its pid
+//!   names another process here, or none): large messages and RMA go
+//!   through the bounce buffers.
 //! - A full ring or bounce pool gives `FI_EAGAIN` for injects; other
 //!   operations wait in the engine's queue (at most `tx_attr.size`
 //!   outstanding, then `FI_EAGAIN`).

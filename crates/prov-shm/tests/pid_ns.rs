@@ -9,16 +9,23 @@
 //! The test binary re-runs itself as the owner: `<this exe> --exact child
 //! --ignored` with the role in an environment variable.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::field_reassign_with_default
+)]
 
-use std::io::{BufRead, BufReader};
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
-use fabric_core::objects::Provider;
-use fabric_core::{ErrorKind, FabricAttr};
+use common::{Side, info, insert, next, side};
+use fabric_core::objects::{FiAddr, IoVec, Msg, Provider};
+use fabric_core::{ErrorKind, FabricAttr, OpFlags};
 use prov_shm::ShmProvider;
 use prov_shm::region::{self, OwnerStatus, PeerRegion, Region, RegionConfig};
 
@@ -37,11 +44,89 @@ fn child() {
     let Ok(role) = std::env::var(ROLE) else {
         return;
     };
+    if role == "talk" {
+        return child_talk();
+    }
     assert_eq!(role, "hold", "unknown role");
     let mine = Region::create(&RegionConfig::default()).expect("region");
     println!("@@pid {}", std::process::id());
     println!("@@name {}", mine.name());
     std::thread::sleep(LIMIT * 2);
+}
+
+/// Bytes of the messages the two namespaces exchange: above the CMA limit
+/// (256 KiB), where same-namespace peers use cross-memory attach.
+const BIG: usize = 1 << 20;
+
+/// Messages each way: more than the runs (8 each) in which a sender tries
+/// both copies of a large message before it chooses.
+const ROUNDS: usize = 24;
+
+fn pattern(seed: u8) -> Vec<u8> {
+    (0..BIG)
+        .map(|i| (i as u8).wrapping_mul(7).wrapping_add(seed))
+        .collect()
+}
+
+/// Sends `data` to `to` with `tag` and receives `BIG` bytes with `tag_in`
+/// into a buffer it returns, both completed.
+fn exchange(s: &Side, to: FiAddr, data: &[u8], tag: u64, tag_in: u64) -> Vec<u8> {
+    let mut buf = vec![0u8; BIG];
+    let riov = [IoVec {
+        addr: buf.as_mut_ptr(),
+        len: buf.len(),
+    }];
+    let siov = [IoVec {
+        addr: data.as_ptr().cast_mut(),
+        len: data.len(),
+    }];
+    let m = |iov, addr, tag, context| Msg {
+        iov,
+        desc: &[],
+        addr,
+        tag,
+        ignore: 0,
+        context,
+        data: 0,
+    };
+    // SAFETY: both buffers outlive the two completions read below.
+    unsafe {
+        s.ep.trecvmsg(&m(&riov, FiAddr::UNSPEC, tag_in, 1), OpFlags::empty())
+            .unwrap();
+        s.ep.tsendmsg(&m(&siov, to, tag, 2), OpFlags::empty())
+            .unwrap();
+    }
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let e = next(s.cq.as_ref(), &[s.cq.as_ref()])
+            .unwrap_or_else(|e| panic!("exchange across PID namespaces failed: {e:?}"));
+        seen.push(e.context);
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, [1, 2]);
+    buf
+}
+
+/// The other namespace's endpoint: says its name, learns the parent's,
+/// and exchanges one 1 MiB message each way.
+fn child_talk() {
+    let me = side(&info());
+    println!("@@name {}", me.ep.getname().unwrap());
+    std::io::stdout().flush().unwrap();
+    let mut parent = String::new();
+    std::io::stdin().read_line(&mut parent).unwrap();
+    let to = insert(&me, &fabric_core::Address::Str(parent.trim().to_owned()));
+    for round in 0..ROUNDS {
+        let got = exchange(&me, to, &pattern(2), 1, 2);
+        assert!(
+            got == pattern(1),
+            "the child received corrupted bytes in round {round}"
+        );
+    }
+    println!("@@ok");
+    std::io::stdout().flush().unwrap();
+    let mut rest = String::new();
+    let _ = std::io::stdin().read_line(&mut rest);
 }
 
 /// What keeps the test from running here, if anything.
@@ -68,7 +153,7 @@ struct Owner {
 }
 
 impl Owner {
-    fn spawn() -> Owner {
+    fn spawn(role: &str) -> Owner {
         let exe = std::env::current_exe().expect("current_exe");
         let mut child = Command::new("unshare")
             .args(["--pid", "--fork", "--mount-proc", "--kill-child"])
@@ -80,8 +165,8 @@ impl Owner {
                 "--nocapture",
                 "--test-threads=1",
             ])
-            .env(ROLE, "hold")
-            .stdin(Stdio::null())
+            .env(ROLE, role)
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -125,7 +210,7 @@ fn live_owner_in_another_pid_namespace_keeps_its_region() {
         eprintln!("pid_ns: SKIPPED, missing {what}");
         return;
     }
-    let mut owner = Owner::spawn();
+    let mut owner = Owner::spawn("hold");
     let pid_line = owner.line();
     let inner: u32 = pid_line
         .strip_prefix("pid ")
@@ -178,4 +263,37 @@ fn live_owner_in_another_pid_namespace_keeps_its_region() {
         matches!(e.kind(), ErrorKind::NoEnt | ErrorKind::ConnRefused),
         "{e:?}"
     );
+}
+
+#[test]
+fn messages_cross_pid_namespaces_intact() {
+    if let Some(what) = missing() {
+        let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+        assert!(!ci, "pid_ns: cannot run under CI=true: missing {what}");
+        eprintln!("pid_ns: SKIPPED, missing {what}");
+        return;
+    }
+    let me = side(&info());
+    let mut kid = Owner::spawn("talk");
+    let name = kid
+        .line()
+        .strip_prefix("name ")
+        .expect("name line")
+        .to_owned();
+    let to = insert(&me, &fabric_core::Address::Str(name));
+    let mut stdin = kid.child.stdin.take().expect("stdin");
+    writeln!(stdin, "{}", me.ep.getname().unwrap()).unwrap();
+    stdin.flush().unwrap();
+    // Their pids mean nothing to each other: the 1 MiB messages (which
+    // same-namespace peers copy by cross-memory attach) must go through
+    // the bounce buffers, intact, both ways.
+    for round in 0..ROUNDS {
+        let got = exchange(&me, to, &pattern(1), 2, 1);
+        assert!(
+            got == pattern(2),
+            "the parent received corrupted bytes in round {round}"
+        );
+    }
+    assert_eq!(kid.line(), "ok");
+    drop(stdin);
 }

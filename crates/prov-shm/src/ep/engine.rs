@@ -429,6 +429,7 @@ impl RxState {
             // reusing the pid. Whatever the old one left is void.
             self.drop_peer(sh, b, old);
         }
+        let local = region.same_pid_ns();
         let peer = RxPeer {
             sender: region.sender(),
             pid: region.owner_pid(),
@@ -436,7 +437,9 @@ impl RxState {
             region,
             fi: FiAddr::NOTAVAIL,
             fi_misses: 0,
-            no_cma: !sh.cma,
+            // Cross-memory attach names the peer by pid, which means
+            // something only within its PID namespace.
+            no_cma: !sh.cma || !local,
             cma_ok: false,
             backlog: VecDeque::new(),
             uid: self.next_uid,
@@ -1033,7 +1036,7 @@ impl RxState {
                         .is_some_and(|t| usize_of(t) == accept - split) =>
             {
                 let src = op.buf.sub(split, accept - split);
-                if sh.cma {
+                if sh.cma && !op.peer.no_cma.load(std::sync::atomic::Ordering::Relaxed) {
                     // SAFETY: our message buffer, readable until the
                     // operation completes (the send contract); the remote
                     // ranges are the receiver's, interpreted by the kernel.

@@ -406,12 +406,15 @@ impl EpShared {
                 let addr = av.lookup(dest)?;
                 let name = region_of(&addr)?;
                 let region = attach(name)?;
+                let local = region.same_pid_ns();
                 let p = Arc::new(TxPeer {
                     sender: region.sender(),
                     pid: region.owner_pid(),
                     region,
                     hello: AtomicU8::new(HELLO_NONE),
-                    no_cma: AtomicBool::new(false),
+                    // A pid of another PID namespace names some other
+                    // process here: never cross-memory attach to it.
+                    no_cma: AtomicBool::new(!local),
                     choice: Choice::default(),
                     dead: AtomicBool::new(false),
                     paused: AtomicBool::new(false),

@@ -968,6 +968,14 @@ impl PeerRegion {
         self.owner_pid
     }
 
+    /// Whether the owner is of this process's PID namespace (as its header
+    /// recorded): only then does its pid name it here, for cross-memory
+    /// attach (a pid of another namespace names some other process here,
+    /// or none).
+    pub fn same_pid_ns(&self) -> bool {
+        proc::same_pid_ns(self.owner_ns)
+    }
+
     /// A sender into this region. Senders are cheap to clone and can be
     /// used from many threads at once.
     pub fn sender(&self) -> Sender {

@@ -52,16 +52,18 @@ pub(crate) fn my_start_time() -> u64 {
 }
 
 /// The inode of this process's PID namespace (`/proc/self/ns/pid`), or 0
-/// when it cannot be read (then no owner counts as of our namespace).
+/// when it cannot be read.
 pub(crate) fn my_pid_ns() -> u64 {
     static NS: OnceLock<u64> = OnceLock::new();
     *NS.get_or_init(|| std::fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino()))
 }
 
 /// Whether an owner whose header records PID namespace `ns` lives in ours,
-/// so that its pid can be asked about here.
+/// so that its pid can be asked about here. Two processes that both could
+/// not read their namespace (no `/proc`) count as of one namespace, as
+/// every process did before namespaces were recorded.
 pub(crate) fn same_pid_ns(ns: u64) -> bool {
-    ns != 0 && ns == my_pid_ns()
+    ns == my_pid_ns()
 }
 
 /// `flock(2)` on `file`, not blocking: `Ok(())` taken, `Err(errno)` not.
