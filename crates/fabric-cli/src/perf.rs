@@ -480,6 +480,10 @@ fn connect_msg(ctl: &mut Control, info: Info, server: IpAddr) -> fabric::Result<
     Ok(side)
 }
 
+/// The longest line the control connection takes (options and
+/// addresses fit in far less).
+const CONTROL_LINE_MAX: usize = 64 * 1024;
+
 /// The control connection: one text line per message.
 pub(crate) struct Control {
     reader: BufReader<TcpStream>,
@@ -500,16 +504,25 @@ impl Control {
         writeln!(self.writer, "{line}").map_err(io_err("control connection"))
     }
 
+    /// The next line; at most [`CONTROL_LINE_MAX`] bytes are read for it
+    /// (a peer sending an endless line gets an error, not this side's
+    /// memory).
     pub(crate) fn recv(&mut self) -> fabric::Result<String> {
         let mut line = String::new();
-        let n = self
-            .reader
+        let n = (&mut self.reader)
+            .take(CONTROL_LINE_MAX as u64 + 1)
             .read_line(&mut line)
             .map_err(io_err("control connection"))?;
         if n == 0 {
             return Err(Error::new(
                 ErrorKind::ConnReset,
                 "the peer closed the control connection",
+            ));
+        }
+        if !line.ends_with('\n') && n > CONTROL_LINE_MAX {
+            return Err(Error::new(
+                ErrorKind::MsgSize,
+                format!("the peer sent a control line longer than {CONTROL_LINE_MAX} bytes"),
             ));
         }
         Ok(line.trim_end().to_string())
@@ -975,6 +988,25 @@ pub(crate) fn finish(tool: &str, r: fabric::Result<()>) -> crate::Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_control_line_without_end_is_refused_not_buffered() {
+        use std::io::Write;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let writer = std::thread::spawn(move || {
+            let mut s = TcpStream::connect(addr).unwrap();
+            // 1 MiB without a newline, then a normal line.
+            let _ = s.write_all(&vec![b'x'; 1 << 20]);
+            let _ = s.write_all(b"\nfine\n");
+        });
+        let (s, _) = l.accept().unwrap();
+        let mut c = Control::new(s).unwrap();
+        let e = c.recv().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::MsgSize, "{e}");
+        drop(c);
+        let _ = writer.join();
+    }
 
     #[test]
     fn message_buffers_start_on_a_page_and_are_filled() {
