@@ -1,0 +1,44 @@
+//! `c/objects.c` on Debian's libfabric and on this library: what
+//! `fi_pingpong` does not exercise (two tcp RDM endpoints of one process,
+//! contexts and fields of `FI_CQ_FORMAT_TAGGED` entries, a cancelled and a
+//! truncated receive read with `fi_cq_readerr`, `fi_close` refusing objects
+//! in use with `-FI_EBUSY`, then closing in order). The
+//! program is built once against libfabric-dev's headers; both runs must
+//! pass its checks and print the same lines. Refusals Debian's libfabric
+//! mishandles (closing a domain with endpoints or a bound CQ frees part of
+//! it there) are checked on this library only (`ours`), as are NULL arguments, most of which
+//! Debian's libfabric dereferences.
+
+mod common;
+
+use common::Stage;
+
+const TEST: &str = "objects";
+const SOURCE: &str = include_str!("c/objects.c");
+
+#[test]
+fn objects_behave_as_on_debian_libfabric() {
+    let Some(stage) = Stage::new(TEST, true) else {
+        return;
+    };
+    if common::system_libfabric().is_none() {
+        common::skip(
+            TEST,
+            "Debian's libfabric.so / libfabric.so.1 are not installed (apt-get install libfabric-dev)",
+        );
+        return;
+    }
+    let exe = stage.compile_system("objects", SOURCE);
+    let debian = stage.run_on(&exe, &[], false);
+    common::assert_ok("objects on Debian's libfabric", &debian);
+    let ours = stage.run_on(&exe, &[], true);
+    common::assert_ok("objects on this library", &ours);
+    assert_eq!(
+        common::text(&ours.stdout),
+        common::text(&debian.stdout),
+        "the two runs print different results"
+    );
+    let more = stage.run_on(&exe, &["ours"], true);
+    common::assert_ok("objects ours on this library", &more);
+    assert!(common::text(&more.stdout).contains("null arguments refused"));
+}
