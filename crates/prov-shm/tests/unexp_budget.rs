@@ -59,6 +59,15 @@ fn rss() -> usize {
     kb * 1024
 }
 
+/// CPU time (user + system) this process has used, in clock ticks.
+fn cpu_ticks() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let rest = &s[s.rfind(')').unwrap() + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // Fields 14 and 15 (utime, stime); `f[0]` is field 3.
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
 /// The bytes of message `i` (its number first, then a pattern).
 fn body(i: u64, len: usize) -> Vec<u8> {
     let mut v: Vec<u8> = (0..len)
@@ -265,6 +274,21 @@ fn a_hostile_flood_of_unexpected_messages_stays_bounded_and_loses_nothing() {
         "RSS grew by {} MiB under an unexpected-message flood",
         grew >> 20
     );
+    // With the ring held (the flood's next message left in it), a
+    // blocking read sleeps instead of spinning on that message. Reported,
+    // not asserted (no timed assertions): ticks of CPU over the wait.
+    let (t0, c0) = (Instant::now(), cpu_ticks());
+    let mut e = [CqEntry::default(); 1];
+    let r = victim.cq.sread(&mut e, Some(Duration::from_millis(500)));
+    assert!(
+        matches!(&r, Err(e) if e.kind() == ErrorKind::Again),
+        "a completion while no receive is posted: {r:?}"
+    );
+    println!(
+        "blocking read over a held ring: {} CPU ticks in {:?}",
+        cpu_ticks() - c0,
+        t0.elapsed()
+    );
     // Everything accepted (buffered, or still in the ring) arrives intact
     // and in order once receives are posted.
     receive_in_order(&victim, &[], 7, 0, sent, 16 << 10);
@@ -366,6 +390,17 @@ fn a_flooding_sender_does_not_starve_another() {
     assert!(
         (sent as usize) < bodies.len(),
         "the flooding sender was never held back"
+    );
+    // A paused sender blocking on its CQ sleeps (the `RESUME` it waits
+    // for would wake it). Reported, not asserted.
+    reap(&a);
+    let (t0, c0) = (Instant::now(), cpu_ticks());
+    let mut e = [CqEntry::default(); 1];
+    let r = a.cq.sread(&mut e, Some(Duration::from_millis(300)));
+    println!(
+        "paused sender's blocking read: {r:?}, {} CPU ticks in {:?}",
+        cpu_ticks() - c0,
+        t0.elapsed()
     );
     // `c` still gets its messages through, and `b` receives them while
     // all of `a`'s are still waiting.
