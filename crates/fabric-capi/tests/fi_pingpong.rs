@@ -1,7 +1,9 @@
 //! Debian's unmodified `fi_pingpong` (libfabric-bin, built against
 //! libfabric 1.17) runs server and client on this library: RDM endpoints
-//! over tcp and shm, message and tagged transfers, every size of `-S all`
-//! (1 B to several MiB) with data checks (`-c`).
+//! over tcp and shm, and MSG endpoints over tcp (passive endpoint, EQ,
+//! fi_listen / fi_connect / fi_accept, fi_eq_sread of fi_eq_cm_entry),
+//! message and tagged transfers, every size of `-S all` (1 B to several
+//! MiB) with data checks (`-c`).
 //!
 //! Each case starts the server and the client as two processes on
 //! loopback with a free control port and `LD_LIBRARY_PATH` pointing at a
@@ -175,5 +177,21 @@ fn shm_rdm_tagged() {
     pingpong(
         "fi_pingpong_shm_rdm_tagged",
         &["-p", "shm", "-e", "rdm", "-m", "tagged", "-c", "-S", "all"],
+    );
+}
+
+#[test]
+fn tcp_msg_msg() {
+    pingpong(
+        "fi_pingpong_tcp_msg_msg",
+        &["-p", "tcp", "-e", "msg", "-c", "-S", "all"],
+    );
+}
+
+#[test]
+fn tcp_msg_tagged() {
+    pingpong(
+        "fi_pingpong_tcp_msg_tagged",
+        &["-p", "tcp", "-e", "msg", "-m", "tagged", "-c", "-S", "all"],
     );
 }

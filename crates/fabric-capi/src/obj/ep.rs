@@ -208,8 +208,14 @@ pub(crate) unsafe extern "C" fn open(
             domain: d,
             bound: Mutex::new(Vec::new()),
         });
+        let raw = Box::into_raw(obj);
+        // SAFETY: just created; the id leaves the table when it closes.
+        super::ids::register(
+            super::ids::of_ep(unsafe { (*raw).inner.as_ref() }),
+            raw.cast(),
+        );
         // SAFETY: non-null and writable.
-        unsafe { *out = Box::into_raw(obj).cast() };
+        unsafe { *out = raw.cast() };
         0
     })
 }
@@ -239,6 +245,7 @@ unsafe extern "C" fn close(fid: *mut Fid) -> c_int {
         };
         let bound = std::mem::take(&mut *e.bound.lock().unwrap_or_else(|p| p.into_inner()));
         let domain = e.domain;
+        super::ids::unregister(super::ids::of_ep(e.inner.as_ref()));
         // SAFETY: ours, from Box::into_raw in `open`; closed once. The
         // provider's endpoint goes first, then what it was bound to is
         // released.

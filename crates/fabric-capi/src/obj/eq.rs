@@ -283,7 +283,7 @@ unsafe fn write_cm(
 ) {
     let cm = size_of::<FiEqCmEntry>();
     let e = FiEqCmEntry {
-        fid: fid as usize as *mut Fid,
+        fid: super::ids::lookup(fid),
         info,
     };
     // SAFETY: per the contract.
@@ -310,7 +310,7 @@ unsafe fn write_entry(
         return Err(ErrorKind::TooSmall.code() as isize);
     }
     let e = FiEqEntry {
-        fid: fid as usize as *mut Fid,
+        fid: super::ids::lookup(fid),
         context: context as usize as *mut c_void,
         data,
     };
@@ -393,7 +393,7 @@ unsafe extern "C" fn readerr(eq: *mut FidEq, buf: *mut FiEqErrEntry, _flags: u64
         unsafe {
             let b = &mut *buf;
             let (user_buf, user_size) = (b.err_data, b.err_data_size);
-            b.fid = e.fid as usize as *mut Fid;
+            b.fid = super::ids::lookup(e.fid);
             b.context = e.context as usize as *mut c_void;
             b.data = 0;
             b.err = e.err.errno();

@@ -39,6 +39,7 @@ pub mod domain;
 pub mod ep;
 pub mod eq;
 pub mod fabric;
+mod ids;
 pub mod mr;
 pub mod msg;
 pub mod passive;

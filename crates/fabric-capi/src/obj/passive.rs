@@ -94,8 +94,14 @@ pub(crate) unsafe fn open(
             bound: Mutex::new(None),
             addr_format: info.addr_format,
         });
+        let raw = Box::into_raw(obj);
+        // SAFETY: just created; the id leaves the table when it closes.
+        super::ids::register(
+            super::ids::of_pep(unsafe { (*raw).inner.as_ref() }),
+            raw.cast(),
+        );
         // SAFETY: non-null and writable.
-        unsafe { *out = Box::into_raw(obj).cast() };
+        unsafe { *out = raw.cast() };
         0
     })
 }
@@ -108,6 +114,7 @@ unsafe extern "C" fn close(fid: *mut Fid) -> c_int {
         };
         let bound = p.bound.lock().unwrap_or_else(|e| e.into_inner()).take();
         let fabric = p.fabric;
+        super::ids::unregister(super::ids::of_pep(p.inner.as_ref()));
         // SAFETY: ours, from Box::into_raw in `open`; closed once.
         drop(unsafe { Box::from_raw(fid.cast::<PepObj>()) });
         if let Some(r) = bound {
