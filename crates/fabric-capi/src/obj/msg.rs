@@ -166,20 +166,6 @@ pub(crate) struct Pieces {
 }
 
 impl Pieces {
-    /// One piece.
-    #[inline(always)]
-    pub(crate) fn one(buf: *const c_void, len: usize, desc: *mut c_void) -> Pieces {
-        let mut p = Pieces::empty();
-        p.iov[0] = IoVec {
-            addr: buf.cast_mut().cast(),
-            len,
-        };
-        p.desc[0] = MrDesc(desc as u64);
-        p.n = 1;
-        p.has_desc = !desc.is_null();
-        p
-    }
-
     #[inline(always)]
     fn empty() -> Pieces {
         Pieces {
@@ -220,21 +206,62 @@ impl Pieces {
         p.has_desc = !desc.is_null();
         Some(p)
     }
+}
 
+/// The buffer of an operation: its pieces and their descriptors.
+pub(crate) trait Bufs {
     /// The pieces.
+    fn iov(&self) -> &[IoVec];
+    /// The descriptors (empty when none were given).
+    fn desc(&self) -> &[MrDesc];
+}
+
+impl Bufs for Pieces {
     #[inline(always)]
-    pub(crate) fn iov(&self) -> &[IoVec] {
+    fn iov(&self) -> &[IoVec] {
         &self.iov[..self.n]
     }
 
-    /// The descriptors (empty when none were given).
     #[inline(always)]
-    pub(crate) fn desc(&self) -> &[MrDesc] {
+    fn desc(&self) -> &[MrDesc] {
         if self.has_desc {
             &self.desc[..self.n]
         } else {
             &[]
         }
+    }
+}
+
+/// The one piece of the short forms (`fi_send`, `fi_recv`, ...), without
+/// the arrays of [`Pieces`].
+pub(crate) struct One {
+    iov: [IoVec; 1],
+    desc: [MrDesc; 1],
+}
+
+impl One {
+    /// `buf` of `len` bytes with descriptor `desc` (NULL: none).
+    #[inline(always)]
+    pub(crate) fn new(buf: *const c_void, len: usize, desc: *mut c_void) -> One {
+        One {
+            iov: [IoVec {
+                addr: buf.cast_mut().cast(),
+                len,
+            }],
+            desc: [MrDesc(desc as u64)],
+        }
+    }
+}
+
+impl Bufs for One {
+    #[inline(always)]
+    fn iov(&self) -> &[IoVec] {
+        &self.iov
+    }
+
+    #[inline(always)]
+    fn desc(&self) -> &[MrDesc] {
+        if self.desc[0].0 == 0 { &[] } else { &self.desc }
     }
 }
 
@@ -246,10 +273,10 @@ impl Pieces {
 /// provider's operation (fi_msg(3), fi_tagged(3)).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn post(
+unsafe fn post<B: Bufs>(
     ep: Ep,
     op: Op,
-    p: Option<Pieces>,
+    p: Option<B>,
     addr: u64,
     tag: u64,
     ignore: u64,
@@ -367,7 +394,7 @@ unsafe extern "C" fn recv(
     src: u64,
     ctx: Ctx,
 ) -> isize {
-    let p = Some(Pieces::one(buf, len, desc));
+    let p = Some(One::new(buf, len, desc));
     // SAFETY: fi_recv's arguments.
     guard_sz(|| unsafe { post(ep, Op::Recv, p, src, 0, 0, ctx, 0, NO_FLAGS) })
 }
@@ -406,7 +433,7 @@ unsafe extern "C" fn send(
     dest: u64,
     ctx: Ctx,
 ) -> isize {
-    let p = Some(Pieces::one(buf, len, desc));
+    let p = Some(One::new(buf, len, desc));
     // SAFETY: fi_send's arguments.
     guard_sz(|| unsafe { post(ep, Op::Send, p, dest, 0, 0, ctx, 0, NO_FLAGS) })
 }
@@ -463,7 +490,7 @@ unsafe extern "C" fn senddata(
     dest: u64,
     ctx: Ctx,
 ) -> isize {
-    let p = Some(Pieces::one(buf, len, desc));
+    let p = Some(One::new(buf, len, desc));
     // SAFETY: fi_senddata's arguments.
     guard_sz(|| unsafe {
         let f = data_flags(ep, true);
@@ -493,7 +520,7 @@ unsafe extern "C" fn trecv(
     ignore: u64,
     ctx: Ctx,
 ) -> isize {
-    let p = Some(Pieces::one(buf, len, desc));
+    let p = Some(One::new(buf, len, desc));
     // SAFETY: fi_trecv's arguments.
     guard_sz(|| unsafe { post(ep, Op::TRecv, p, src, tag, ignore, ctx, 0, NO_FLAGS) })
 }
@@ -546,7 +573,7 @@ unsafe extern "C" fn tsend(
     tag: u64,
     ctx: Ctx,
 ) -> isize {
-    let p = Some(Pieces::one(buf, len, desc));
+    let p = Some(One::new(buf, len, desc));
     // SAFETY: fi_tsend's arguments.
     guard_sz(|| unsafe { post(ep, Op::TSend, p, dest, tag, 0, ctx, 0, NO_FLAGS) })
 }
@@ -594,7 +621,7 @@ unsafe extern "C" fn tsenddata(
     tag: u64,
     ctx: Ctx,
 ) -> isize {
-    let p = Some(Pieces::one(buf, len, desc));
+    let p = Some(One::new(buf, len, desc));
     // SAFETY: fi_tsenddata's arguments.
     guard_sz(|| unsafe {
         let f = data_flags(ep, true);
