@@ -277,7 +277,9 @@
 //!   pid (see `region::proc` and [`region::reclaim_stale`]). Nor is
 //!   cross-memory attach used with a peer of another namespace (its pid
 //!   names another process here, or none): large messages and RMA go
-//!   through the bounce buffers.
+//!   through the bounce buffers. A ring slot claimed (or a bounce buffer
+//!   held) by a known peer of another namespace is recovered only once
+//!   that peer's lock is free, never because its pid is unknown here.
 //! - A full ring or bounce pool gives `FI_EAGAIN` for injects; other
 //!   operations wait in the engine's queue (at most `tx_attr.size`
 //!   outstanding, then `FI_EAGAIN`).
@@ -324,8 +326,9 @@
 //! Nothing accepted is dropped: every message taken from the ring is
 //! delivered once a matching receive is posted, in order per sender. The
 //! check is on the unexpected path only (a comparison before keeping a
-//! message); senders read one flag of the peer next to the one they read
-//! anyway. An application that never receives the messages ahead of the
+//! message); an eager send reads one more flag (relaxed) of the peer
+//! structure whose liveness flag it reads anyway, and the ring loop
+//! tests one local boolean. An application that never receives the messages ahead of the
 //! one it waits for can stall a paused sender, as with tcp's budget.
 //! Measured (`tests/unexp_budget.rs`): a process pushing 16 KiB tagged
 //! messages into an endpoint that posts no receives got 1085 (17 MiB)

@@ -58,7 +58,7 @@ use fabric_core::{Error, ErrorKind, Result};
 use spin::mutex::{SpinMutex, SpinMutexGuard};
 
 use crate::ep::engine::EpRx;
-use crate::region::{self, process_gone};
+use crate::region;
 
 /// Idle time after which progress announces that it may block.
 pub const ANNOUNCE_AFTER: Duration = Duration::from_micros(200);
@@ -417,7 +417,8 @@ fn housekeeping(st: &mut State, now: Instant) {
         if ep.rx.head_claimed() {
             let since = *ep.st.stuck_since.get_or_insert(now);
             if now.duration_since(since) >= STUCK_AFTER {
-                let r = ep.rx.recover(process_gone);
+                let st = &ep.st;
+                let r = ep.rx.recover(|pid| st.claimer_gone(pid));
                 if r != crate::ring::Recovery::default() {
                     tracing::warn!(
                         ?r,

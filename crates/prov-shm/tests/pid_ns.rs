@@ -47,6 +47,9 @@ fn child() {
     if role == "talk" {
         return child_talk();
     }
+    if role == "claim" {
+        return child_claim();
+    }
     assert_eq!(role, "hold", "unknown role");
     let mine = Region::create(&RegionConfig::default()).expect("region");
     println!("@@pid {}", std::process::id());
@@ -129,6 +132,97 @@ fn child_talk() {
     let _ = std::io::stdin().read_line(&mut rest);
 }
 
+/// The other namespace's sender that is slow to commit: introduces
+/// itself, claims a slot of the parent's ring (as `try_send` does, by
+/// hand), says so, and commits a tagged 8-byte message only when told.
+fn child_claim() {
+    use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    let name = line.trim().to_owned();
+    let victim = PeerRegion::attach(&name).unwrap();
+    let mine = Region::create(&RegionConfig::default()).unwrap();
+    let hello = prov_shm::ring::Command {
+        op: 1,
+        src: 1,
+        ..Default::default()
+    };
+    victim
+        .sender()
+        .try_send(&hello, mine.name().as_bytes())
+        .unwrap();
+    let l = victim.layout();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(Path::new(region::SHM_DIR).join(&name))
+        .unwrap();
+    let map = memmap2::MmapOptions::new()
+        .len(l.total_size())
+        .map_raw(&file)
+        .unwrap();
+    let base = map.as_mut_ptr();
+    // SAFETY: offsets inside the mapping (the layout was validated at
+    // attach and the mapping is that long), aligned for their words; the
+    // region is shared memory every party accesses atomically.
+    let word64 = |off: usize| unsafe { &*base.add(off).cast::<AtomicU64>() };
+    // SAFETY: as above.
+    let word32 = |off: usize| unsafe { &*base.add(off).cast::<AtomicU32>() };
+    let tail = word64(region::offsets::RING_TAIL);
+    let slot_of =
+        |pos: u64| l.ring_offset() + (pos & u64::from(l.ring_slots() - 1)) as usize * l.slot_size();
+    let pos = loop {
+        let pos = tail.load(Ordering::Acquire);
+        if word64(slot_of(pos)).load(Ordering::Acquire) == pos
+            && tail
+                .compare_exchange(pos, pos + 1, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            break pos;
+        }
+        std::thread::yield_now();
+    };
+    let s = slot_of(pos);
+    use prov_shm::ring::slot;
+    word32(s + slot::CLAIMER).store(std::process::id(), Ordering::Relaxed);
+    println!("@@claimed {}", std::process::id());
+    std::io::stdout().flush().unwrap();
+    line.clear();
+    std::io::stdin().read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "commit");
+    // op MSG, flag TAGGED; 8 bytes inline; src 1; tag 9.
+    word32(s + slot::OP).store(2 | 1 << 16, Ordering::Relaxed);
+    word32(s + slot::LEN).store(8, Ordering::Relaxed);
+    word32(s + slot::BOUNCE).store(u32::MAX, Ordering::Relaxed);
+    word32(s + slot::SRC).store(1, Ordering::Relaxed);
+    word32(s + slot::RING_FLAGS).store(0, Ordering::Relaxed);
+    word64(s + slot::TAG).store(9, Ordering::Relaxed);
+    word64(s + slot::DATA).store(0, Ordering::Relaxed);
+    word64(s + slot::PAYLOAD).store(0x0123_4567_89ab_cdef, Ordering::Relaxed);
+    let done = word64(s + slot::SEQ)
+        .compare_exchange(pos, pos + 1, Ordering::SeqCst, Ordering::Relaxed)
+        .is_ok();
+    println!("@@{}", if done { "committed" } else { "canceled" });
+    std::io::stdout().flush().unwrap();
+    let _ = std::io::stdin().read_line(&mut line);
+    drop(mine);
+}
+
+/// A pid that names no process here (the highest free one below the
+/// limit), or none.
+fn free_pid() -> Option<u32> {
+    let max: u32 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    (300..max.saturating_sub(1)).rev().find(|&p| {
+        // SAFETY: signal 0 only checks that a positive pid exists.
+        let r = unsafe { libc::kill(p as i32, 0) };
+        r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    })
+}
+
 /// What keeps the test from running here, if anything.
 fn missing() -> Option<String> {
     // SAFETY: geteuid takes no arguments and cannot fail.
@@ -154,17 +248,34 @@ struct Owner {
 
 impl Owner {
     fn spawn(role: &str) -> Owner {
+        Owner::spawn_at(role, None)
+    }
+
+    /// Spawns the owner; with `pid`, as that pid of its namespace (the
+    /// namespace's first process, a shell, sets the last pid handed out
+    /// and starts it).
+    fn spawn_at(role: &str, pid: Option<u32>) -> Owner {
         let exe = std::env::current_exe().expect("current_exe");
-        let mut child = Command::new("unshare")
-            .args(["--pid", "--fork", "--mount-proc", "--kill-child"])
-            .arg(exe)
-            .args([
+        let mut cmd = Command::new("unshare");
+        cmd.args(["--pid", "--fork", "--mount-proc", "--kill-child"]);
+        if let Some(p) = pid {
+            cmd.args([
+                "sh",
+                "-c",
+                "echo \"$1\" > /proc/sys/kernel/ns_last_pid && \"$0\" --exact child --ignored --nocapture --test-threads=1",
+            ])
+            .arg(&exe)
+            .arg((p - 1).to_string());
+        } else {
+            cmd.arg(exe).args([
                 "--exact",
                 "child",
                 "--ignored",
                 "--nocapture",
                 "--test-threads=1",
-            ])
+            ]);
+        }
+        let mut child = cmd
             .env(ROLE, role)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -295,5 +406,66 @@ fn messages_cross_pid_namespaces_intact() {
         );
     }
     assert_eq!(kid.line(), "ok");
+    drop(stdin);
+}
+
+#[test]
+fn a_slow_sender_of_another_pid_namespace_is_not_taken_for_dead() {
+    if let Some(what) = missing() {
+        let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+        assert!(!ci, "pid_ns: cannot run under CI=true: missing {what}");
+        eprintln!("pid_ns: SKIPPED, missing {what}");
+        return;
+    }
+    let me = side(&info());
+    let free = free_pid();
+    let mut kid = Owner::spawn_at("claim", free);
+    let mut stdin = kid.child.stdin.take().expect("stdin");
+    let name = me.ep.getname().unwrap().to_string();
+    writeln!(stdin, "{}", name.trim_start_matches("fi_shm://")).unwrap();
+    stdin.flush().unwrap();
+    let line = kid.line();
+    let pid: u32 = line
+        .strip_prefix("claimed ")
+        .and_then(|p| p.parse().ok())
+        .expect("claimed line");
+    // SAFETY: signal 0 only checks that a positive pid exists.
+    let here = unsafe { libc::kill(pid as i32, 0) } == 0;
+    if here {
+        eprintln!("pid_ns: pid {pid} exists here too; the check below proves less");
+    }
+    // Keep progressing well past the time after which a slot claimed by a
+    // dead sender is recovered (50 ms, checked every 100 ms): the claimer
+    // is alive, only in another namespace, so its slot must be left alone.
+    for _ in 0..1000 {
+        let _ = me.cq.read(&mut []);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    writeln!(stdin, "commit").unwrap();
+    stdin.flush().unwrap();
+    assert_eq!(
+        kid.line(),
+        "committed",
+        "the ring skipped the slot of a live sender of another PID namespace"
+    );
+    let mut buf = [0u8; 8];
+    let iov = [IoVec {
+        addr: buf.as_mut_ptr(),
+        len: buf.len(),
+    }];
+    let m = Msg {
+        iov: &iov,
+        desc: &[],
+        addr: FiAddr::UNSPEC,
+        tag: 9,
+        ignore: 0,
+        context: 5,
+        data: 0,
+    };
+    // SAFETY: `buf` outlives the completion read below.
+    unsafe { me.ep.trecvmsg(&m, OpFlags::empty()) }.unwrap();
+    let e = next(me.cq.as_ref(), &[me.cq.as_ref()]).expect("the slow sender's message");
+    assert_eq!(e.context, 5);
+    assert_eq!(u64::from_ne_bytes(buf), 0x0123_4567_89ab_cdef);
     drop(stdin);
 }

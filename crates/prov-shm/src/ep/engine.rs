@@ -1842,6 +1842,26 @@ impl RxState {
     // -----------------------------------------------------------------
     // Liveness.
 
+    /// Whether the process that claimed a slot or holds a bounce buffer
+    /// of our ring (by its pid, as it recorded it) is gone, for
+    /// [`Receiver::recover`]. A pid of a known peer of another PID
+    /// namespace means some other process here (or none): such a peer is
+    /// judged by its region's lock instead. Other pids are asked about
+    /// here ([`process_gone`](crate::region::process_gone)).
+    pub(crate) fn claimer_gone(&self, pid: u32) -> bool {
+        let mut foreign = None;
+        for p in self.peers.iter().flatten() {
+            if p.pid == pid && !p.region.same_pid_ns() {
+                let gone = p.region.owner_status() == OwnerStatus::Gone;
+                if !gone {
+                    return false;
+                }
+                foreign = Some(gone);
+            }
+        }
+        foreign.unwrap_or_else(|| crate::region::process_gone(pid))
+    }
+
     /// Forgets peers whose endpoint closed or whose process exited.
     /// `deep`: ask the kernel about peers with something pending
     /// (otherwise only the cheap `alive` word is read). Returns whether a
