@@ -84,10 +84,12 @@ fn fill_window(buf: &mut [u8], size: usize, window: usize, base: u64) {
     }
 }
 
+/// The capabilities a run uses: its operation, and messages for the
+/// notices that end each window.
 fn caps(op: OpArg) -> Caps {
     match op {
         OpArg::Send => Caps::MSG,
-        OpArg::Tagged => Caps::TAGGED,
+        OpArg::Tagged => Caps::TAGGED | Caps::MSG,
         OpArg::Write => Caps::RMA | Caps::MSG,
         OpArg::Read => Caps::RMA | Caps::MSG,
     }

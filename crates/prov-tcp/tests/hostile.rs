@@ -170,8 +170,13 @@ fn cpu_time() -> Duration {
 /// An RDM answer on 127.0.0.1 whose domain progresses by itself (a
 /// thread), so that a spinning engine shows as CPU time.
 fn auto_info() -> Info {
+    auto_info_with(Caps::MSG | Caps::TAGGED)
+}
+
+/// [`auto_info`] with `caps`.
+fn auto_info_with(caps: Caps) -> Info {
     let mut h = Info::default();
-    h.caps = Caps::MSG | Caps::TAGGED;
+    h.caps = caps;
     h.mode = Mode::all();
     h.ep_attr.ep_type = EpType::Rdm;
     h.domain_attr.data_progress = Progress::Auto;
@@ -279,4 +284,40 @@ fn a_peer_that_never_reads_its_answers_is_not_read_either() {
         "RSS grew by {grown} bytes after {sent} bytes sent"
     );
     drop(s);
+}
+
+#[test]
+fn rma_and_atomics_reach_only_endpoints_that_asked_for_them() {
+    use fabric_core::objects::{MrAccess, RmaIov};
+    // A message-only endpoint with a registered buffer.
+    let b = side(&auto_info_with(Caps::MSG));
+    let mut mem = vec![0u8; 64];
+    // SAFETY: `mem` outlives the region (dropped first, below).
+    let mr = unsafe {
+        reg(
+            b.domain.as_ref(),
+            &mut mem,
+            MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE,
+            0x77,
+        )
+    };
+    let name = b.ep.getname().unwrap().socket_addr().unwrap();
+    let mut s = hello_to(name);
+    let range = [RmaIov {
+        addr: 0,
+        len: 8,
+        key: 0x77,
+    }];
+    write_frame(&mut s, &Frame::read_req(1, &range).unwrap());
+    let answer = std::thread::spawn(move || {
+        let (h, _) = read_frame(&mut s);
+        (h.op, h.id, h.status)
+    });
+    assert_eq!(
+        answer.join().unwrap(),
+        (Op::ReadRsp, 1, Some(ErrorKind::Access)),
+        "an RMA read of an endpoint without FI_RMA is refused"
+    );
+    drop(mr);
+    assert!(mem.iter().all(|&x| x == 0));
 }

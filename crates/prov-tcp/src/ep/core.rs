@@ -19,7 +19,7 @@ use fabric_core::kit::tag::{Matcher, Posted, Unexpected};
 use fabric_core::objects::{
     AtomicMsg, AtomicOp, CompletionFlags, CqEntry, FiAddr, IoVec, MrAccess, Msg, RmaIov, RmaMsg,
 };
-use fabric_core::{Address, Error, ErrorKind, Info, Mode, OpFlags, Result};
+use fabric_core::{Address, Caps, Error, ErrorKind, Info, Mode, OpFlags, Result};
 
 use super::conns::Conns;
 use super::{Binds, msg_flags};
@@ -606,9 +606,27 @@ impl EpInner {
         Ok(cid)
     }
 
+    /// Whether this endpoint's caps let peers do `access` with `class`
+    /// (FI_RMA or FI_ATOMIC) here: the class, and the REMOTE_READ /
+    /// REMOTE_WRITE direction or no direction at all (fi_getinfo(3)). A
+    /// peer may not use what the application did not ask for.
+    fn serves(&self, class: Caps, access: MrAccess) -> bool {
+        let caps = self.info.caps;
+        let dir = if access.contains(MrAccess::REMOTE_READ) {
+            Caps::REMOTE_READ
+        } else {
+            Caps::REMOTE_WRITE
+        };
+        caps.contains(class) && (caps.contains(dir) || !caps.intersects(Caps::RMA_DIRECTIONS))
+    }
+
     /// The status refusing remote access `access` to one of `rma`'s
-    /// ranges (bad key, range outside its region, missing right), if any.
+    /// ranges (an endpoint not open to RMA, bad key, range outside its
+    /// region, missing right), if any.
     fn refused(&self, rma: &crate::wire::RmaHeader, access: MrAccess) -> Option<ErrorKind> {
+        if !self.serves(Caps::RMA, access) {
+            return Some(ErrorKind::Access);
+        }
         rma.iov()
             .iter()
             .find_map(|r| self.mr.check(r.key, r.addr, r.len, access).err())
@@ -1979,6 +1997,16 @@ impl EpInner {
             )));
         }
         let plen = f.header.payload_len;
+        let class = match op {
+            Op::Msg | Op::MsgRts => Some(Caps::MSG),
+            Op::Tagged | Op::TaggedRts => Some(Caps::TAGGED),
+            _ => None,
+        };
+        if let Some(class) = class.filter(|c| !self.info.caps.contains(*c)) {
+            return Err(proto(format!(
+                "tcp: a {op} frame for an endpoint without {class}"
+            )));
+        }
         match op {
             Op::Msg | Op::Tagged => {
                 let tagged = op == Op::Tagged;
@@ -2481,7 +2509,16 @@ impl EpInner {
             .map(|c| std::mem::take(&mut c.results))
             .unwrap_or_default();
         results.clear();
-        let status = atomic::execute(&self.mr, kind, &a, &operands, &mut results).err();
+        let access = if a.op() == AtomicOp::AtomicRead {
+            MrAccess::REMOTE_READ
+        } else {
+            MrAccess::REMOTE_WRITE
+        };
+        let status = if self.serves(Caps::ATOMIC, access) {
+            atomic::execute(&self.mr, kind, &a, &operands, &mut results).err()
+        } else {
+            Some(ErrorKind::Access)
+        };
         if let Some(kind) = status {
             tracing::debug!(error = %kind.c_name(), "tcp: refused an atomic operation");
         } else {
