@@ -321,7 +321,10 @@
 //!   until a receive is posted or receives free budget. Senders then find
 //!   the ring full (back-pressure), every sender's commands wait behind it
 //!   (a peer writing our ring can always do that much), and nothing is
-//!   spun on: progress reports no work, so blocking reads sleep.
+//!   spun on: progress reports no work, so blocking reads sleep. RMA
+//!   writes and atomics with remote CQ data in `FI_RX_CQ_DATA` mode (each
+//!   kept as an entry while no receive is posted) wait in the ring the
+//!   same way, before they are applied.
 //!
 //! Nothing accepted is dropped: every message taken from the ring is
 //! delivered once a matching receive is posted, in order per sender. The

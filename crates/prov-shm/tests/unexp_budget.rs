@@ -429,3 +429,79 @@ fn a_flooding_sender_does_not_starve_another() {
         reap(&c);
     }
 }
+
+#[test]
+fn remote_cq_data_kept_for_receives_is_bounded_and_complete() {
+    use fabric_core::objects::{MrAccess, RmaIov};
+    let _one = serial();
+    // FI_RX_CQ_DATA: every RMA write with remote CQ data consumes a
+    // receive; without one posted, the data is kept (64 bytes counted per
+    // entry). A writer that goes on past the hard limit (16 MiB) is held
+    // back, and every CQ data value arrives once receives are posted.
+    let mut i = info();
+    i.mode |= Mode::RX_CQ_DATA;
+    let (a, b, b_at_a, _) = pair_of(&i);
+    let mut target = vec![0u8; 64];
+    // SAFETY: the buffer is declared before the region, so it outlives it.
+    let mr = unsafe { reg(b.domain.as_ref(), &mut target, MrAccess::REMOTE_WRITE, 5) };
+    let r = RmaIov {
+        addr: 0,
+        len: 8,
+        key: mr.key(),
+    };
+    let limit = (2 * BUDGET / 64) as u64;
+    let mut sent = 0u64;
+    let mut again = 0u64;
+    while again < 20_000 {
+        assert!(sent < 2 * limit, "the writer was never held back");
+        match a
+            .ep
+            .inject_write(&sent.to_le_bytes(), b_at_a, r, Some(sent))
+        {
+            Ok(()) => {
+                sent += 1;
+                again = 0;
+            }
+            Err(e) if e.kind() == ErrorKind::Again => {
+                again += 1;
+                reap(&a);
+                let _ = b.cq.read(&mut []);
+            }
+            Err(e) => panic!("write {sent}: {e}"),
+        }
+    }
+    println!(
+        "remote CQ data: the writer was held back after {sent} writes (limit {limit} entries)"
+    );
+    assert!(
+        sent >= limit,
+        "held back before the hard limit ({sent} writes)"
+    );
+    // Every value, in order: kept ones first, then those still in the
+    // ring, which the receives let in.
+    let mut none = [0u8; 0];
+    for k in 0..sent {
+        let iov = [IoVec {
+            addr: none.as_mut_ptr(),
+            len: 0,
+        }];
+        let m = Msg {
+            iov: &iov,
+            desc: &[],
+            addr: FiAddr::UNSPEC,
+            tag: 0,
+            ignore: 0,
+            context: k,
+            data: 0,
+        };
+        // SAFETY: an empty buffer; nothing is written.
+        unsafe { b.ep.recvmsg(&m, OpFlags::empty()) }.unwrap();
+        let e = next(b.cq.as_ref(), &[a.cq.as_ref(), b.cq.as_ref()])
+            .unwrap_or_else(|e| panic!("CQ data {k}: {e:?}"));
+        assert_eq!((e.context, e.data), (k, k), "CQ data out of order");
+    }
+    for _ in 0..100 {
+        reap(&a);
+    }
+    drop(mr);
+}

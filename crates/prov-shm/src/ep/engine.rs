@@ -569,6 +569,7 @@ impl RxState {
         match c.op {
             op::MSG => return self.on_msg(sh, b, m, p),
             op::RTS => return self.on_rts(sh, b, m, p),
+            op::WRITE | op::ATOMIC if !self.cq_data_room(sh, c.flags) => return false,
             op::PAUSE => Self::on_flow(sh, m, p, true),
             op::RESUME => Self::on_flow(sh, m, p, false),
             op::ACK => self.on_ack(sh, b, m, p),
@@ -606,6 +607,18 @@ impl RxState {
     #[inline]
     fn unexp_room(&self) -> bool {
         self.unexp_bytes < UNEXP_HARD
+    }
+
+    /// Whether an RMA write or atomic with `flags` may be taken now: one
+    /// that carries remote CQ data in `FI_RX_CQ_DATA` mode may have to be
+    /// kept as an unexpected entry, so over the hard limit it waits in the
+    /// ring while no receive is posted (it is applied only once taken).
+    #[inline]
+    fn cq_data_room(&self, sh: &EpShared, flags: u16) -> bool {
+        flags & flag::CQ_DATA == 0
+            || !sh.info.mode.contains(Mode::RX_CQ_DATA)
+            || self.unexp_room()
+            || self.msg.posted_len() > 0
     }
 
     /// Counts an unexpected entry of `cost` from peer `pi`, and pauses the
