@@ -110,10 +110,10 @@
 //! are statics of `extern "C"` trampolines that check the `fid`, call the
 //! trait method under the panic guard and return `Error::code()`. See
 //! [`obj`] for what is implemented: fabric, domain, MR, endpoint (msg and
-//! tagged data path, CM), passive endpoint, CQ (every format, readerr),
-//! AV, EQ; RMA and atomic transfers, counters, wait sets, scalable and
-//! shared contexts answer `-FI_ENOSYS`. Debian's `fi_pingpong` runs on it
-//! (`tests/fi_pingpong.rs`).
+//! tagged data path, RMA, CM), passive endpoint, CQ (every format,
+//! readerr), AV, EQ; atomic transfers, counters, wait sets, scalable and
+//! shared contexts answer `-FI_ENOSYS`. Debian's `fi_pingpong` and Open MPI's
+//! OFI MTL run on it (`tests/fi_pingpong.rs`, `tests/mpi.rs`).
 //!
 //! Data operations (`fi_send`, `fi_recv`, `fi_tsend`, `fi_cq_read`, ...)
 //! make one call through the provider's trait object, allocate nothing and

@@ -131,6 +131,10 @@ fn object_layouts() -> Vec<Layout> {
         FiMsgTagged => "fi_msg_tagged" {
             msg_iov, desc, iov_count, addr, tag, ignore, context, data,
         }
+        FiRmaIov => "fi_rma_iov" { addr, len, key }
+        FiMsgRma => "fi_msg_rma" {
+            msg_iov, desc, iov_count, addr, rma_iov, rma_iov_count, context, data,
+        }
         FiOpsRma => "fi_ops_rma" {
             size, read, readv, readmsg, write, writev, writemsg, inject, writedata, injectdata,
         }

@@ -12,9 +12,10 @@
 //! - [`domain`]: `fi_ops_domain` (cq_open, av_open, endpoint), `fi_ops_mr`.
 //! - [`mr`]: memory regions.
 //! - [`ep`]: endpoints: `fi_ops` (close, bind, control), `fi_ops_ep`,
-//!   `fi_ops_cm`.
+//!   `fi_ops_cm`; [`passive`]: passive endpoints (`fi_listen`, `fi_reject`).
 //! - [`msg`]: `fi_ops_msg` and `fi_ops_tagged`, the data path.
-//! - [`rma`]: `fi_ops_rma` and `fi_ops_atomic` (`-FI_ENOSYS` for now).
+//! - [`rma`]: `fi_ops_rma` (read, write, writedata, inject_write) and
+//!   `fi_ops_atomic` (`fi_atomicvalid` forms; transfers `-FI_ENOSYS` for now).
 //! - [`cq`], [`av`], [`eq`]: completion queues, address vectors, event
 //!   queues.
 //!
