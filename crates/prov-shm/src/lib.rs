@@ -262,8 +262,9 @@
 //! ## Failure
 //!
 //! - A peer whose endpoint closes (its region's `alive` word) or whose
-//!   process exits (pid and start time, checked about every 100 ms while
-//!   operations wait for it) is dropped: operations towards it fail with
+//!   process exits (its region's lock, and pid and start time within our
+//!   PID namespace, checked about every 100 ms while operations wait for
+//!   it) is dropped: operations towards it fail with
 //!   `FI_ECONNRESET`, receives it was pushing fail, its announced messages
 //!   are dropped, and the region files of dead processes are removed (so
 //!   are they when any process opens a shm fabric).

@@ -41,7 +41,8 @@
 //! # Liveness
 //!
 //! About every [`CHECK_EVERY`], the engine asks the kernel whether the
-//! peers it waits for still exist (pid and start time; a closed region is
+//! peers it waits for still exist (the lock on their region, and pid and
+//! start time within our PID namespace; a closed region is
 //! seen at once from its `alive` word): operations towards a peer that
 //! went away fail with `FI_ECONNRESET`, its half-received transfers fail,
 //! its announced messages are dropped, and the files of dead processes'
