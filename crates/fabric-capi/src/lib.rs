@@ -111,7 +111,7 @@
 //! trait method under the panic guard and return `Error::code()`. See
 //! [`obj`] for what is implemented: fabric, domain, MR, endpoint (msg and
 //! tagged data path, RMA, CM), passive endpoint, CQ (every format,
-//! readerr), AV, EQ; atomic transfers, counters, wait sets, scalable and
+//! readerr), AV, EQ, counter; atomic transfers, wait sets, scalable and
 //! shared contexts answer `-FI_ENOSYS`. Debian's `fi_pingpong` and Open MPI's
 //! OFI MTL run on it (`tests/fi_pingpong.rs`, `tests/mpi.rs`).
 //!

@@ -86,6 +86,7 @@ fn layouts() -> Vec<Layout> {
 /// The structures of the objects opened from C (`fabric_capi::obj`).
 fn object_layouts() -> Vec<Layout> {
     use fabric_capi::obj::av::*;
+    use fabric_capi::obj::cntr::*;
     use fabric_capi::obj::cq::*;
     use fabric_capi::obj::domain::*;
     use fabric_capi::obj::ep::*;
@@ -169,6 +170,9 @@ fn object_layouts() -> Vec<Layout> {
         }
         FiOpsEq => "fi_ops_eq" { size, read, readerr, write, sread, strerror }
         FidEq => "fid_eq" { fid, ops }
+        FiCntrAttr => "fi_cntr_attr" { events, wait_obj, wait_set, flags }
+        FiOpsCntr => "fi_ops_cntr" { size, read, readerr, add, set, wait, adderr, seterr }
+        FidCntr => "fid_cntr" { fid, ops }
     }
 }
 

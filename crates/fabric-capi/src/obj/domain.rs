@@ -8,6 +8,7 @@ use fabric::AddrFormat;
 use fabric::objects::Domain;
 
 use super::av::{self, FiAvAttr, FidAv};
+use super::cntr;
 use super::cq::{self, FiCqAttr, FidCq};
 use super::ep::{self, FidEp};
 use super::fabric::{self as fab, FabricObj, FidFabric};
@@ -33,8 +34,12 @@ pub struct FiOpsDomain {
     pub scalable_ep:
         unsafe extern "C" fn(*mut FidDomain, *mut FiInfo, *mut *mut FidEp, *mut c_void) -> c_int,
     /// `cntr_open`.
-    pub cntr_open:
-        unsafe extern "C" fn(*mut FidDomain, *mut c_void, *mut *mut c_void, *mut c_void) -> c_int,
+    pub cntr_open: unsafe extern "C" fn(
+        *mut FidDomain,
+        *mut cntr::FiCntrAttr,
+        *mut *mut cntr::FidCntr,
+        *mut c_void,
+    ) -> c_int,
     /// `poll_open`.
     pub poll_open: unsafe extern "C" fn(*mut FidDomain, *mut c_void, *mut *mut c_void) -> c_int,
     /// `stx_ctx`.
@@ -127,7 +132,7 @@ static DOMAIN_OPS: FiOpsDomain = FiOpsDomain {
     cq_open: cq::open,
     endpoint: ep::open,
     scalable_ep: no_scalable_ep,
-    cntr_open: no_cntr_open,
+    cntr_open: cntr::open,
     poll_open: no_poll_open,
     stx_ctx: no_stx_ctx,
     srx_ctx: no_srx_ctx,
@@ -219,14 +224,6 @@ unsafe extern "C" fn no_scalable_ep(
     _: *mut FidDomain,
     _: *mut FiInfo,
     _: *mut *mut FidEp,
-    _: *mut c_void,
-) -> c_int {
-    ENOSYS
-}
-unsafe extern "C" fn no_cntr_open(
-    _: *mut FidDomain,
-    _: *mut c_void,
-    _: *mut *mut c_void,
     _: *mut c_void,
 ) -> c_int {
     ENOSYS

@@ -307,7 +307,14 @@ unsafe extern "C" fn bind(fid: *mut Fid, bfid: *mut Fid, flags: u64) -> c_int {
                 };
                 (Bind::Eq(q.inner.as_ref()), &q.refs)
             }
-            class::CNTR => return ENOSYS,
+            class::CNTR => {
+                // SAFETY: `bfid` is a readable fid (checked above).
+                let Some(c) = (unsafe { super::cntr::get(bfid) }) else {
+                    return EINVAL;
+                };
+                let events = fabric::Caps::from_bits_retain(flags);
+                (Bind::Cntr(c.inner.as_ref(), events), &c.refs)
+            }
             _ => return EINVAL,
         };
         if let Err(err) = e.inner.bind(what) {

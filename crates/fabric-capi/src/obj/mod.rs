@@ -16,8 +16,8 @@
 //! - [`msg`]: `fi_ops_msg` and `fi_ops_tagged`, the data path.
 //! - [`rma`]: `fi_ops_rma` (read, write, writedata, inject_write) and
 //!   `fi_ops_atomic` (`fi_atomicvalid` forms; transfers `-FI_ENOSYS` for now).
-//! - [`cq`], [`av`], [`eq`]: completion queues, address vectors, event
-//!   queues.
+//! - [`cq`], [`av`], [`eq`], [`cntr`]: completion queues, address vectors,
+//!   event queues, counters.
 //!
 //! # Lifetimes
 //!
@@ -35,6 +35,7 @@
 //! with `-FI_EINVAL` rather than read as one of ours.
 
 pub mod av;
+pub mod cntr;
 pub mod cq;
 pub mod domain;
 pub mod ep;

@@ -103,12 +103,18 @@ int main(int argc, char **argv)
 	struct fid_av *av;
 	OK(fi_av_open(domain, &av_attr, &av, NULL));
 
+	struct fi_cntr_attr cntr_attr = { .events = FI_CNTR_EVENTS_COMP };
+	struct fid_cntr *cntr;
+	OK(fi_cntr_open(domain, &cntr_attr, &cntr, NULL));
+
 	struct fid_ep *ep[2];
 	fi_addr_t addr[2];
 	for (int i = 0; i < 2; i++) {
 		OK(fi_endpoint(domain, info, &ep[i], NULL));
 		OK(fi_ep_bind(ep[i], &av->fid, 0));
 		OK(fi_ep_bind(ep[i], &cq->fid, FI_TRANSMIT | FI_RECV));
+		if (i == 0)
+			OK(fi_ep_bind(ep[i], &cntr->fid, FI_SEND));
 		OK(fi_enable(ep[i]));
 		char name[128];
 		size_t len = sizeof(name);
@@ -201,6 +207,15 @@ int main(int argc, char **argv)
 	CHECK(fi_cq_readerr(cq, &err, 0) == -FI_EAGAIN);
 	CHECK(fi_cq_read(cq, &e, 1) == -FI_EAGAIN);
 
+	/* The counter counted ep[0]'s three sends. */
+	CHECK(fi_cntr_read(cntr) == 3);
+	CHECK(fi_cntr_readerr(cntr) == 0);
+	OK(fi_cntr_add(cntr, 2));
+	CHECK(fi_cntr_read(cntr) == 5);
+	OK(fi_cntr_set(cntr, 1));
+	CHECK(fi_cntr_read(cntr) == 1);
+	printf("counter: sends counted\n");
+
 	/* NULL and bad arguments: error codes, not crashes (on this library;
 	 * Debian's dereferences most of them). */
 	if (ours) {
@@ -250,6 +265,7 @@ int main(int argc, char **argv)
 	if (ours) {
 		CHECK(fi_close(&domain->fid) == -FI_EBUSY);
 		CHECK(fi_close(&cq->fid) == -FI_EBUSY);
+		CHECK(fi_close(&cntr->fid) == -FI_EBUSY);
 	}
 	CHECK(fi_close(&av->fid) == -FI_EBUSY);
 	CHECK(fi_close(&fabric->fid) == -FI_EBUSY);
@@ -259,6 +275,7 @@ int main(int argc, char **argv)
 	OK(fi_close(&mr->fid));
 	OK(fi_close(&mr2->fid));
 	OK(fi_close(&cq->fid));
+	OK(fi_close(&cntr->fid));
 	OK(fi_close(&av->fid));
 	OK(fi_close(&domain->fid));
 	OK(fi_close(&fabric->fid));
