@@ -116,7 +116,9 @@ fn have(program: &str, args: &[&str]) -> bool {
 /// checks of the C interface), gcc and binutils (C test programs,
 /// `objdump` for the exported symbol versions); rdma-core's headers and
 /// libclang for the `verbs` feature's `bindgen` build (`--all-features`);
-/// iproute2 for the tcp test across network namespaces.
+/// iproute2 for the tcp test across network namespaces; Open MPI (mpicc,
+/// mpirun) for the test that runs an MPI program on the C library;
+/// util-linux's `unshare` for the shm tests across PID namespaces.
 /// The rxe rig's own packages are in [`rxe::PACKAGES`].
 const APT_PACKAGES: &[&str] = &[
     "libfabric-dev",
@@ -129,6 +131,9 @@ const APT_PACKAGES: &[&str] = &[
     "librdmacm-dev",
     "libclang-dev",
     "iproute2",
+    "openmpi-bin",
+    "libopenmpi-dev",
+    "util-linux",
 ];
 
 /// The packages of `wanted` that dpkg does not list as installed.
