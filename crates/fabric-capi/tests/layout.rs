@@ -85,6 +85,7 @@ fn layouts() -> Vec<Layout> {
 
 /// The structures of the objects opened from C (`fabric_capi::obj`).
 fn object_layouts() -> Vec<Layout> {
+    use fabric_capi::obj::atomic::*;
     use fabric_capi::obj::av::*;
     use fabric_capi::obj::cntr::*;
     use fabric_capi::obj::cq::*;
@@ -138,6 +139,11 @@ fn object_layouts() -> Vec<Layout> {
         }
         FiOpsRma => "fi_ops_rma" {
             size, read, readv, readmsg, write, writev, writemsg, inject, writedata, injectdata,
+        }
+        FiIoc => "fi_ioc" { addr, count }
+        FiRmaIoc => "fi_rma_ioc" { addr, count, key }
+        FiMsgAtomic => "fi_msg_atomic" {
+            msg_iov, desc, iov_count, addr, rma_iov, rma_iov_count, datatype, op, context, data,
         }
         FiOpsAtomic => "fi_ops_atomic" {
             size, write, writev, writemsg, inject, readwrite, readwritev, readwritemsg,

@@ -7,8 +7,9 @@
 //! program is built once against libfabric-dev's headers; both runs must
 //! pass its checks and print the same lines. Refusals Debian's libfabric
 //! mishandles (closing a domain with endpoints or a bound CQ frees part of
-//! it there) are checked on this library only (`ours`), as are RMA write and read (Debian's tcp
-//! RDM fails them between two endpoints of one process) and NULL arguments, most of which
+//! it there) are checked on this library only (`ours`), as are RMA write and read and atomics (sum,
+//! fetch, compare-swap; Debian's tcp RDM fails RMA between two endpoints
+//! of one process) and NULL arguments, most of which
 //! Debian's libfabric dereferences.
 
 mod common;

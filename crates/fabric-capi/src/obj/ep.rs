@@ -10,6 +10,7 @@ use std::sync::Mutex;
 use fabric::objects::{Bind, Endpoint};
 use fabric::{ErrorKind, OpFlags};
 
+use super::atomic::{ATOMIC_OPS, FiOpsAtomic};
 use super::av::{self, copy_out};
 use super::cq;
 use super::domain::{self, DomainObj, FidDomain};
@@ -17,7 +18,7 @@ use super::eq;
 use super::fabric::{self as fab, FidFabric};
 use super::msg::{FiOpsMsg, FiOpsTagged, MSG_OPS, TAGGED_OPS};
 use super::passive;
-use super::rma::{ATOMIC_OPS, FiOpsAtomic, FiOpsRma, RMA_OPS};
+use super::rma::{FiOpsRma, RMA_OPS};
 use super::{EINVAL, ENOSYS, FiOps, Fid, Refs, class, command, fi_ops, guard_int, object, put};
 use crate::types::{FiInfo, FiRxAttr, FiTxAttr};
 

@@ -14,8 +14,8 @@
 //! - [`ep`]: endpoints: `fi_ops` (close, bind, control), `fi_ops_ep`,
 //!   `fi_ops_cm`; [`passive`]: passive endpoints (`fi_listen`, `fi_reject`).
 //! - [`msg`]: `fi_ops_msg` and `fi_ops_tagged`, the data path.
-//! - [`rma`]: `fi_ops_rma` (read, write, writedata, inject_write) and
-//!   `fi_ops_atomic` (`fi_atomicvalid` forms; transfers `-FI_ENOSYS` for now).
+//! - [`rma`]: `fi_ops_rma` (read, write, writedata, inject_write);
+//!   [`atomic`]: `fi_ops_atomic` (atomic, fetch, compare, valid).
 //! - [`cq`], [`av`], [`eq`], [`cntr`]: completion queues, address vectors,
 //!   event queues, counters.
 //!
@@ -34,6 +34,7 @@
 //! its `fclass` names: a pointer this library did not hand out is refused
 //! with `-FI_EINVAL` rather than read as one of ours.
 
+pub mod atomic;
 pub mod av;
 pub mod cntr;
 pub mod cq;

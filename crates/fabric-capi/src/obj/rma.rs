@@ -1,16 +1,14 @@
-//! `struct fi_ops_rma` (read, write, writedata, inject_write through the
-//! provider, as [`super::msg`] does for messages) and
-//! `struct fi_ops_atomic`, whose transfer slots return `-FI_ENOSYS` for now;
-//! `fi_atomicvalid` and its fetch / compare forms ask the provider.
+//! `struct fi_ops_rma`: read, write, writedata and inject_write through
+//! the provider, as [`super::msg`] does for messages.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::c_void;
 
 use fabric::OpFlags;
-use fabric::objects::{AtomicOp, Datatype, FiAddr, RmaIov, RmaMsg};
+use fabric::objects::{FiAddr, RmaIov, RmaMsg};
 
 use super::ep::{self, FidEp};
 use super::msg::{Bufs, MAX_IOV, One, Pieces};
-use super::{EINVAL, ENOSYS, guard_int, guard_sz, sz};
+use super::{EINVAL, guard_sz, sz};
 
 /// `struct fi_rma_iov`.
 #[repr(C)]
@@ -50,8 +48,7 @@ type P = *mut c_void;
 type Iov = *const libc::iovec;
 type Desc = *mut *mut c_void;
 
-/// Declares a table struct of `unsafe extern "C"` slots and a stub per
-/// slot returning `-FI_ENOSYS` with the slot's own signature.
+/// Declares an operation table: `size`, then `unsafe extern "C"` slots.
 macro_rules! table {
     ($(#[$m:meta])* $name:ident { $($slot:ident : ($($arg:ty),*) -> $ret:ty),* $(,)? }) => {
         $(#[$m])*
@@ -82,47 +79,6 @@ table! {
     }
 }
 
-table! {
-    /// `struct fi_ops_atomic`.
-    FiOpsAtomic {
-        write: (Ep, P, usize, P, u64, u64, u64, u32, u32, P) -> isize,
-        writev: (Ep, P, P, usize, u64, u64, u64, u32, u32, P) -> isize,
-        writemsg: (Ep, P, u64) -> isize,
-        inject: (Ep, P, usize, u64, u64, u64, u32, u32) -> isize,
-        readwrite: (Ep, P, usize, P, P, P, u64, u64, u64, u32, u32, P) -> isize,
-        readwritev: (Ep, P, P, usize, P, P, usize, u64, u64, u64, u32, u32, P) -> isize,
-        readwritemsg: (Ep, P, P, P, usize, u64) -> isize,
-        compwrite: (Ep, P, usize, P, P, P, P, P, u64, u64, u64, u32, u32, P) -> isize,
-        compwritev: (Ep, P, P, usize, P, P, usize, P, P, usize, u64, u64, u64, u32, u32, P) -> isize,
-        compwritemsg: (Ep, P, P, P, usize, P, P, usize, u64) -> isize,
-        writevalid: (Ep, u32, u32, *mut usize) -> c_int,
-        readwritevalid: (Ep, u32, u32, *mut usize) -> c_int,
-        compwritevalid: (Ep, u32, u32, *mut usize) -> c_int,
-    }
-}
-
-/// Defines `-FI_ENOSYS` stubs with the given signatures.
-macro_rules! stubs {
-    ($($f:ident ($($arg:ty),*);)*) => {$(
-        unsafe extern "C" fn $f($(_: $arg),*) -> isize {
-            ENOSYS as isize
-        }
-    )*};
-}
-
-stubs! {
-    a_msg(Ep, P, u64);
-    a_write(Ep, P, usize, P, u64, u64, u64, u32, u32, P);
-    a_writev(Ep, P, P, usize, u64, u64, u64, u32, u32, P);
-    a_inject(Ep, P, usize, u64, u64, u64, u32, u32);
-    a_readwrite(Ep, P, usize, P, P, P, u64, u64, u64, u32, u32, P);
-    a_readwritev(Ep, P, P, usize, P, P, usize, u64, u64, u64, u32, u32, P);
-    a_readwritemsg(Ep, P, P, P, usize, u64);
-    a_compwrite(Ep, P, usize, P, P, P, P, P, u64, u64, u64, u32, u32, P);
-    a_compwritev(Ep, P, P, usize, P, P, usize, P, P, usize, u64, u64, u64, u32, u32, P);
-    a_compwritemsg(Ep, P, P, P, usize, P, P, usize, u64);
-}
-
 /// The `fi_ops_rma` of endpoints.
 pub(crate) static RMA_OPS: FiOpsRma = FiOpsRma {
     size: size_of::<FiOpsRma>(),
@@ -136,58 +92,6 @@ pub(crate) static RMA_OPS: FiOpsRma = FiOpsRma {
     writedata,
     injectdata,
 };
-
-/// The `fi_ops_atomic` of endpoints.
-pub(crate) static ATOMIC_OPS: FiOpsAtomic = FiOpsAtomic {
-    size: size_of::<FiOpsAtomic>(),
-    write: a_write,
-    writev: a_writev,
-    writemsg: a_msg,
-    inject: a_inject,
-    readwrite: a_readwrite,
-    readwritev: a_readwritev,
-    readwritemsg: a_readwritemsg,
-    compwrite: a_compwrite,
-    compwritev: a_compwritev,
-    compwritemsg: a_compwritemsg,
-    writevalid,
-    readwritevalid,
-    compwritevalid,
-};
-
-unsafe extern "C" fn writevalid(ep: Ep, dt: u32, op: u32, count: *mut usize) -> c_int {
-    valid(ep, dt, op, count, false, false)
-}
-
-unsafe extern "C" fn readwritevalid(ep: Ep, dt: u32, op: u32, count: *mut usize) -> c_int {
-    valid(ep, dt, op, count, true, false)
-}
-
-unsafe extern "C" fn compwritevalid(ep: Ep, dt: u32, op: u32, count: *mut usize) -> c_int {
-    valid(ep, dt, op, count, true, true)
-}
-
-/// `fi_atomicvalid` and its forms: whether the provider supports `op` on
-/// `dt`, and how many elements one operation takes.
-fn valid(ep: Ep, dt: u32, op: u32, count: *mut usize, fetch: bool, compare: bool) -> c_int {
-    guard_int(|| {
-        // SAFETY: the application passes an endpoint from fi_endpoint.
-        let Some(e) = (unsafe { ep::get(ep) }) else {
-            return EINVAL;
-        };
-        let (Ok(dt), Ok(op)) = (Datatype::try_from(dt), AtomicOp::try_from(op)) else {
-            return EINVAL;
-        };
-        match e.inner.atomic_valid(dt, op, fetch, compare) {
-            Ok(n) => {
-                // SAFETY: null or writable, per fi_atomic(3).
-                unsafe { super::put(count, n) };
-                0
-            }
-            Err(err) => err.code(),
-        }
-    })
-}
 
 /// Posts one RMA read or write on the endpoint behind `ep`; `flags` None:
 /// the endpoint's transmit defaults.

@@ -20,6 +20,7 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
+#include <rdma/fi_atomic.h>
 #include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
 
@@ -82,7 +83,7 @@ int main(int argc, char **argv)
 {
 	int ours = argc > 1 && !strcmp(argv[1], "ours");
 	struct fi_info *hints = fi_allocinfo(), *info;
-	hints->caps = FI_MSG | FI_TAGGED | FI_RMA;
+	hints->caps = FI_MSG | FI_TAGGED | FI_RMA | (ours ? FI_ATOMIC : 0);
 	hints->ep_attr->type = FI_EP_RDM;
 	hints->mode = FI_CONTEXT;
 	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
@@ -255,6 +256,30 @@ int main(int argc, char **argv)
 		CHECK((e.flags & (FI_RMA | FI_READ)) == (FI_RMA | FI_READ));
 		CHECK(!strcmp(src, "remote read!"));
 		printf("rma: write, read\n");
+
+		/* Atomics on a u64 of dst: add, fetch-add, compare-swap. */
+		uint64_t *target = (uint64_t *)(void *)(dst + 16), operand = 5, result = 0, cmp = 0;
+		size_t count = 0;
+		*target = 10;
+		uint64_t taddr = raddr ? (uint64_t)(uintptr_t)target : 16;
+		OK(fi_atomicvalid(ep[0], FI_UINT64, FI_SUM, &count));
+		CHECK(count >= 1);
+		OK(fi_compare_atomicvalid(ep[0], FI_UINT64, FI_CSWAP, &count));
+		POST(fi_atomic(ep[0], &operand, 1, NULL, addr[1], taddr, rkey, FI_UINT64, FI_SUM, &sctx));
+		CHECK(wait_cq(&e) == 1 && e.op_context == &sctx);
+		CHECK(*target == 15);
+		POST(fi_fetch_atomic(ep[0], &operand, 1, NULL, &result, NULL, addr[1], taddr, rkey,
+				     FI_UINT64, FI_SUM, &sctx));
+		CHECK(wait_cq(&e) == 1 && e.op_context == &sctx);
+		CHECK(result == 15 && *target == 20);
+		cmp = 20;
+		operand = 99;
+		POST(fi_compare_atomic(ep[0], &operand, 1, NULL, &cmp, NULL, &result, NULL, addr[1],
+				       taddr, rkey, FI_UINT64, FI_CSWAP, &sctx));
+		CHECK(wait_cq(&e) == 1 && e.op_context == &sctx);
+		CHECK(result == 20 && *target == 99);
+		CHECK(fi_atomicvalid(ep[0], 1000, FI_SUM, &count) == -FI_EINVAL);
+		printf("atomic: sum, fetch, cswap\n");
 	}
 
 	/* Close order: objects in use are refused. */
