@@ -1,7 +1,7 @@
 //! `c/objects.c` on Debian's libfabric and on this library: what
 //! `fi_pingpong` does not exercise (two tcp RDM endpoints of one process,
 //! contexts and fields of `FI_CQ_FORMAT_TAGGED` entries, a counter of
-//! sends, a cancelled and a
+//! sends, the wait fds of an EQ and a CQ (`FI_GETWAIT`), a cancelled and a
 //! truncated receive read with `fi_cq_readerr`, `fi_close` refusing objects
 //! in use with `-FI_EBUSY`, then closing in order). The
 //! program is built once against libfabric-dev's headers; both runs must

@@ -115,7 +115,7 @@ pub struct EqObj {
     pub err_text: Mutex<CString>,
 }
 
-static OPS: FiOps = fi_ops!(close);
+static OPS: FiOps = fi_ops!(close, super::no_bind, control);
 
 static EQ_OPS: FiOpsEq = FiOpsEq {
     size: size_of::<FiOpsEq>(),
@@ -207,6 +207,26 @@ unsafe extern "C" fn close(fid: *mut Fid) -> c_int {
         // SAFETY: ours, from Box::into_raw in `open`; closed once.
         drop(unsafe { Box::from_raw(fid.cast::<EqObj>()) });
         0
+    })
+}
+
+unsafe extern "C" fn control(fid: *mut Fid, cmd: c_int, arg: *mut c_void) -> c_int {
+    guard_int(|| {
+        // SAFETY: fi_control's argument is a fid.
+        let Some(q) = (unsafe { get(fid) }) else {
+            return EINVAL;
+        };
+        match cmd {
+            super::command::GETWAIT if !arg.is_null() => match q.inner.wait_fd() {
+                Some(fd) => {
+                    // SAFETY: FI_GETWAIT with FI_WAIT_FD takes an int *.
+                    unsafe { *arg.cast::<c_int>() = std::os::fd::AsRawFd::as_raw_fd(&fd) };
+                    0
+                }
+                None => ErrorKind::NoData.code(),
+            },
+            _ => ENOSYS,
+        }
     })
 }
 

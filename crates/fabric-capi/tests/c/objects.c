@@ -98,6 +98,24 @@ int main(int argc, char **argv)
 
 	struct fid_domain *domain;
 	OK(fi_domain(fabric, info, &domain, NULL));
+
+	/* Wait objects: an EQ and a CQ with FI_WAIT_FD give their fd. */
+	struct fi_eq_attr eq_attr = { .wait_obj = FI_WAIT_FD };
+	struct fid_eq *eq;
+	OK(fi_eq_open(fabric, &eq_attr, &eq, NULL));
+	int fd = -1;
+	OK(fi_control(&eq->fid, FI_GETWAIT, &fd));
+	CHECK(fd >= 0);
+	struct fi_cq_attr wcq_attr = { .format = FI_CQ_FORMAT_CONTEXT, .wait_obj = FI_WAIT_FD };
+	struct fid_cq *wcq;
+	OK(fi_cq_open(domain, &wcq_attr, &wcq, NULL));
+	fd = -1;
+	OK(fi_control(&wcq->fid, FI_GETWAIT, &fd));
+	CHECK(fd >= 0);
+	OK(fi_close(&wcq->fid));
+	OK(fi_close(&eq->fid));
+	printf("wait fds: eq, cq\n");
+
 	struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_TAGGED, .size = 64 };
 	OK(fi_cq_open(domain, &cq_attr, &cq, NULL));
 	struct fi_av_attr av_attr = { .type = FI_AV_MAP };
