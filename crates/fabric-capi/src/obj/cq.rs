@@ -328,9 +328,33 @@ unsafe fn read_with(
     if buf.is_null() {
         return EINVAL as isize;
     }
-    let n = count.min(CHUNK);
-    let mut tmp = [CqEntry::default(); CHUNK];
-    let mut addrs = [FiAddr::UNSPEC; CHUNK];
+    // The common poll asks for one entry: a one-entry buffer then, not
+    // the whole chunk.
+    if count == 1 {
+        // SAFETY: per the contract.
+        unsafe { read_into::<1>(c, buf, 1, src, op) }
+    } else {
+        // SAFETY: per the contract.
+        unsafe { read_into::<CHUNK>(c, buf, count, src, op) }
+    }
+}
+
+/// [`read_with`] through a stack buffer of `N` entries.
+///
+/// # Safety
+///
+/// As [`read_with`], `buf` non-null.
+#[inline(always)]
+unsafe fn read_into<const N: usize>(
+    c: &CqObj,
+    buf: *mut c_void,
+    count: usize,
+    src: *mut u64,
+    op: impl FnOnce(&CqObj, &mut [CqEntry], Option<&mut [FiAddr]>) -> fabric::Result<usize>,
+) -> isize {
+    let n = count.min(N);
+    let mut tmp = [CqEntry::default(); N];
+    let mut addrs = [FiAddr::UNSPEC; N];
     let srcs = (!src.is_null()).then_some(&mut addrs[..n]);
     match op(c, &mut tmp[..n], srcs) {
         Ok(k) => {
