@@ -152,12 +152,27 @@ fn arb_hints() -> impl Strategy<Value = (Version, Info)> {
         })
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(96))]
-    /// For any hints, every answer fed back as hints matches again.
-    #[test]
-    fn answers_match_when_fed_back((v, h) in arb_hints()) {
-        let failures = fed_back(v, Some(&h));
-        prop_assert!(failures.is_empty(), "hints {h:?}:\n{}", failures.join("\n"));
-    }
+/// For generated hints, every answer fed back as hints matches again; and
+/// enough of the generated hints match at all for that to mean something.
+#[test]
+fn answers_match_when_fed_back() {
+    use proptest::test_runner::{Config, TestRunner};
+    let matched = std::cell::Cell::new(0u32);
+    let cases = 96;
+    let mut runner = TestRunner::new(Config::with_cases(cases));
+    runner
+        .run(&arb_hints(), |(v, h)| {
+            if Registry::global().getinfo(&request(v, Some(&h))).is_ok() {
+                matched.set(matched.get() + 1);
+            }
+            let failures = fed_back(v, Some(&h));
+            prop_assert!(failures.is_empty(), "hints {h:?}:\n{}", failures.join("\n"));
+            Ok(())
+        })
+        .unwrap();
+    assert!(
+        matched.get() >= cases / 4,
+        "only {} of {cases} generated hint sets matched: the property says little",
+        matched.get()
+    );
 }
