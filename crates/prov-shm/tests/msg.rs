@@ -311,6 +311,39 @@ fn cancel_and_multi_recv() {
     );
 }
 
+/// `FI_OPT_MIN_MULTI_RECV`: with a minimum of 40 a 100-byte buffer takes
+/// three 30-byte messages (released with the third, 10 bytes left); with
+/// the default (64) it is released with the second (40 left).
+#[test]
+fn min_multi_recv_decides_when_the_buffer_is_released() {
+    let (a, b, b_at_a, _) = pair();
+    assert_eq!(b.ep.min_multi_recv().unwrap(), 64);
+    for (min, released_at) in [(40usize, 2u64), (64, 1)] {
+        b.ep.set_min_multi_recv(min).unwrap();
+        assert_eq!(b.ep.min_multi_recv().unwrap(), min);
+        let mut mbuf = vec![0u8; 100];
+        let mi = iov(&mut mbuf);
+        let base = mbuf.as_ptr() as u64;
+        // SAFETY: `mbuf` outlives the buffer's release, read below.
+        unsafe {
+            b.ep.recvmsg(&msg(&mi, FiAddr::UNSPEC, 0, 0, 9), OpFlags::MULTI_RECV)
+                .unwrap()
+        };
+        for k in 0..=released_at {
+            a.ep.inject(&[k as u8; 30], b_at_a, None).unwrap();
+        }
+        for k in 0..=released_at {
+            let e = next(b.cq.as_ref(), &[]).unwrap();
+            assert_eq!((e.context, e.len, e.buf), (9, 30, base + 30 * k));
+            assert_eq!(
+                e.flags.contains(CompletionFlags::MULTI_RECV),
+                k == released_at,
+                "minimum {min}, message {k}"
+            );
+        }
+    }
+}
+
 /// CPU time this thread has used.
 fn thread_cpu() -> Duration {
     let mut t = libc::timespec {

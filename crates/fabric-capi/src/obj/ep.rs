@@ -355,18 +355,136 @@ unsafe extern "C" fn cancel(fid: *mut Fid, context: *mut c_void) -> isize {
     })
 }
 
-unsafe extern "C" fn getopt(
-    _: *mut Fid,
-    _: c_int,
-    _: c_int,
-    _: *mut c_void,
-    _: *mut usize,
-) -> c_int {
-    ErrorKind::NoProtoOpt.code()
+/// `FI_OPT_ENDPOINT`, the one option level.
+const OPT_ENDPOINT: c_int = 0;
+/// `FI_OPT_MIN_MULTI_RECV` (`size_t`).
+const OPT_MIN_MULTI_RECV: c_int = 0;
+/// `FI_OPT_CM_DATA_SIZE` (`size_t`).
+const OPT_CM_DATA_SIZE: c_int = 1;
+
+/// The provider's answer to an option it may not have: `-FI_ENOPROTOOPT`
+/// when it does not support it, as libfabric answers unknown options.
+fn opt_code(e: &fabric::Error) -> c_int {
+    match e.kind() {
+        ErrorKind::OpNotSupp | ErrorKind::NoSys => ErrorKind::NoProtoOpt.code(),
+        _ => e.code(),
+    }
 }
 
-unsafe extern "C" fn setopt(_: *mut Fid, _: c_int, _: c_int, _: *const c_void, _: usize) -> c_int {
-    ErrorKind::NoProtoOpt.code()
+/// The most private data of the endpoint or passive endpoint behind `fid`.
+///
+/// # Safety
+///
+/// `fid` is null or points to a readable `struct fid`.
+unsafe fn cm_data_size(fid: *const Fid) -> Result<usize, c_int> {
+    // SAFETY: per the contract.
+    let r = if let Some(e) = unsafe { get(fid) } {
+        e.inner.cm_data_size()
+    } else if let Some(p) = unsafe { passive::get(fid) } {
+        p.inner.cm_data_size()
+    } else {
+        return Err(EINVAL);
+    };
+    r.map_err(|e| opt_code(&e))
+}
+
+/// `fi_getopt`: `FI_OPT_MIN_MULTI_RECV` (endpoints) and
+/// `FI_OPT_CM_DATA_SIZE` (endpoints and passive endpoints), both `size_t`;
+/// `*optlen` is set to the size of the value, `-FI_ETOOSMALL` if it is
+/// smaller. Other options: `-FI_ENOPROTOOPT`.
+unsafe extern "C" fn getopt(
+    fid: *mut Fid,
+    level: c_int,
+    name: c_int,
+    optval: *mut c_void,
+    optlen: *mut usize,
+) -> c_int {
+    guard_int(|| {
+        // SAFETY: fi_getopt's argument is an endpoint's or a passive
+        // endpoint's fid.
+        let (ep, pep) = unsafe { (get(fid), passive::get(fid)) };
+        if ep.is_none() && pep.is_none() {
+            return EINVAL;
+        }
+        if level != OPT_ENDPOINT {
+            return ErrorKind::NoProtoOpt.code();
+        }
+        let value = match name {
+            OPT_MIN_MULTI_RECV => match ep {
+                Some(e) => match e.inner.min_multi_recv() {
+                    Ok(v) => v,
+                    Err(err) => return opt_code(&err),
+                },
+                None => return ErrorKind::NoProtoOpt.code(),
+            },
+            // SAFETY: checked to be one of ours above.
+            OPT_CM_DATA_SIZE => match unsafe { cm_data_size(fid) } {
+                Ok(v) => v,
+                Err(code) => return code,
+            },
+            _ => return ErrorKind::NoProtoOpt.code(),
+        };
+        if optval.is_null() || optlen.is_null() {
+            return EINVAL;
+        }
+        // SAFETY: `optlen` is non-null and points to a size_t, per fi_getopt.
+        let room = unsafe { *optlen };
+        // SAFETY: as above.
+        unsafe { *optlen = size_of::<usize>() };
+        if room < size_of::<usize>() {
+            return ErrorKind::TooSmall.code();
+        }
+        // SAFETY: `optval` has `room` >= size_of::<usize>() writable bytes.
+        unsafe { optval.cast::<usize>().write_unaligned(value) };
+        0
+    })
+}
+
+/// `fi_setopt`: `FI_OPT_MIN_MULTI_RECV` (endpoints: applies to the
+/// messages placed from then on) and `FI_OPT_CM_DATA_SIZE` (accepted up to
+/// the provider's size, `-FI_EINVAL` above it); both `size_t`. Other
+/// options: `-FI_ENOPROTOOPT`.
+unsafe extern "C" fn setopt(
+    fid: *mut Fid,
+    level: c_int,
+    name: c_int,
+    optval: *const c_void,
+    optlen: usize,
+) -> c_int {
+    guard_int(|| {
+        // SAFETY: fi_setopt's argument is an endpoint's or a passive
+        // endpoint's fid.
+        let (ep, pep) = unsafe { (get(fid), passive::get(fid)) };
+        if ep.is_none() && pep.is_none() {
+            return EINVAL;
+        }
+        if level != OPT_ENDPOINT {
+            return ErrorKind::NoProtoOpt.code();
+        }
+        if !matches!(name, OPT_MIN_MULTI_RECV | OPT_CM_DATA_SIZE) {
+            return ErrorKind::NoProtoOpt.code();
+        }
+        if optval.is_null() || optlen != size_of::<usize>() {
+            return EINVAL;
+        }
+        // SAFETY: `optval` has `optlen` == size_of::<usize>() readable bytes.
+        let value = unsafe { optval.cast::<usize>().read_unaligned() };
+        match name {
+            OPT_MIN_MULTI_RECV => match ep {
+                Some(e) => e
+                    .inner
+                    .set_min_multi_recv(value)
+                    .map_or_else(|err| opt_code(&err), |()| 0),
+                None => ErrorKind::NoProtoOpt.code(),
+            },
+            // SAFETY: checked to be one of ours above.
+            _ => match unsafe { cm_data_size(fid) } {
+                Ok(max) if value <= max => 0,
+                Ok(_) => EINVAL,
+                Err(code) => code,
+            },
+        }
+    })
 }
 
 unsafe extern "C" fn tx_ctx(

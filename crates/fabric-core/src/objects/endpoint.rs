@@ -423,6 +423,29 @@ pub trait Endpoint: AsAny + MsgOps + TaggedOps + RmaOps + AtomicOps + CmOps + Se
         let _ = context;
         Err(NOT_SUPPORTED)
     }
+
+    /// The smallest room a multi-receive buffer keeps taking messages with
+    /// (`fi_getopt(FI_OPT_MIN_MULTI_RECV)`): once less is left after a
+    /// message, the buffer is released and that message's completion
+    /// carries FI_MULTI_RECV.
+    fn min_multi_recv(&self) -> Result<usize> {
+        Err(NOT_SUPPORTED)
+    }
+
+    /// Sets [`min_multi_recv`](Endpoint::min_multi_recv)
+    /// (`fi_setopt(FI_OPT_MIN_MULTI_RECV)`); it applies to messages placed
+    /// from then on.
+    fn set_min_multi_recv(&self, bytes: usize) -> Result<()> {
+        let _ = bytes;
+        Err(NOT_SUPPORTED)
+    }
+
+    /// The most connection private data (`fi_connect`, `fi_accept`,
+    /// `fi_reject`) the provider carries
+    /// (`fi_getopt(FI_OPT_CM_DATA_SIZE)`).
+    fn cm_data_size(&self) -> Result<usize> {
+        Err(NOT_SUPPORTED)
+    }
 }
 
 /// A passive (listening) endpoint of MSG endpoints (`fi_passive_ep`).
@@ -438,4 +461,10 @@ pub trait PassiveEndpoint: AsAny + Send + Sync {
 
     /// Rejects a connection request, with private data (`fi_reject`).
     fn reject(&self, handle: crate::attr::Handle, param: &[u8]) -> Result<()>;
+
+    /// The most connection private data the provider carries
+    /// (`fi_getopt(FI_OPT_CM_DATA_SIZE)` on a passive endpoint).
+    fn cm_data_size(&self) -> Result<usize> {
+        Err(NOT_SUPPORTED)
+    }
 }

@@ -32,7 +32,8 @@ use crate::ring::{Message, Payload, Receiver, Sender};
 /// Commands taken from the ring per endpoint and progress call.
 const RING_BUDGET: usize = 64;
 
-/// A multi-receive buffer is released once less than this is left.
+/// A multi-receive buffer is released once less than this is left (the
+/// default of `FI_OPT_MIN_MULTI_RECV`; `EpShared::min_multi_recv`).
 pub(crate) const MIN_MULTI_RECV: usize = 64;
 
 /// Most elements of one atomic operation.
@@ -741,7 +742,7 @@ impl RxState {
         };
         match self.matcher(tagged).arrive(tag, src) {
             Some(posted) => {
-                let op = self.carve(posted, m.len, tagged);
+                let op = self.carve(sh, posted, m.len, tagged);
                 // SAFETY: the receive contract of recvmsg / trecvmsg: the
                 // buffer is valid and ours until its completion.
                 unsafe { op.buf.fill_from(0, p, 0, m.len) };
@@ -839,7 +840,7 @@ impl RxState {
         };
         match self.matcher(tagged).arrive(tag, src) {
             Some(posted) => {
-                let op = self.carve(posted, len, tagged);
+                let op = self.carve(sh, posted, len, tagged);
                 self.accept_rts(sh, b, op, meta, rts);
             }
             None => {
@@ -1121,8 +1122,8 @@ impl RxState {
     /// The part of a posted receive a message of `len` bytes takes: the
     /// whole receive, or for a multi-receive buffer the next `len` bytes
     /// (the rest goes back to the head of the queue while at least
-    /// [`MIN_MULTI_RECV`] bytes are left).
-    fn carve(&mut self, p: Posted<RecvOp>, len: usize, tagged: bool) -> RecvOp {
+    /// `sh.min_multi_recv` bytes are left).
+    fn carve(&mut self, sh: &EpShared, p: Posted<RecvOp>, len: usize, tagged: bool) -> RecvOp {
         let Some(slot) = p.recv.mrecv else {
             return p.recv;
         };
@@ -1133,7 +1134,7 @@ impl RxState {
             ..p.recv
         };
         let rest = cap - take;
-        let released = rest < MIN_MULTI_RECV;
+        let released = rest < sh.min_multi_recv.load(std::sync::atomic::Ordering::Relaxed);
         if let Some(Some(mr)) = self.mrecv.get_mut(slot as usize) {
             mr.inflight += 1;
             mr.released = released;
@@ -1279,7 +1280,7 @@ impl RxState {
         };
         while let Some((p, u)) = self.matcher(tagged).post(posted) {
             let (ptag, pignore, psrc, slot) = (p.tag, p.ignore, p.src, p.recv.mrecv);
-            let op = self.carve(p, u.msg.len, tagged);
+            let op = self.carve(sh, p, u.msg.len, tagged);
             self.deliver(sh, b, op, u, tagged);
             // A multi-receive buffer with room left takes more: carve put
             // the rest back at the head of the posted queue; take it out
@@ -1475,7 +1476,7 @@ impl RxState {
         if sh.info.mode.contains(Mode::RX_CQ_DATA) {
             match self.msg.arrive(0, src) {
                 Some(p) => {
-                    let op = self.carve(p, 0, false);
+                    let op = self.carve(sh, p, 0, false);
                     context = op.context;
                     let _ = self.mrecv_finish(&op);
                 }

@@ -684,6 +684,15 @@ impl Endpoint for ShmEndpoint {
             ))
         }
     }
+
+    fn min_multi_recv(&self) -> Result<usize> {
+        Ok(self.shared.min_multi_recv.load(Ordering::Relaxed))
+    }
+
+    fn set_min_multi_recv(&self, bytes: usize) -> Result<()> {
+        self.shared.min_multi_recv.store(bytes, Ordering::Relaxed);
+        Ok(())
+    }
 }
 
 impl Drop for ShmEndpoint {

@@ -332,6 +332,9 @@ pub(crate) struct EpShared {
     /// The peers by region name (several AV handles may name one), for
     /// `PAUSE` / `RESUME`, which name the region that sends them.
     pub by_region: Mutex<HashMap<String, Vec<Weak<TxPeer>>>>,
+    /// A multi-receive buffer is released once less than this is left
+    /// (`FI_OPT_MIN_MULTI_RECV`).
+    pub min_multi_recv: AtomicUsize,
 }
 
 impl EpShared {
@@ -365,6 +368,7 @@ impl EpShared {
             mr,
             directed: info.caps.contains(fabric_core::Caps::DIRECTED_RECV),
             by_region: Mutex::new(HashMap::new()),
+            min_multi_recv: AtomicUsize::new(super::engine::MIN_MULTI_RECV),
         }
     }
 

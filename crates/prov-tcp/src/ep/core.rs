@@ -55,7 +55,8 @@ pub(crate) const UNEXP_BUDGET: usize = 8 << 20;
 /// payload.
 pub(crate) const UNEXP_COST: usize = 64;
 
-/// A multi-receive buffer is released once less than this is left.
+/// A multi-receive buffer is released once less than this is left (the
+/// default of `FI_OPT_MIN_MULTI_RECV`; [`EpInner::min_multi_recv`]).
 pub(crate) const MIN_MULTI_RECV: usize = 64;
 
 /// Bytes read when the next frame is expected to carry a large payload:
@@ -462,6 +463,9 @@ pub(crate) struct EpInner {
     pub mr: Arc<MrTable>,
     pub ep_no: u32,
     pub limits: Limits,
+    /// A multi-receive buffer is released once less than this is left
+    /// (`FI_OPT_MIN_MULTI_RECV`).
+    pub min_multi_recv: AtomicUsize,
 }
 
 /// Where a received message's completion comes from.
@@ -565,6 +569,7 @@ impl EpInner {
             mr,
             ep_no,
             limits,
+            min_multi_recv: AtomicUsize::new(MIN_MULTI_RECV),
         });
         let weak: std::sync::Weak<dyn EpProgress> =
             Arc::downgrade(&(inner.clone() as Arc<dyn EpProgress>));
@@ -734,7 +739,7 @@ impl EpInner {
     /// The part of a posted receive a message of `len` bytes takes: the
     /// whole receive, or for a multi-receive buffer the next `len` bytes
     /// (the rest goes back to the head of the posted queue while at least
-    /// [`MIN_MULTI_RECV`] bytes are left).
+    /// [`min_multi_recv`](EpInner::min_multi_recv) bytes are left).
     fn carve(&self, st: &mut State, p: Posted<u32>, len: u64, tagged: bool) -> RecvOp {
         let slot = self.carve_slot(st, p, len, tagged);
         st.rx.ops.take(slot)
@@ -756,7 +761,7 @@ impl EpInner {
             mrecv: Some(slot),
         });
         let rest = cap - take;
-        let released = rest < MIN_MULTI_RECV;
+        let released = rest < self.min_multi_recv.load(Ordering::Relaxed);
         if let Some(Some(mr)) = st.rx.mrecv.get_mut(slot) {
             mr.inflight += 1;
             mr.released = released;

@@ -392,6 +392,23 @@ impl Endpoint for TcpEndpoint {
     fn cancel(&self, context: u64) -> Result<()> {
         self.inner.cancel(context)
     }
+
+    fn min_multi_recv(&self) -> Result<usize> {
+        Ok(self.inner.min_multi_recv.load(Ordering::Relaxed))
+    }
+
+    fn set_min_multi_recv(&self, bytes: usize) -> Result<()> {
+        self.inner.min_multi_recv.store(bytes, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// MSG endpoints only: RDM endpoints carry no private data.
+    fn cm_data_size(&self) -> Result<usize> {
+        match self.inner.kind {
+            Kind::Msg => Ok(crate::getinfo::CM_DATA_SIZE),
+            _ => Err(Error::from_kind(ErrorKind::OpNotSupp)),
+        }
+    }
 }
 
 /// An RDM endpoint (the same type as a MSG endpoint).

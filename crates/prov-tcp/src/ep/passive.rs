@@ -427,4 +427,8 @@ impl PassiveEndpoint for TcpPassiveEndpoint {
         let _ = pc.sock.shutdown(std::net::Shutdown::Write);
         r.map_err(Error::from)
     }
+
+    fn cm_data_size(&self) -> Result<usize> {
+        Ok(crate::getinfo::CM_DATA_SIZE)
+    }
 }
