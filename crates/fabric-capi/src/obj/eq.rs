@@ -4,6 +4,8 @@
 //! `struct fi_eq_cm_entry` (connection events: the `fid` of the endpoint
 //! concerned, for `FI_CONNREQ` a fresh `fi_info` the application frees,
 //! and the peer's private data after it, as far as `len` allows).
+//! Events the application writes with `fi_eq_write` come back with their
+//! number and bytes (truncated to the reader's `len`, as libfabric does).
 
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::ptr;
@@ -283,6 +285,14 @@ unsafe fn deliver(ev: EqEvent, event: *mut u32, buf: *mut c_void, len: usize) ->
             }
             (event::AV_COMPLETE, size_of::<FiEqEntry>())
         }
+        EqEvent::Written { event, data } => {
+            // As libfabric: a smaller buffer gets the first `len` bytes
+            // (the event is consumed).
+            let n = data.len().min(len);
+            // SAFETY: `buf` has `len` >= n writable bytes.
+            unsafe { ptr::copy_nonoverlapping(data.as_ptr(), buf.cast::<u8>(), n) };
+            (event, n)
+        }
     };
     // SAFETY: null or writable.
     unsafe { put(event, code) };
@@ -432,8 +442,36 @@ unsafe extern "C" fn readerr(eq: *mut FidEq, buf: *mut FiEqErrEntry, _flags: u64
     })
 }
 
-unsafe extern "C" fn write(_: *mut FidEq, _: u32, _: *const c_void, _: usize, _: u64) -> isize {
-    ENOSYS as isize
+/// `fi_eq_write`: queues the application's own event (any event number,
+/// `len` bytes copied from `buf`, typically a `fi_eq_entry`) behind the
+/// provider's; `fi_eq_read` returns it with the same number and bytes.
+/// Returns `len`.
+unsafe extern "C" fn write(
+    eq: *mut FidEq,
+    event: u32,
+    buf: *const c_void,
+    len: usize,
+    _flags: u64,
+) -> isize {
+    guard_sz(|| {
+        // SAFETY: the application passes an EQ from fi_eq_open.
+        let Some(q) = (unsafe { get(eq) }) else {
+            return EINVAL as isize;
+        };
+        if (buf.is_null() && len != 0) || isize::try_from(len).is_err() {
+            return EINVAL as isize;
+        }
+        let data = if len == 0 {
+            Vec::new()
+        } else {
+            // SAFETY: `buf` has `len` readable bytes, per fi_eq(3).
+            unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) }.to_vec()
+        };
+        match q.inner.write(EqEvent::Written { event, data }) {
+            Ok(()) => len as isize,
+            Err(err) => sz(err),
+        }
+    })
 }
 
 unsafe extern "C" fn strerror(

@@ -222,6 +222,14 @@ pub enum EqEvent {
         /// Addresses inserted.
         count: usize,
     },
+    /// An event the application queued itself (`fi_eq_write`): its event
+    /// number and its bytes, read back unchanged.
+    Written {
+        /// The event number (`FI_CONNREQ`, ..., or the application's own).
+        event: u32,
+        /// The entry's bytes.
+        data: Vec<u8>,
+    },
 }
 
 /// An error event (`struct fi_eq_err_entry`): for example a refused
