@@ -6,9 +6,13 @@
  * (and fi_cq_read says -FI_EAVAIL first); a cancelled receive completes
  * with FI_ECANCELED; fi_close refuses objects still in use with
  * -FI_EBUSY and then closes everything in order; NULL arguments give
- * error codes. Built once against libfabric-dev's headers and run on
- * Debian's libfabric and on ours: the same checks pass on both, and the
- * printed lines must be identical.
+ * error codes. Also: endpoint options (fi_setopt / fi_getopt), events
+ * the application writes to an EQ (fi_eq_write), tagged FI_PEEK /
+ * FI_CLAIM / FI_DISCARD, a multi-receive buffer taking several messages,
+ * and every CQ format with remote CQ data (fi_senddata). Built once
+ * against libfabric-dev's headers and run on Debian's libfabric and on
+ * ours: the same checks pass on both, and the printed lines must be
+ * identical.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -83,7 +87,7 @@ int main(int argc, char **argv)
 {
 	int ours = argc > 1 && !strcmp(argv[1], "ours");
 	struct fi_info *hints = fi_allocinfo(), *info;
-	hints->caps = FI_MSG | FI_TAGGED | FI_RMA | (ours ? FI_ATOMIC : 0);
+	hints->caps = FI_MSG | FI_TAGGED | FI_RMA | FI_MULTI_RECV | (ours ? FI_ATOMIC : 0);
 	hints->ep_attr->type = FI_EP_RDM;
 	hints->mode = FI_CONTEXT;
 	hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
@@ -113,8 +117,25 @@ int main(int argc, char **argv)
 	OK(fi_control(&wcq->fid, FI_GETWAIT, &fd));
 	CHECK(fd >= 0);
 	OK(fi_close(&wcq->fid));
-	OK(fi_close(&eq->fid));
 	printf("wait fds: eq, cq\n");
+
+	/* Events the application writes: read back with their number and
+	 * bytes, by fi_eq_read and fi_eq_sread. */
+	{
+		struct fi_eq_entry in = { .fid = &domain->fid, .context = &in, .data = 77 }, out;
+		uint32_t event = 0;
+		CHECK(fi_eq_write(eq, FI_NOTIFY, &in, sizeof(in), 0) == sizeof(in));
+		memset(&out, 0, sizeof(out));
+		CHECK(fi_eq_read(eq, &event, &out, sizeof(out), 0) == sizeof(out));
+		CHECK(event == FI_NOTIFY && out.fid == &domain->fid && out.context == &in && out.data == 77);
+		CHECK(fi_eq_write(eq, 1234, "abcdefgh", 8, 0) == 8);
+		char text[16] = { 0 };
+		CHECK(fi_eq_sread(eq, &event, text, sizeof(text), 1000, 0) == 8);
+		CHECK(event == 1234 && !memcmp(text, "abcdefgh", 8));
+		CHECK(fi_eq_read(eq, &event, text, sizeof(text), 0) == -FI_EAGAIN);
+		printf("eq write: read back\n");
+	}
+	OK(fi_close(&eq->fid));
 
 	struct fi_cq_attr cq_attr = { .format = FI_CQ_FORMAT_TAGGED, .size = 64 };
 	OK(fi_cq_open(domain, &cq_attr, &cq, NULL));
@@ -134,6 +155,28 @@ int main(int argc, char **argv)
 		OK(fi_ep_bind(ep[i], &cq->fid, FI_TRANSMIT | FI_RECV));
 		if (i == 0)
 			OK(fi_ep_bind(ep[i], &cntr->fid, FI_SEND));
+		/* Options: the multi-receive minimum (the defaults differ:
+		 * 64 here, 16384 on Debian's); no private data on RDM;
+		 * unknown options. */
+		size_t v = 0, vlen = sizeof(v);
+		OK(fi_getopt(&ep[i]->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &v, &vlen));
+		CHECK(v > 0 && vlen == sizeof(size_t));
+		v = 40;
+		OK(fi_setopt(&ep[i]->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &v, sizeof(v)));
+		v = 0;
+		OK(fi_getopt(&ep[i]->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &v, &vlen));
+		CHECK(v == 40);
+		CHECK(fi_getopt(&ep[i]->fid, FI_OPT_ENDPOINT, FI_OPT_CM_DATA_SIZE, &v, &vlen) == -FI_ENOPROTOOPT);
+		CHECK(fi_getopt(&ep[i]->fid, FI_OPT_ENDPOINT, 9999, &v, &vlen) == -FI_ENOPROTOOPT);
+		CHECK(fi_setopt(&ep[i]->fid, FI_OPT_ENDPOINT, 9999, &v, sizeof(v)) == -FI_ENOPROTOOPT);
+		CHECK(fi_getopt(&ep[i]->fid, 5, FI_OPT_MIN_MULTI_RECV, &v, &vlen) == -FI_ENOPROTOOPT);
+		if (ours) {
+			/* Debian's answers 0 to a too small optlen. */
+			vlen = 1;
+			CHECK(fi_getopt(&ep[i]->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &v, &vlen) == -FI_ETOOSMALL);
+			CHECK(vlen == sizeof(size_t));
+			CHECK(fi_setopt(&ep[i]->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &v, 4) == -FI_EINVAL);
+		}
 		OK(fi_enable(ep[i]));
 		char name[128];
 		size_t len = sizeof(name);
@@ -197,16 +240,94 @@ int main(int argc, char **argv)
 	/* The other receive is cancelled: an FI_ECANCELED error completion. */
 	OK(fi_cancel(&ep[1]->fid, &t1));
 	struct fi_cq_err_entry err;
+	struct fi_cq_tagged_entry e;
 	wait_err(&err);
 	CHECK(err.op_context == &t1);
 	CHECK(err.err == FI_ECANCELED);
 	printf("cancel: err %d\n", err.err);
 
+	/* Tagged peek, claim, discard (before the truncation: Debian's tcp
+	 * RDM drops the connection after it). */
+	{
+		struct fi_context pctx;
+		struct iovec piov = { dst, 64 };
+		struct fi_msg_tagged tm = { .msg_iov = &piov, .desc = &rdesc, .iov_count = 1,
+					    .addr = FI_ADDR_UNSPEC, .tag = 0x99, .context = &pctx };
+		memcpy(src, "peek me", 8);
+		POST(fi_tsend(ep[0], src, 8, sdesc, addr[1], 0x55, &sctx));
+		CHECK(wait_cq(&e) == 1 && e.op_context == &sctx);
+		/* Nothing with tag 0x99: FI_ENOMSG. */
+		POST(fi_trecvmsg(ep[1], &tm, FI_PEEK));
+		wait_err(&err);
+		CHECK(err.err == FI_ENOMSG && err.op_context == &pctx);
+		/* The message with tag 0x55 is there: peek and claim it. */
+		tm.tag = 0x55;
+		POST(fi_trecvmsg(ep[1], &tm, FI_PEEK | FI_CLAIM));
+		CHECK(wait_cq(&e) == 1 && e.op_context == &pctx);
+		CHECK(e.len == 8 && e.tag == 0x55 && (e.flags & (FI_RECV | FI_TAGGED)) == (FI_RECV | FI_TAGGED));
+		memset(dst, 0, 64);
+		POST(fi_trecvmsg(ep[1], &tm, FI_CLAIM));
+		CHECK(wait_cq(&e) == 1 && e.op_context == &pctx);
+		CHECK(e.len == 8 && e.tag == 0x55 && !strcmp(dst, "peek me"));
+		/* Claimed: no longer there. */
+		POST(fi_trecvmsg(ep[1], &tm, FI_PEEK));
+		wait_err(&err);
+		CHECK(err.err == FI_ENOMSG);
+		/* Peek and discard: completes, and the message is gone. */
+		memcpy(src, "discard", 8);
+		POST(fi_tsend(ep[0], src, 8, sdesc, addr[1], 0x66, &sctx));
+		CHECK(wait_cq(&e) == 1 && e.op_context == &sctx);
+		tm.tag = 0x66;
+		memset(dst, 0, 64);
+		POST(fi_trecvmsg(ep[1], &tm, FI_PEEK | FI_DISCARD));
+		CHECK(wait_cq(&e) == 1 && e.op_context == &pctx && e.tag == 0x66);
+		CHECK(dst[0] == 0);
+		POST(fi_trecvmsg(ep[1], &tm, FI_PEEK));
+		wait_err(&err);
+		CHECK(err.err == FI_ENOMSG);
+		printf("tagged: peek, claim, discard\n");
+	}
+
+	/* A multi-receive buffer of 100 bytes with a minimum of 40 (set
+	 * above): three 30-byte messages land at offsets 0, 30, 60; only the
+	 * third (10 bytes left) releases it, with FI_MULTI_RECV. With the
+	 * minimum of either library's default, it would be released
+	 * earlier. */
+	{
+		struct fi_context mctx;
+		struct iovec miov = { dst, 100 };
+		struct fi_msg m = { .msg_iov = &miov, .desc = &rdesc, .iov_count = 1,
+				    .addr = FI_ADDR_UNSPEC, .context = &mctx };
+		POST(fi_recvmsg(ep[1], &m, FI_MULTI_RECV));
+		for (int k = 0; k < 3; k++) {
+			memset(src, 'a' + k, 30);
+			POST(fi_senddata(ep[0], src, 30, sdesc, 0xd0 + k, addr[1], &sctx));
+		}
+		int recvs = 0, sends = 0, released = 0;
+		for (int k = 0; k < 6; k++) {
+			CHECK(wait_cq(&e) == 1);
+			if (e.op_context == &sctx) {
+				sends++;
+				continue;
+			}
+			CHECK(e.op_context == &mctx);
+			CHECK(e.len == 30 && e.buf == dst + 30 * recvs);
+			CHECK(e.data == 0xd0 + (uint64_t)recvs && (e.flags & FI_REMOTE_CQ_DATA));
+			CHECK(((char *)e.buf)[0] == 'a' + recvs && ((char *)e.buf)[29] == 'a' + recvs);
+			if (e.flags & FI_MULTI_RECV) {
+				CHECK(recvs == 2);
+				released++;
+			}
+			recvs++;
+		}
+		CHECK(sends == 3 && recvs == 3 && released == 1);
+		printf("multi-recv: %d messages, released once\n", recvs);
+	}
+
 	/* Truncation: 16 bytes into a 4-byte receive. */
 	POST(fi_recv(ep[1], dst, 4, rdesc, FI_ADDR_UNSPEC, &rctx));
 	POST(fi_send(ep[0], src, 16, sdesc, addr[1], &sctx));
 	/* The send's completion and the receive's error, in either order. */
-	struct fi_cq_tagged_entry e;
 	ssize_t n = wait_cq(&e);
 	if (n == -FI_EAVAIL) {
 		memset(&err, 0, sizeof(err));
@@ -226,14 +347,106 @@ int main(int argc, char **argv)
 	CHECK(fi_cq_readerr(cq, &err, 0) == -FI_EAGAIN);
 	CHECK(fi_cq_read(cq, &e, 1) == -FI_EAGAIN);
 
-	/* The counter counted ep[0]'s three sends. */
-	CHECK(fi_cntr_read(cntr) == 3);
+	/* The counter counted ep[0]'s eight sends (message, tagged, two
+	 * peeked, three into the multi-receive buffer, truncated). */
+	CHECK(fi_cntr_read(cntr) == 8);
 	CHECK(fi_cntr_readerr(cntr) == 0);
 	OK(fi_cntr_add(cntr, 2));
-	CHECK(fi_cntr_read(cntr) == 5);
+	CHECK(fi_cntr_read(cntr) == 10);
 	OK(fi_cntr_set(cntr, 1));
 	CHECK(fi_cntr_read(cntr) == 1);
 	printf("counter: sends counted\n");
+
+	/* Every CQ format: two more endpoints on a CQ of that format; a
+	 * send with remote CQ data; both completions read with one call, so
+	 * that the second entry's place checks the entry size too. */
+	{
+		static const enum fi_cq_format formats[] = { FI_CQ_FORMAT_CONTEXT, FI_CQ_FORMAT_MSG,
+							     FI_CQ_FORMAT_DATA, FI_CQ_FORMAT_TAGGED };
+		static const char *names[] = { "context", "msg", "data", "tagged" };
+		for (int f = 0; f < 4; f++) {
+			struct fi_cq_attr fattr = { .format = formats[f], .size = 16 };
+			struct fid_cq *fcq;
+			OK(fi_cq_open(domain, &fattr, &fcq, NULL));
+			struct fid_ep *fep[2];
+			fi_addr_t faddr[2];
+			for (int i = 0; i < 2; i++) {
+				OK(fi_endpoint(domain, info, &fep[i], NULL));
+				OK(fi_ep_bind(fep[i], &av->fid, 0));
+				OK(fi_ep_bind(fep[i], &fcq->fid, FI_TRANSMIT | FI_RECV));
+				OK(fi_enable(fep[i]));
+				char name[128];
+				size_t len = sizeof(name);
+				OK(fi_getname(&fep[i]->fid, name, &len));
+				CHECK(fi_av_insert(av, name, 1, &faddr[i], 0, NULL) == 1);
+			}
+			struct fi_context fr, fs;
+			memcpy(src, "formatted", 10);
+			memset(dst, 0, 16);
+			ssize_t r;
+			int tries = 0;
+			while ((r = fi_recv(fep[1], dst, 16, rdesc, FI_ADDR_UNSPEC, &fr)) == -FI_EAGAIN && tries++ < 1000000)
+				(void)fi_cq_read(fcq, NULL, 0);
+			OK(r);
+			tries = 0;
+			while ((r = fi_senddata(fep[0], src, 10, sdesc, 0xcafe + f, faddr[1], &fs)) == -FI_EAGAIN &&
+			       tries++ < 1000000)
+				(void)fi_cq_read(fcq, NULL, 0);
+			OK(r);
+			/* Room for two entries of the largest format, poisoned. */
+			struct fi_cq_tagged_entry two[2];
+			memset(two, 0xa5, sizeof(two));
+			size_t size = formats[f] == FI_CQ_FORMAT_CONTEXT ? sizeof(struct fi_cq_entry)
+				    : formats[f] == FI_CQ_FORMAT_MSG   ? sizeof(struct fi_cq_msg_entry)
+				    : formats[f] == FI_CQ_FORMAT_DATA  ? sizeof(struct fi_cq_data_entry)
+								       : sizeof(struct fi_cq_tagged_entry);
+			int got = 0;
+			for (int i = 0; i < 2000000 && got < 2; i++) {
+				r = fi_cq_read(fcq, (char *)two + got * size, 2 - got);
+				if (r > 0)
+					got += (int)r;
+				else if (r != -FI_EAGAIN)
+					break;
+			}
+			CHECK(got == 2);
+			int seen = 0;
+			for (int k = 0; k < got; k++) {
+				char *at = (char *)two + k * size;
+				struct fi_cq_entry *c = (void *)at;
+				if (c->op_context == &fs) {
+					seen |= 1;
+					if (formats[f] != FI_CQ_FORMAT_CONTEXT)
+						CHECK(((struct fi_cq_msg_entry *)(void *)at)->flags & FI_SEND);
+					continue;
+				}
+				CHECK(c->op_context == &fr);
+				seen |= 2;
+				if (formats[f] == FI_CQ_FORMAT_CONTEXT)
+					continue;
+				struct fi_cq_msg_entry *me = (void *)at;
+				CHECK(me->len == 10 && (me->flags & (FI_RECV | FI_MSG)) == (FI_RECV | FI_MSG));
+				if (formats[f] == FI_CQ_FORMAT_MSG)
+					continue;
+				struct fi_cq_data_entry *de = (void *)at;
+				/* fi_cq(3): buf is defined for multi-receive
+				 * buffers only; Debian's sets it, ours leaves it
+				 * NULL for a plain receive. */
+				CHECK(de->buf == dst || de->buf == NULL);
+				CHECK(de->data == 0xcafe + (uint64_t)f);
+				CHECK(de->flags & FI_REMOTE_CQ_DATA);
+				if (formats[f] == FI_CQ_FORMAT_TAGGED)
+					CHECK(((struct fi_cq_tagged_entry *)(void *)at)->tag == 0);
+			}
+			/* Nothing written past the two entries. */
+			if (size < sizeof(two[0]))
+				CHECK(((unsigned char *)two)[2 * size] == 0xa5);
+			CHECK(seen == 3 && !strcmp(dst, "formatted"));
+			printf("cq format %s: send and recv with data\n", names[f]);
+			OK(fi_close(&fep[0]->fid));
+			OK(fi_close(&fep[1]->fid));
+			OK(fi_close(&fcq->fid));
+		}
+	}
 
 	/* NULL and bad arguments: error codes, not crashes (on this library;
 	 * Debian's dereferences most of them). */
@@ -322,6 +535,49 @@ int main(int argc, char **argv)
 	OK(fi_close(&av->fid));
 	OK(fi_close(&domain->fid));
 	OK(fi_close(&fabric->fid));
+
+	/* Private data sizes of tcp's connected endpoints: 256 bytes, on the
+	 * passive endpoint and on an endpoint. Setting it (up to that size;
+	 * Debian's tcp refuses the option) is checked on this library. */
+	{
+		struct fi_info *mh = fi_allocinfo(), *mi;
+		mh->caps = FI_MSG;
+		mh->ep_attr->type = FI_EP_MSG;
+		mh->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+		mh->fabric_attr->prov_name = strdup("tcp");
+		mh->addr_format = FI_SOCKADDR_IN;
+		OK(fi_getinfo(FI_VERSION(1, 17), "127.0.0.1", NULL, FI_SOURCE, mh, &mi));
+		struct fid_fabric *mf;
+		struct fid_domain *md;
+		struct fid_pep *pep;
+		struct fid_ep *mep;
+		OK(fi_fabric(mi->fabric_attr, &mf, NULL));
+		OK(fi_passive_ep(mf, mi, &pep, NULL));
+		OK(fi_domain(mf, mi, &md, NULL));
+		OK(fi_endpoint(md, mi, &mep, NULL));
+		size_t v = 0, vlen = sizeof(v);
+		OK(fi_getopt(&pep->fid, FI_OPT_ENDPOINT, FI_OPT_CM_DATA_SIZE, &v, &vlen));
+		CHECK(v == 256);
+		v = 0;
+		OK(fi_getopt(&mep->fid, FI_OPT_ENDPOINT, FI_OPT_CM_DATA_SIZE, &v, &vlen));
+		CHECK(v == 256);
+		printf("cm data size: %zu\n", v);
+		if (ours) {
+			v = 1000;
+			CHECK(fi_setopt(&mep->fid, FI_OPT_ENDPOINT, FI_OPT_CM_DATA_SIZE, &v, sizeof(v)) == -FI_EINVAL);
+			CHECK(fi_setopt(&pep->fid, FI_OPT_ENDPOINT, FI_OPT_CM_DATA_SIZE, &v, sizeof(v)) == -FI_EINVAL);
+			v = 100;
+			OK(fi_setopt(&mep->fid, FI_OPT_ENDPOINT, FI_OPT_CM_DATA_SIZE, &v, sizeof(v)));
+			OK(fi_setopt(&pep->fid, FI_OPT_ENDPOINT, FI_OPT_CM_DATA_SIZE, &v, sizeof(v)));
+		}
+		OK(fi_close(&mep->fid));
+		OK(fi_close(&pep->fid));
+		OK(fi_close(&md->fid));
+		OK(fi_close(&mf->fid));
+		fi_freeinfo(mi);
+		fi_freeinfo(mh);
+	}
+
 	fi_freeinfo(info);
 	fi_freeinfo(hints);
 	printf("closed\n%d failures\n", failures);
