@@ -5,6 +5,12 @@
 //! ping-pong). Writes BENCHMARKS.md (medians, spreads, our/their ratio per
 //! size) and two SVG charts under `bench/`.
 //!
+//! With `fi_pingpong` installed it also runs Debian's `fi_pingpong` on our
+//! C library (`fabric-capi` built in release, copied as `libfabric.so.1`
+//! into `target/release/capi-lib/`, which `LD_LIBRARY_PATH` names), in the
+//! same alternation: the column "fi_pingpong on ours / fabric pingpong"
+//! is the cost of the C interface for the same provider and size.
+//!
 //! Server processes run on core 1 and clients on core 0 (`taskset`), as in
 //! `../shared/notes/perf-anchors.md`; one extra round puts both on core 1.
 
@@ -34,6 +40,11 @@ struct Config {
     client: Vec<String>,
     /// Largest size it is run at.
     max: usize,
+    /// Debian's `fi_pingpong` on our C library (its output is
+    /// `fi_pingpong`'s; its columns are apart from ours and theirs).
+    capi: bool,
+    /// Environment of both processes.
+    env: Vec<(String, String)>,
 }
 
 struct Opts {
@@ -160,6 +171,7 @@ fn run(o: &Opts) -> Result<(), String> {
             "--- fi_pingpong not found: `apt-get install libfabric-bin` to compare against libfabric"
         );
     }
+    let capi_lib = if fi { capi_lib(&root) } else { Ok(None) }?;
     let providers = compiled_providers(&fabric);
     let mut configs = Vec::new();
     for (p, eps) in &providers {
@@ -178,6 +190,13 @@ fn run(o: &Opts) -> Result<(), String> {
                 }
                 "shm" => configs.push(theirs("shm", "rdm")),
                 _ => {}
+            }
+        }
+        if let Some(lib) = &capi_lib {
+            if matches!(p.as_str(), "tcp" | "shm") {
+                for ep in eps {
+                    configs.push(on_capi(lib, p, ep));
+                }
             }
         }
     }
@@ -247,7 +266,7 @@ fn run(o: &Opts) -> Result<(), String> {
     for _ in 0..o.rounds {
         for c in &configs {
             port = port.wrapping_add(1).max(48600);
-            let n = if c.ours { 2000 } else { 100 };
+            let n = if c.ours || c.capi { 2000 } else { 100 };
             match pingpong(c, 1, n, port, ("1", "1")) {
                 Ok(s) => one_core.entry(c.name.clone()).or_default().push(s),
                 Err(e) => println!("--- one core {}: {e}", c.name),
@@ -344,7 +363,43 @@ fn ours(fabric: &Path, p: &str, ep: &str) -> Config {
         server: args(f.clone()),
         client: args(f),
         max: usize::MAX,
+        capi: false,
+        env: Vec::new(),
     }
+}
+
+/// Builds the C library (`fabric-capi`, release, its default providers)
+/// and puts it as `libfabric.so.1` in a folder of its own, for
+/// `LD_LIBRARY_PATH`; `None` (and a note) if it cannot be built.
+fn capi_lib(root: &Path) -> Result<Option<PathBuf>, String> {
+    println!("==> building fabric-capi (release): fi_pingpong on our libfabric.so.1");
+    let st = Command::new("cargo")
+        .args(["build", "--quiet", "--release", "-p", "fabric-capi"])
+        .current_dir(root)
+        .status()
+        .map_err(|e| format!("cargo build: {e}"))?;
+    if !st.success() {
+        println!(
+            "--- cargo build --release -p fabric-capi failed: fi_pingpong on ours not measured"
+        );
+        return Ok(None);
+    }
+    let dir = root.join("target/release/capi-lib");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let so = root.join("target/release/libfabric_capi.so");
+    std::fs::copy(&so, dir.join("libfabric.so.1"))
+        .map_err(|e| format!("copying {}: {e}", so.display()))?;
+    Ok(Some(dir))
+}
+
+/// Debian's `fi_pingpong` with provider `p` on endpoint type `ep`, on our
+/// C library in `lib`.
+fn on_capi(lib: &Path, p: &str, ep: &str) -> Config {
+    let mut c = theirs(p, ep);
+    c.name = format!("fi_pingpong/ours {p} {}", ep.to_uppercase());
+    c.capi = true;
+    c.env = vec![("LD_LIBRARY_PATH".into(), lib.display().to_string())];
+    c
 }
 
 /// Our `fabric bw` (a window of 64 sends in flight) with provider `p`.
@@ -367,6 +422,8 @@ fn ours_bw(fabric: &Path, p: &str) -> Config {
         server: args(f.clone()),
         client: args(f),
         max: usize::MAX,
+        capi: false,
+        env: Vec::new(),
     }
 }
 
@@ -400,6 +457,8 @@ fn theirs(p: &str, ep: &str) -> Config {
             ep.into(),
         ],
         max: usize::MAX,
+        capi: false,
+        env: Vec::new(),
     }
 }
 
@@ -419,6 +478,7 @@ fn pingpong(
         .args(&c.server)
         .args(["-S", &s, "-I", &i, "-B", &port_s]);
     server.stdout(Stdio::null()).stderr(Stdio::null());
+    server.envs(c.env.iter().map(|(k, v)| (k, v)));
     let mut srv = server
         .spawn()
         .map_err(|e| format!("starting the server: {e}"))?;
@@ -427,7 +487,8 @@ fn pingpong(
     client
         .args(["120", "taskset", "-c", cpus.1])
         .args(&c.client)
-        .args(["-S", &s, "-I", &i, "-P", &port_s, "127.0.0.1"]);
+        .args(["-S", &s, "-I", &i, "-P", &port_s, "127.0.0.1"])
+        .envs(c.env.iter().map(|(k, v)| (k, v)));
     let out = client
         .output()
         .map_err(|e| format!("starting the client: {e}"));
@@ -448,7 +509,7 @@ fn pingpong(
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
-    let sample = if c.ours {
+    let sample = if c.ours && !c.capi {
         parse_ours(&text)
     } else {
         parse_theirs(&text)
@@ -513,6 +574,8 @@ fn raw_tcp() -> Result<Config, String> {
         server: args("server"),
         client: args("client"),
         max: usize::MAX,
+        capi: false,
+        env: Vec::new(),
     })
 }
 
@@ -548,6 +611,8 @@ fn measure_floors(tcp_pingpong: Series, o: &Opts) -> Result<Floors, String> {
                     "client".into(),
                 ],
                 max: usize::MAX,
+                capi: false,
+                env: Vec::new(),
             };
             let total = if o.quick { 256 } else { 1024 } * (1 << 20) / size;
             match pingpong(&stream, size, total, port, ("1", "0")) {
@@ -841,8 +906,15 @@ fn report(
         o.rounds,
         took.as_secs_f64()
     );
-    let ours: Vec<&Config> = configs.iter().filter(|c| c.ours).collect();
-    let theirs: Vec<&Config> = configs.iter().filter(|c| !c.ours).collect();
+    let ours: Vec<&Config> = configs.iter().filter(|c| c.ours && !c.capi).collect();
+    let theirs: Vec<&Config> = configs.iter().filter(|c| !c.ours && !c.capi).collect();
+    let capi: Vec<&Config> = configs.iter().filter(|c| c.capi).collect();
+    if !capi.is_empty() {
+        let _ = writeln!(
+            m,
+            "`fi_pingpong/ours` is Debian's `fi_pingpong` on this repository's C library (`fabric-capi`, release, as `libfabric.so.1` through `LD_LIBRARY_PATH`) with the same provider; the column \"fi_pingpong on ours / fabric pingpong\" is the cost of the C interface (same provider, endpoint type and size), \"fi_pingpong on ours / fi_pingpong\" compares the same program on our library and on Debian's.\n"
+        );
+    }
     for (title, pick) in [
         (
             "One-way latency (µs)",
@@ -853,7 +925,7 @@ fn report(
         let _ = writeln!(m, "## {title}\n");
         let mut head = String::from("| size |");
         let mut rule = String::from("|---|");
-        for c in ours.iter().chain(theirs.iter()) {
+        for c in ours.iter().chain(theirs.iter()).chain(capi.iter()) {
             let _ = write!(head, " {} |", c.name);
             rule.push_str("---|");
         }
@@ -861,6 +933,24 @@ fn report(
             for t in &theirs {
                 if same_kind(o, t) {
                     let _ = write!(head, " {} / {} |", o.name, t.name);
+                    rule.push_str("---|");
+                }
+            }
+        }
+        for c in &capi {
+            for o in &ours {
+                if same_kind(o, c) {
+                    let _ = write!(
+                        head,
+                        " fi_pingpong on ours / fabric pingpong ({}) |",
+                        c.name
+                    );
+                    rule.push_str("---|");
+                }
+            }
+            for t in &theirs {
+                if same_kind(c, t) {
+                    let _ = write!(head, " {} / {} |", c.name, t.name);
                     rule.push_str("---|");
                 }
             }
@@ -885,7 +975,7 @@ fn report(
                     .map(|v| v.iter().map(pick).collect())
                     .unwrap_or_default()
             };
-            for c in ours.iter().chain(theirs.iter()) {
+            for c in ours.iter().chain(theirs.iter()).chain(capi.iter()) {
                 let v = get(&c.name);
                 let _ = write!(
                     row,
@@ -901,6 +991,18 @@ fn report(
                 for t in &theirs {
                     if same_kind(o, t) {
                         let _ = write!(row, " {} |", fmt(paired(&get(&o.name), &get(&t.name))));
+                    }
+                }
+            }
+            for c in &capi {
+                for o in &ours {
+                    if same_kind(o, c) {
+                        let _ = write!(row, " {} |", fmt(paired(&get(&c.name), &get(&o.name))));
+                    }
+                }
+                for t in &theirs {
+                    if same_kind(c, t) {
+                        let _ = write!(row, " {} |", fmt(paired(&get(&c.name), &get(&t.name))));
                     }
                 }
             }
