@@ -110,8 +110,8 @@
 //! are statics of `extern "C"` trampolines that check the `fid`, call the
 //! trait method under the panic guard and return `Error::code()`. See
 //! [`obj`] for what is implemented: fabric, domain, MR, endpoint (msg and
-//! tagged data path, RMA, atomics, CM), passive endpoint, CQ (every
-//! format, readerr), AV, EQ, counter; wait sets, poll sets, scalable and
+//! tagged data path, RMA, atomics, CM, options), passive endpoint, CQ
+//! (every format, readerr), AV, EQ (incl. `fi_eq_write`), counter; wait sets, poll sets, scalable and
 //! shared contexts answer `-FI_ENOSYS`. Debian's `fi_pingpong` and Open MPI's
 //! OFI MTL run on it (`tests/fi_pingpong.rs`, `tests/mpi.rs`).
 //!

@@ -11,8 +11,9 @@
 //! - [`fabric`]: `fi_fabric`, `fi_ops_fabric` (domain, eq_open).
 //! - [`domain`]: `fi_ops_domain` (cq_open, av_open, endpoint), `fi_ops_mr`.
 //! - [`mr`]: memory regions.
-//! - [`ep`]: endpoints: `fi_ops` (close, bind, control), `fi_ops_ep`,
-//!   `fi_ops_cm`; [`passive`]: passive endpoints (`fi_listen`, `fi_reject`).
+//! - [`ep`]: endpoints: `fi_ops` (close, bind, control), `fi_ops_ep`
+//!   (cancel; `fi_setopt` / `fi_getopt` of `FI_OPT_MIN_MULTI_RECV` and
+//!   `FI_OPT_CM_DATA_SIZE`), `fi_ops_cm`; [`passive`]: passive endpoints (`fi_listen`, `fi_reject`).
 //! - [`msg`]: `fi_ops_msg` and `fi_ops_tagged`, the data path.
 //! - [`rma`]: `fi_ops_rma` (read, write, writedata, inject_write);
 //!   [`atomic`]: `fi_ops_atomic` (atomic, fetch, compare, valid).
