@@ -344,18 +344,34 @@ fn arb_hints() -> impl Strategy<Value = Info> {
         })
 }
 
-proptest! {
-    /// Any answer for hints H, fed back as hints, returns itself again.
-    #[test]
-    fn answers_are_fixed_points(h in arb_hints()) {
-        let reg = registry("");
-        if let Ok(list) = reg.getinfo(&req(Some(&h))) {
-            for a in list {
-                let again = reg.getinfo(&req(Some(&a)));
-                prop_assert!(again.is_ok(), "answer {a:?} fed back fails: {again:?}");
-                let again = again.unwrap_or_default();
-                prop_assert_eq!(again, vec![a]);
+/// Any answer for hints H, fed back as hints, returns itself again; and
+/// enough generated hints match for that to mean something.
+#[test]
+fn answers_are_fixed_points() {
+    use proptest::test_runner::{Config, TestRunner};
+    let matched = std::cell::Cell::new(0u32);
+    let cases = 256;
+    let mut runner = TestRunner::new(Config::with_cases(cases));
+    runner
+        .run(&arb_hints(), |h| {
+            let reg = registry("");
+            if let Ok(list) = reg.getinfo(&req(Some(&h))) {
+                matched.set(matched.get() + 1);
+                for a in list {
+                    let again = reg.getinfo(&req(Some(&a)));
+                    prop_assert!(again.is_ok(), "answer {a:?} fed back fails: {again:?}");
+                    let again = again.unwrap_or_default();
+                    prop_assert_eq!(again, vec![a]);
+                }
             }
-        }
-    }
+            Ok(())
+        })
+        .unwrap();
+    // About one in six of these hints matches the test providers (44 of
+    // 256 when this was written); one in eight is the floor.
+    assert!(
+        matched.get() >= cases / 8,
+        "only {} of {cases} generated hint sets matched: the property says little",
+        matched.get()
+    );
 }
