@@ -14,7 +14,7 @@ use fabric::objects::{AddressVector, AvAttr, FiAddr};
 use fabric::{AddrFormat, Address, AvType, Error, ErrorKind};
 
 use super::domain::{self, DomainObj, FidDomain};
-use super::{EBUSY, EINVAL, ENOSYS, FiOps, Fid, Refs, class, fi_ops, guard_int, object, put};
+use super::{EINVAL, ENOSYS, FiOps, Fid, Refs, class, close_child, fi_ops, guard_int, object, put};
 use crate::convert::MAX_ADDR_LEN;
 
 /// `struct fi_av_attr`.
@@ -185,14 +185,8 @@ unsafe extern "C" fn close(fid: *mut Fid) -> c_int {
         let Some(a) = (unsafe { get(fid) }) else {
             return EINVAL;
         };
-        if a.refs.busy() {
-            return EBUSY;
-        }
-        // SAFETY: the domain outlives its AVs (its refs count this one).
-        unsafe { (*a.domain).refs.release() };
-        // SAFETY: ours, from Box::into_raw in `open`; closed once.
-        drop(unsafe { Box::from_raw(fid.cast::<AvObj>()) });
-        0
+        // SAFETY: `a` is what `fid` names, from `open`; its domain is live.
+        unsafe { close_child::<AvObj>(fid, &a.refs, &(*a.domain).refs) }
     })
 }
 

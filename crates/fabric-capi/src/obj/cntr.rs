@@ -9,7 +9,7 @@ use std::time::Duration;
 use fabric::objects::{CntrAttr, Counter, WaitObj};
 
 use super::domain::{self, DomainObj, FidDomain};
-use super::{EBUSY, EINVAL, FiOps, Fid, Refs, class, fi_ops, guard_int, object, put};
+use super::{EINVAL, FiOps, Fid, Refs, class, close_child, fi_ops, guard_int, object, put};
 
 /// `struct fi_cntr_attr`.
 #[repr(C)]
@@ -142,14 +142,8 @@ unsafe extern "C" fn close(fid: *mut Fid) -> c_int {
         let Some(c) = (unsafe { get(fid) }) else {
             return EINVAL;
         };
-        if c.refs.busy() {
-            return EBUSY;
-        }
-        // SAFETY: the domain outlives its counters (its refs count this one).
-        unsafe { (*c.domain).refs.release() };
-        // SAFETY: ours, from Box::into_raw in `open`; closed once.
-        drop(unsafe { Box::from_raw(fid.cast::<CntrObj>()) });
-        0
+        // SAFETY: `c` is what `fid` names, from `open`; its domain is live.
+        unsafe { close_child::<CntrObj>(fid, &c.refs, &(*c.domain).refs) }
     })
 }
 

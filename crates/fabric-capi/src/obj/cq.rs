@@ -12,7 +12,8 @@ use fabric::objects::{CompletionQueue, CqAttr, CqEntry, CqFormat, FiAddr, WaitOb
 
 use super::domain::{self, DomainObj, FidDomain};
 use super::{
-    EBUSY, EINVAL, FiOps, Fid, Refs, class, command, fi_ops, guard_int, guard_sz, object, put, sz,
+    EINVAL, FiOps, Fid, Refs, class, close_child, command, fi_ops, guard_int, guard_sz, object,
+    put, sz,
 };
 
 /// `struct fi_cq_attr`.
@@ -237,14 +238,8 @@ unsafe extern "C" fn close(fid: *mut Fid) -> c_int {
         let Some(c) = (unsafe { get(fid) }) else {
             return EINVAL;
         };
-        if c.refs.busy() {
-            return EBUSY;
-        }
-        // SAFETY: the domain outlives its CQs (its refs count this one).
-        unsafe { (*c.domain).refs.release() };
-        // SAFETY: ours, from Box::into_raw in `open`; closed once.
-        drop(unsafe { Box::from_raw(fid.cast::<CqObj>()) });
-        0
+        // SAFETY: `c` is what `fid` names, from `open`; its domain is live.
+        unsafe { close_child::<CqObj>(fid, &c.refs, &(*c.domain).refs) }
     })
 }
 

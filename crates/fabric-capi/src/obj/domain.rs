@@ -13,7 +13,7 @@ use super::cq::{self, FiCqAttr, FidCq};
 use super::ep::{self, FidEp};
 use super::fabric::{self as fab, FabricObj, FidFabric};
 use super::mr::{self, FidMr};
-use super::{EBUSY, EINVAL, ENOSYS, FiOps, Fid, Refs, class, fi_ops, guard_int, object, put};
+use super::{EINVAL, ENOSYS, FiOps, Fid, Refs, class, close_child, fi_ops, guard_int, object, put};
 use crate::types::{FiInfo, FiRxAttr, FiTxAttr};
 
 /// `struct fi_ops_domain`.
@@ -209,14 +209,8 @@ unsafe extern "C" fn close(fid: *mut Fid) -> c_int {
         let Some(d) = (unsafe { get(fid) }) else {
             return EINVAL;
         };
-        if d.refs.busy() {
-            return EBUSY;
-        }
-        // SAFETY: the fabric outlives its domains (its refs count this one).
-        unsafe { (*d.fabric).refs.release() };
-        // SAFETY: ours, from Box::into_raw in `open`; closed once.
-        drop(unsafe { Box::from_raw(fid.cast::<DomainObj>()) });
-        0
+        // SAFETY: `d` is what `fid` names, from `open`; its fabric is live.
+        unsafe { close_child::<DomainObj>(fid, &d.refs, &(*d.fabric).refs) }
     })
 }
 

@@ -17,7 +17,8 @@ use fabric::objects::{EqAttr, EqEvent, EventQueue, WaitObj};
 
 use super::fabric::{self as fab, FabricObj, FidFabric};
 use super::{
-    EBUSY, EINVAL, ENOSYS, FiOps, Fid, Refs, class, fi_ops, guard_int, guard_sz, object, put, sz,
+    EINVAL, ENOSYS, FiOps, Fid, Refs, class, close_child, fi_ops, guard_int, guard_sz, object, put,
+    sz,
 };
 use crate::convert;
 
@@ -201,14 +202,8 @@ unsafe extern "C" fn close(fid: *mut Fid) -> c_int {
         let Some(e) = (unsafe { get(fid) }) else {
             return EINVAL;
         };
-        if e.refs.busy() {
-            return EBUSY;
-        }
-        // SAFETY: the fabric outlives its EQs (its refs count this one).
-        unsafe { (*e.fabric).refs.release() };
-        // SAFETY: ours, from Box::into_raw in `open`; closed once.
-        drop(unsafe { Box::from_raw(fid.cast::<EqObj>()) });
-        0
+        // SAFETY: `e` is what `fid` names, from `open`; its fabric is live.
+        unsafe { close_child::<EqObj>(fid, &e.refs, &(*e.fabric).refs) }
     })
 }
 

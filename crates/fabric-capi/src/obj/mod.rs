@@ -154,6 +154,26 @@ impl Refs {
     }
 }
 
+/// `fi_close` of an object that others may depend on (`refs`) and that
+/// depends on a parent (`parent`): `-FI_EBUSY` while something still
+/// depends on it, else the parent is released and the object freed.
+///
+/// # Safety
+///
+/// `fid` names an object made by `Box::into_raw` of a `T` and not closed
+/// yet, whose dependants `refs` counts; `parent` points to the live
+/// parent's count, which outlives it.
+pub(crate) unsafe fn close_child<T>(fid: *mut Fid, refs: &Refs, parent: *const Refs) -> c_int {
+    if refs.busy() {
+        return EBUSY;
+    }
+    // SAFETY: the parent outlives its children (its refs count this one).
+    unsafe { (*parent).release() };
+    // SAFETY: ours, from Box::into_raw; closed once (per the contract).
+    drop(unsafe { Box::from_raw(fid.cast::<T>()) });
+    0
+}
+
 /// Casts a `fid` pointer to the object of `T` after checking that it is
 /// one: non-null, of `fclass`, with the `ops` table `ops`.
 ///
