@@ -139,21 +139,6 @@ pub(crate) fn send_all(
     Ok(())
 }
 
-/// A random 64-bit number (the endpoint nonce): the process's randomly
-/// keyed hasher over the time, the process id and a counter.
-pub(crate) fn random_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    h.write_u32(std::process::id());
-    if let Ok(d) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
-        h.write_u128(d.as_nanos());
-    }
-    h.finish()
-}
-
 /// A process-wide unique object id (the `fid` of EQ events).
 pub(crate) fn next_fid() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};

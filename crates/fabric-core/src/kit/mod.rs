@@ -21,3 +21,20 @@ pub mod mr;
 pub mod objects;
 pub mod tag;
 pub mod wait;
+
+/// A 64-bit value nobody can predict from earlier ones: the process's
+/// randomly keyed SipHash (std's `RandomState`, seeded by the operating
+/// system) over a counter, the pid and the time. For keys and nonces a
+/// peer must not guess (provider-chosen memory keys, endpoint nonces).
+pub fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.write_u32(std::process::id());
+    if let Ok(d) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        h.write_u128(d.as_nanos());
+    }
+    h.finish()
+}

@@ -9,7 +9,6 @@
 
 use std::collections::HashMap;
 use std::sync::RwLock;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::objects::MrAccess;
@@ -25,22 +24,6 @@ pub struct Region {
     pub access: MrAccess,
     /// Offset that names the first byte in offset-based RMA.
     pub offset: u64,
-}
-
-/// A key a peer cannot guess from the keys it has seen: the output of
-/// the process's randomly keyed SipHash (std's `RandomState`, seeded by the
-/// operating system) over a counter and the time. Keys the provider
-/// chooses (FI_MR_PROV_KEY) are the only protection of registered memory
-/// from a peer that may talk to the endpoint, so they are not sequential.
-fn unpredictable_key() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    if let Ok(d) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
-        h.write_u128(d.as_nanos());
-    }
-    h.finish()
 }
 
 /// Keys to regions.
@@ -75,7 +58,9 @@ impl MrTable {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let key = if self.prov_key {
             loop {
-                let k = unpredictable_key();
+                // Provider keys are the only protection of registered memory from
+                // a peer that may talk to the endpoint: not sequential.
+                let k = super::random_u64();
                 if k != 0 && !map.contains_key(&k) {
                     break k;
                 }

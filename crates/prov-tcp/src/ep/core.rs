@@ -553,7 +553,7 @@ impl EpInner {
             info: info.clone(),
             kind,
             fid: sys::next_fid(),
-            nonce: sys::random_u64(),
+            nonce: fabric_core::kit::random_u64(),
             name,
             state: Mutex::new(state),
             binds: Mutex::new(Binds::default()),
