@@ -10,21 +10,8 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use fabric_core::objects::{FiAddr, Msg, Provider};
+use fabric_core::objects::{FiAddr, Msg};
 use fabric_core::*;
-
-fn cpu_time() -> Duration {
-    let mut u = std::mem::MaybeUninit::<libc::rusage>::uninit();
-    // SAFETY: getrusage writes a whole rusage into the pointer on success.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, u.as_mut_ptr()) };
-    assert_eq!(rc, 0);
-    // SAFETY: initialised by the successful call above.
-    let u = unsafe { u.assume_init() };
-    let tv = |t: libc::timeval| {
-        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
-    };
-    tv(u.ru_utime) + tv(u.ru_stime)
-}
 
 fn set_fd_limit(soft: u64) -> u64 {
     let mut r = libc::rlimit {
@@ -48,18 +35,7 @@ fn open_fds() -> u64 {
 #[test]
 fn a_listener_out_of_descriptors_rests_and_recovers() {
     // b progresses by itself (a thread), so a spinning accept shows as CPU.
-    let mut h = Info::default();
-    h.caps = Caps::MSG;
-    h.mode = Mode::all();
-    h.ep_attr.ep_type = EpType::Rdm;
-    h.domain_attr.data_progress = Progress::Auto;
-    let req = fabric_core::matching::Request {
-        node: Some("127.0.0.1"),
-        flags: GetinfoFlags::SOURCE,
-        hints: Some(&h),
-        ..fabric_core::matching::Request::new(Version::CURRENT)
-    };
-    let info = prov_tcp::TcpProvider.getinfo(&req).unwrap().remove(0);
+    let info = auto_info_with(Caps::MSG);
     let b = side(&info);
     let a = side(&rdm_info());
     let b_at_a = insert(&a, &b.ep.getname().unwrap());

@@ -153,43 +153,6 @@ fn a_hello_whose_address_is_not_the_sockets_is_refused() {
     assert!(status.is_some(), "a hello from another IP must be refused");
 }
 
-/// CPU time (user + system) this process has used.
-fn cpu_time() -> Duration {
-    let mut u = std::mem::MaybeUninit::<libc::rusage>::uninit();
-    // SAFETY: getrusage writes a whole rusage into the pointer on success.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, u.as_mut_ptr()) };
-    assert_eq!(rc, 0);
-    // SAFETY: initialised by the successful call above.
-    let u = unsafe { u.assume_init() };
-    let tv = |t: libc::timeval| {
-        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
-    };
-    tv(u.ru_utime) + tv(u.ru_stime)
-}
-
-/// An RDM answer on 127.0.0.1 whose domain progresses by itself (a
-/// thread), so that a spinning engine shows as CPU time.
-fn auto_info() -> Info {
-    auto_info_with(Caps::MSG | Caps::TAGGED)
-}
-
-/// [`auto_info`] with `caps`.
-fn auto_info_with(caps: Caps) -> Info {
-    let mut h = Info::default();
-    h.caps = caps;
-    h.mode = Mode::all();
-    h.ep_attr.ep_type = EpType::Rdm;
-    h.domain_attr.data_progress = Progress::Auto;
-    let req = fabric_core::matching::Request {
-        node: Some("127.0.0.1"),
-        flags: GetinfoFlags::SOURCE,
-        hints: Some(&h),
-        ..fabric_core::matching::Request::new(Version::CURRENT)
-    };
-    use fabric_core::objects::Provider;
-    prov_tcp::TcpProvider.getinfo(&req).unwrap().remove(0)
-}
-
 /// Connects to `to` as an RDM peer (the hello names this socket's own
 /// address) and waits for the answer.
 fn hello_to(to: SocketAddr) -> TcpStream {
@@ -204,7 +167,7 @@ fn hello_to(to: SocketAddr) -> TcpStream {
 
 #[test]
 fn a_paused_half_closed_connection_costs_no_cpu() {
-    let b = side(&auto_info());
+    let b = side(&auto_info_with(Caps::MSG | Caps::TAGGED));
     let name = b.ep.getname().unwrap().socket_addr().unwrap();
     let mut s = hello_to(name);
     // One unexpected tagged message larger than the 8 MiB budget: the
@@ -224,21 +187,10 @@ fn a_paused_half_closed_connection_costs_no_cpu() {
     drop(s);
 }
 
-/// This process's resident memory.
-fn rss() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let kb = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .unwrap();
-    kb * 1024
-}
-
 #[test]
 fn a_peer_that_never_reads_its_answers_is_not_read_either() {
     use fabric_core::objects::RmaIov;
-    let b = side(&auto_info());
+    let b = side(&auto_info_with(Caps::MSG | Caps::TAGGED));
     let name = b.ep.getname().unwrap().socket_addr().unwrap();
     let before = rss();
     let mut s = hello_to(name);

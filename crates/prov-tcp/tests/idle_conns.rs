@@ -15,16 +15,6 @@ use common::*;
 use fabric_core::objects::{FiAddr, Msg, Provider};
 use fabric_core::*;
 
-fn rss() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .unwrap()
-        * 1024
-}
-
 /// Whether the server closed `s` (reads end of file or a reset).
 fn closed(s: &mut TcpStream) -> bool {
     let mut b = [0u8; 1];
@@ -90,18 +80,7 @@ fn silent_connection_requests_to_a_passive_endpoint_are_capped_and_time_out() {
 
 #[test]
 fn silent_connections_cost_little_are_capped_and_time_out() {
-    let mut h = Info::default();
-    h.caps = Caps::MSG;
-    h.mode = Mode::all();
-    h.ep_attr.ep_type = EpType::Rdm;
-    h.domain_attr.data_progress = Progress::Auto;
-    let req = fabric_core::matching::Request {
-        node: Some("127.0.0.1"),
-        flags: GetinfoFlags::SOURCE,
-        hints: Some(&h),
-        ..fabric_core::matching::Request::new(Version::CURRENT)
-    };
-    let info = prov_tcp::TcpProvider.getinfo(&req).unwrap().remove(0);
+    let info = auto_info_with(Caps::MSG);
     let b = side(&info);
     let name = b.ep.getname().unwrap().socket_addr().unwrap();
     let before = rss();

@@ -9,6 +9,8 @@
     clippy::field_reassign_with_default
 )]
 
+use std::time::Duration;
+
 use fabric_core::matching::Request;
 use fabric_core::objects::{
     AddressVector, AvAttr, Bind, CntrAttr, CompletionQueue, Counter, CqAttr, CqFormat, Domain,
@@ -145,4 +147,46 @@ pub fn pair() -> (Side, Side, FiAddr, FiAddr) {
 
 pub fn counter(d: &dyn Domain) -> Box<dyn Counter> {
     d.cntr(&CntrAttr::default()).unwrap()
+}
+
+/// CPU time (user + system) this process has used.
+pub fn cpu_time() -> Duration {
+    let mut u = std::mem::MaybeUninit::<libc::rusage>::uninit();
+    // SAFETY: getrusage writes a whole rusage into the pointer on success.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, u.as_mut_ptr()) };
+    assert_eq!(rc, 0);
+    // SAFETY: initialised by the successful call above.
+    let u = unsafe { u.assume_init() };
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+    };
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+/// This process's resident memory.
+pub fn rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap();
+    kb * 1024
+}
+
+/// An RDM answer on 127.0.0.1 for `caps` whose domain progresses by
+/// itself (a thread), so that a spinning engine shows as CPU time.
+pub fn auto_info_with(caps: Caps) -> Info {
+    let mut h = Info::default();
+    h.caps = caps;
+    h.mode = Mode::all();
+    h.ep_attr.ep_type = EpType::Rdm;
+    h.domain_attr.data_progress = Progress::Auto;
+    let req = Request {
+        node: Some("127.0.0.1"),
+        flags: GetinfoFlags::SOURCE,
+        hints: Some(&h),
+        ..Request::new(Version::CURRENT)
+    };
+    TcpProvider.getinfo(&req).unwrap().remove(0)
 }
