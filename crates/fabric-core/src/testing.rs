@@ -443,3 +443,51 @@ pub unsafe fn peer_start(
         Err(e) => panic!("the parent's name {line:?}: {e}"),
     }
 }
+
+/// A pseudo-random byte pattern of `len` bytes, different for every seed
+/// (xorshift), to tell one transfer's bytes from another's.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut v = Vec::with_capacity(len + 8);
+    while v.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.truncate(len);
+    v
+}
+
+/// Panics naming the first differing byte unless `got == want`.
+pub fn same(what: &str, got: &[u8], want: &[u8]) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    if let Some(i) = got.iter().zip(want).position(|(g, w)| g != w) {
+        panic!(
+            "{what}: byte {i} of {} is {:#x}, expected {:#x}",
+            got.len(),
+            got[i],
+            want[i]
+        );
+    }
+}
+
+/// A seed nobody used before in this process.
+pub fn seed() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A read-only buffer as one iovec (for sends and RMA sources).
+pub fn one(b: &[u8]) -> [crate::objects::IoVec; 1] {
+    [crate::objects::IoVec {
+        addr: b.as_ptr().cast_mut(),
+        len: b.len(),
+    }]
+}
+
+/// `count` little-endian copies of the 64-bit word `v` (atomic operands).
+pub fn words(v: u64, count: usize) -> Vec<u8> {
+    (0..count).flat_map(|_| v.to_le_bytes()).collect()
+}

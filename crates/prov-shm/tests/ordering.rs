@@ -57,8 +57,9 @@ use common::*;
 use fabric_core::matching::Request;
 use fabric_core::objects::{
     AtomicMsg, AtomicOp, CompletionFlags, CompletionQueue, Counter, CqEntry, CqErrEntry, Datatype,
-    FiAddr, IoVec, MemoryRegion, MrAccess, Provider, RmaIov, RmaMsg,
+    FiAddr, MemoryRegion, MrAccess, Provider, RmaIov, RmaMsg,
 };
+use fabric_core::testing::{one, pattern, same, seed, words};
 use fabric_core::*;
 use prov_shm::ShmProvider;
 use prov_shm::region::RegionConfig;
@@ -134,51 +135,6 @@ const MSG_SIZES: [usize; 12] = [
     1 << 20,
     3 << 20,
 ];
-
-/// A pseudo-random byte pattern, different for every seed.
-fn fill(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut v = Vec::with_capacity(len + 8);
-    while v.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.extend_from_slice(&x.to_le_bytes());
-    }
-    v.truncate(len);
-    v
-}
-
-/// Panics with the first differing byte unless `got == want`.
-fn same(what: &str, got: &[u8], want: &[u8]) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    if let Some(i) = got.iter().zip(want).position(|(g, w)| g != w) {
-        panic!(
-            "{what}: byte {i} of {} is {:#x}, expected {:#x}",
-            got.len(),
-            got[i],
-            want[i]
-        );
-    }
-}
-
-/// A seed nobody used before in this process.
-fn seed() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    NEXT.fetch_add(1, Ordering::Relaxed)
-}
-
-fn one(b: &[u8]) -> [IoVec; 1] {
-    [IoVec {
-        addr: b.as_ptr().cast_mut(),
-        len: b.len(),
-    }]
-}
-
-fn words(v: u64, count: usize) -> Vec<u8> {
-    (0..count).flat_map(|_| v.to_le_bytes()).collect()
-}
 
 fn range(off: usize, len: usize) -> [RmaIov; 1] {
     [RmaIov {
@@ -531,7 +487,7 @@ fn child_stream(me: &Side, parent: FiAddr, round: u64) -> u64 {
     let bodies: Vec<Vec<u8>> = plan
         .iter()
         .enumerate()
-        .map(|(i, &(size, _))| fill(size, stream_seq(round, i)))
+        .map(|(i, &(size, _))| pattern(size, stream_seq(round, i)))
         .collect();
     let mut ctxs = Vec::new();
     for (i, &(size, tagged)) in plan.iter().enumerate() {
@@ -563,8 +519,8 @@ fn child_stream(me: &Side, parent: FiAddr, round: u64) -> u64 {
 /// A message tagged `WAS_TAG + n`, then an 8-byte write to the parent
 /// carrying CQ data `n` (`how`: 0 RMA write, 1 inject_write, 2 atomic).
 fn child_was(me: &Side, parent: FiAddr, n: u64, size: usize, how: u64) -> u64 {
-    let body = fill(size, n);
-    let word = fill(8, n + 1);
+    let body = pattern(size, n);
+    let word = pattern(8, n + 1);
     let ctx = if size <= 8 { 0 } else { 2 };
     let mut ctxs = vec![];
     // SAFETY: the buffers outlive the completions awaited below.
@@ -606,7 +562,7 @@ fn child_was(me: &Side, parent: FiAddr, n: u64, size: usize, how: u64) -> u64 {
 /// reads 8 bytes at 0; 1 reads the parent's receive buffer, which must
 /// hold the message when it went eagerly.
 fn child_ras(me: &Side, parent: FiAddr, n: u64, size: usize, mode: u64) -> u64 {
-    let body = fill(size, n);
+    let body = pattern(size, n);
     let ctx = if size <= 8 { 0 } else { 2 };
     let mut back = vec![0u8; if mode == 0 { 8 } else { size }];
     let off = if mode == 0 { 0 } else { RBUF };
@@ -713,7 +669,7 @@ fn raw_a_read_returns_a_write_posted_just_before_it_up_to_max_order_raw_size() {
     for size in sizes.into_iter().filter(|&s| s <= limit) {
         for round in 0..6 {
             let off = (round * 4099) % (REGION - size);
-            let src = fill(size, seed());
+            let src = pattern(size, seed());
             let mut back = vec![0u8; size];
             // SAFETY: the buffers outlive the completions awaited next.
             unsafe {
@@ -725,7 +681,7 @@ fn raw_a_read_returns_a_write_posted_just_before_it_up_to_max_order_raw_size() {
         }
         // Reads of every size after it.
         for rsize in [size, 1 << 20, 4 << 20] {
-            let src = fill(size, seed());
+            let src = pattern(size, seed());
             let mut back = vec![0u8; rsize];
             // SAFETY: as above.
             unsafe {
@@ -737,7 +693,7 @@ fn raw_a_read_returns_a_write_posted_just_before_it_up_to_max_order_raw_size() {
         }
     }
     // Several pairs in flight at once, on separate ranges.
-    let srcs: Vec<Vec<u8>> = (0..8).map(|_| fill(limit, seed())).collect();
+    let srcs: Vec<Vec<u8>> = (0..8).map(|_| pattern(limit, seed())).collect();
     let mut backs = vec![vec![0u8; limit]; 8];
     for (i, (s, b)) in srcs.iter().zip(backs.iter_mut()).enumerate() {
         let off = i * 65536;
@@ -754,7 +710,7 @@ fn raw_a_read_returns_a_write_posted_just_before_it_up_to_max_order_raw_size() {
     // Injected writes.
     for size in [1usize, 8, 1024] {
         for _ in 0..6 {
-            let src = fill(size, seed());
+            let src = pattern(size, seed());
             let mut back = vec![0u8; size];
             retry(me.cq.as_ref(), || {
                 me.ep.inject_write(&src, p, range(64, size)[0], None)
@@ -769,7 +725,7 @@ fn raw_a_read_returns_a_write_posted_just_before_it_up_to_max_order_raw_size() {
     for count in [1usize, 1024] {
         for _ in 0..4 {
             let off = 8 * 1024;
-            let w = fill(8 * count, seed());
+            let w = pattern(8 * count, seed());
             let mut fetched = vec![0u8; 8 * count];
             // SAFETY: the buffers outlive the completions awaited next.
             unsafe {
@@ -787,7 +743,7 @@ fn raw_a_read_returns_a_write_posted_just_before_it_up_to_max_order_raw_size() {
             }
             x.wait(&[1, 2]);
             same("atomic read after RMA write", &fetched, &w);
-            let w = fill(8 * count, seed());
+            let w = pattern(8 * count, seed());
             let mut back = vec![0u8; 8 * count];
             // SAFETY: as above.
             unsafe {
@@ -805,7 +761,7 @@ fn rma_rar_reads_posted_back_to_back_agree() {
     let x = pair_with("serve");
     let (me, p) = (&x.me, x.p);
     for size in [8usize, 1024, 1025, 32 * 1024, 100_000, 256 * 1024, 4 << 20] {
-        let src = fill(size, seed());
+        let src = pattern(size, seed());
         // SAFETY: `src` outlives the completion awaited next.
         unsafe { write(me, p, &src, 0, 1, None) };
         x.wait(&[1]);
@@ -835,8 +791,8 @@ fn waw_the_later_of_two_writes_wins_up_to_max_order_waw_size() {
         for second in sizes {
             for round in 0..3 {
                 let off = round * 65536 + 8;
-                let p1 = fill(first, seed());
-                let p2 = fill(second, seed());
+                let p1 = pattern(first, seed());
+                let p2 = pattern(second, seed());
                 let mut back = vec![0u8; first.max(second)];
                 // SAFETY: the buffers outlive the completions awaited next.
                 unsafe {
@@ -857,9 +813,9 @@ fn waw_the_later_of_two_writes_wins_up_to_max_order_waw_size() {
     }
     // Injected and atomic writes among them.
     for _ in 0..4 {
-        let big = fill(limit, seed());
-        let small = fill(1024, seed());
-        let word = fill(8, seed());
+        let big = pattern(limit, seed());
+        let small = pattern(1024, seed());
+        let word = pattern(8, seed());
         let mut back = vec![0u8; limit];
         // SAFETY: the buffers outlive the completions awaited next.
         unsafe { write(me, p, &big, 0, 1, None) };
@@ -876,8 +832,8 @@ fn waw_the_later_of_two_writes_wins_up_to_max_order_waw_size() {
         want[..1024].copy_from_slice(&small);
         want[2048..2056].copy_from_slice(&word);
         same("WAW: write, inject_write, atomic write", &back, &want);
-        let word = fill(8, seed());
-        let big = fill(limit, seed());
+        let word = pattern(8, seed());
+        let big = pattern(limit, seed());
         // SAFETY: as above.
         unsafe {
             atomic(me, p, AtomicOp::AtomicWrite, &word, 2048, None, 1, None);
@@ -897,11 +853,11 @@ fn war_a_read_does_not_see_a_later_write_up_to_max_order_war_size() {
     for size in [1usize, 8, 1000, limit] {
         for round in 0..6 {
             let off = round * 8192;
-            let old = fill(size, seed());
+            let old = pattern(size, seed());
             // SAFETY: `old` outlives the completion awaited next.
             unsafe { write(me, p, &old, off, 1, None) };
             x.wait(&[1]);
-            let new = fill(size, seed());
+            let new = pattern(size, seed());
             let mut back = vec![0u8; size];
             // SAFETY: the buffers outlive the completions awaited next.
             unsafe {
@@ -912,7 +868,7 @@ fn war_a_read_does_not_see_a_later_write_up_to_max_order_war_size() {
             same(&format!("WAR, {size} bytes"), &back, &old);
             // Atomic writes after RMA reads, and the reverse.
             if size >= 8 {
-                let word = fill(8, seed());
+                let word = pattern(8, seed());
                 let now = {
                     let mut v = new.clone();
                     v[..8].copy_from_slice(&word);
@@ -1188,7 +1144,7 @@ fn sas_messages_match_receives_in_the_order_they_were_sent() {
             same(
                 &format!("SAS round {round} ({posting:?}) data"),
                 &bufs[c][j],
-                &fill(plan[want].0, stream_seq(round, want)),
+                &pattern(plan[want].0, stream_seq(round, want)),
             );
         }
         inbox.done(REPLY_CTX);
@@ -1235,7 +1191,7 @@ fn was_a_write_finds_the_earlier_message_arrived() {
                     unsafe { recv(me, &mut into, Some(tag), 9) };
                 }
                 inbox.done(9);
-                same("WAS message", &into, &fill(size, n));
+                same("WAS message", &into, &pattern(size, n));
                 inbox.done(REPLY_CTX);
                 assert_eq!(u64::from_le_bytes(status), 0, "the child failed");
             }
@@ -1284,13 +1240,17 @@ fn ras_a_read_finds_the_earlier_message_arrived() {
                         assert!(x.me.ep.cancel(9).is_err(), "{what}");
                     }
                     inbox.done(9);
-                    same("RAS message", &x.mem.mem[RBUF..RBUF + size], &fill(size, n));
+                    same(
+                        "RAS message",
+                        &x.mem.mem[RBUF..RBUF + size],
+                        &pattern(size, n),
+                    );
                 } else {
                     assert_eq!(x.peek(&mut inbox, tag), Some(size), "{what}");
                     // SAFETY: `into` outlives the completion awaited next.
                     unsafe { recv(me, &mut into, Some(tag), 9) };
                     inbox.done(9);
-                    same("RAS message", &into, &fill(size, n));
+                    same("RAS message", &into, &pattern(size, n));
                 }
                 inbox.done(REPLY_CTX);
                 assert_eq!(

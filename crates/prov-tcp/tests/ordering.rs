@@ -52,6 +52,7 @@ use fabric_core::objects::{
     CqErrEntry, CqFormat, Datatype, Domain, Endpoint, EqAttr, EqEvent, EventQueue, Fabric, FiAddr,
     IoVec, MemoryRegion, MrAccess, Msg, PassiveEndpoint, Provider, RmaIov, RmaMsg, WaitObj,
 };
+use fabric_core::testing::{one, pattern, same, seed, words};
 use fabric_core::*;
 use prov_tcp::TcpProvider;
 
@@ -118,47 +119,6 @@ const MSG_SIZES: [usize; 12] = [
 /// How many rounds a size gets: many for small ones, a few for large.
 fn rounds(size: usize) -> usize {
     if size >= 1 << 20 { 2 } else { 6 }
-}
-
-/// A pseudo-random byte pattern, different for every seed.
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut v = Vec::with_capacity(len + 8);
-    while v.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        v.extend_from_slice(&x.to_le_bytes());
-    }
-    v.truncate(len);
-    v
-}
-
-/// Panics with the first differing byte unless `got == want`.
-fn same(what: &str, got: &[u8], want: &[u8]) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    if let Some(i) = got.iter().zip(want).position(|(g, w)| g != w) {
-        panic!(
-            "{what}: byte {i} of {} is {:#x}, expected {:#x}",
-            got.len(),
-            got[i],
-            want[i]
-        );
-    }
-}
-
-/// A seed nobody used before in this process.
-fn seed() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    NEXT.fetch_add(1, Ordering::Relaxed)
-}
-
-fn one(b: &[u8]) -> [IoVec; 1] {
-    [IoVec {
-        addr: b.as_ptr().cast_mut(),
-        len: b.len(),
-    }]
 }
 
 /// One endpoint with its queues (fields drop in order: the endpoint
@@ -1143,10 +1103,6 @@ fn ras_a_read_finds_the_earlier_message_arrived() {
 
 // ---------------------------------------------------------------------
 // ATOMIC_RAR, ATOMIC_RAW, ATOMIC_WAR, ATOMIC_WAW.
-
-fn words(v: u64, count: usize) -> Vec<u8> {
-    (0..count).flat_map(|_| v.to_le_bytes()).collect()
-}
 
 #[test]
 fn atomics_are_ordered_among_themselves() {
