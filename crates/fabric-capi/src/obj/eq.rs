@@ -6,6 +6,10 @@
 //! and the peer's private data after it, as far as `len` allows).
 //! Events the application writes with `fi_eq_write` come back with their
 //! number and bytes (truncated to the reader's `len`, as libfabric does).
+//! `FI_PEEK` shows the next event without taking it (a peeked connection
+//! request carries the same `fi_info` when it is read). A buffer too small
+//! for an event's entry gets `-FI_ETOOSMALL` and the event stays next:
+//! fi_eq(3) does not say, and libfabric 1.17 truncates and drops it.
 
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::ptr;
@@ -116,6 +120,9 @@ pub struct EqObj {
     pub refs: Refs,
     /// The text of the last error event read.
     pub err_text: Mutex<CString>,
+    /// Events taken from `inner` but not yet handed over (peeked, or read
+    /// into a too small buffer), oldest first.
+    pub held: Mutex<std::collections::VecDeque<Held>>,
 }
 
 static OPS: FiOps = fi_ops!(close, super::no_bind, control);
@@ -189,6 +196,7 @@ pub(crate) unsafe extern "C" fn open(
             fabric: f,
             refs: Refs::default(),
             err_text: Mutex::new(CString::default()),
+            held: Mutex::new(std::collections::VecDeque::new()),
         });
         // SAFETY: non-null and writable.
         unsafe { *out = Box::into_raw(obj).cast() };
@@ -227,128 +235,146 @@ unsafe extern "C" fn control(fid: *mut Fid, cmd: c_int, arg: *mut c_void) -> c_i
     })
 }
 
-/// Writes `ev` to the application's buffer; returns the bytes written.
-///
-/// # Safety
-///
-/// `event` null or writable; `buf` has `len` writable bytes.
-unsafe fn deliver(ev: EqEvent, event: *mut u32, buf: *mut c_void, len: usize) -> isize {
+/// An event taken from the provider and rendered in its C layout, kept
+/// until a read without `FI_PEEK` hands it over: a peeked event, or one
+/// whose reader's buffer was too small, is the next one read.
+pub struct Held {
+    /// The event number (`FI_CONNREQ`, ...).
+    event: u32,
+    /// The bytes a reader gets (as many as fit).
+    bytes: Vec<u8>,
+    /// The smallest buffer that takes the event (`-FI_ETOOSMALL` below).
+    min: usize,
+    /// A connection request's `fi_info`, freed here unless handed over.
+    info: *mut crate::types::FiInfo,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        // SAFETY: ours from info_to_c and never handed over (a consuming
+        // read nulls it).
+        unsafe { convert::free_info(self.info) };
+    }
+}
+
+/// Renders `ev` in its C layout.
+fn render(ev: EqEvent) -> Result<Held, isize> {
     let cm = size_of::<FiEqCmEntry>();
-    let (code, written) = match ev {
+    let entry = |fid: u64, context: u64, data: u64| {
+        let e = FiEqEntry {
+            fid: super::ids::lookup(fid),
+            context: context as usize as *mut c_void,
+            data,
+        };
+        // SAFETY: a plain C struct read as its bytes.
+        unsafe {
+            std::slice::from_raw_parts(ptr::from_ref(&e).cast::<u8>(), size_of::<FiEqEntry>())
+        }
+        .to_vec()
+    };
+    let connection = |fid: u64, info: *mut crate::types::FiInfo, data: &[u8]| {
+        let e = FiEqCmEntry {
+            fid: super::ids::lookup(fid),
+            info,
+        };
+        let mut bytes = Vec::with_capacity(cm + data.len());
+        // SAFETY: a plain C struct read as its bytes.
+        bytes.extend_from_slice(unsafe {
+            std::slice::from_raw_parts(ptr::from_ref(&e).cast::<u8>(), cm)
+        });
+        bytes.extend_from_slice(data);
+        bytes
+    };
+    let none = ptr::null_mut();
+    Ok(match ev {
         EqEvent::ConnReq { fid, info, data } => {
-            if len < cm {
-                return ErrorKind::TooSmall.code() as isize;
-            }
             let Ok(i) = convert::info_to_c(&info) else {
-                return ErrorKind::NoMem.code() as isize;
+                return Err(ErrorKind::NoMem.code() as isize);
             };
-            // SAFETY: `len` >= cm writable bytes; the data fits after it.
-            unsafe { write_cm(buf, fid, i, &data, len) };
-            (event::CONNREQ, cm + data.len().min(len - cm))
-        }
-        EqEvent::Connected { fid, data } => {
-            if len < cm {
-                return ErrorKind::TooSmall.code() as isize;
+            Held {
+                event: event::CONNREQ,
+                bytes: connection(fid, i, &data),
+                min: cm,
+                info: i,
             }
-            // SAFETY: as above.
-            unsafe { write_cm(buf, fid, ptr::null_mut(), &data, len) };
-            (event::CONNECTED, cm + data.len().min(len - cm))
         }
-        EqEvent::Shutdown { fid } => {
-            if len < cm {
-                return ErrorKind::TooSmall.code() as isize;
-            }
-            // SAFETY: as above.
-            unsafe { write_cm(buf, fid, ptr::null_mut(), &[], len) };
-            (event::SHUTDOWN, cm)
-        }
-        EqEvent::MrComplete { fid, context } => {
-            // SAFETY: as above.
-            if let Err(code) = unsafe { write_entry(buf, len, fid, context, 0) } {
-                return code;
-            }
-            (event::MR_COMPLETE, size_of::<FiEqEntry>())
-        }
+        EqEvent::Connected { fid, data } => Held {
+            event: event::CONNECTED,
+            bytes: connection(fid, none, &data),
+            min: cm,
+            info: none,
+        },
+        EqEvent::Shutdown { fid } => Held {
+            event: event::SHUTDOWN,
+            bytes: connection(fid, none, &[]),
+            min: cm,
+            info: none,
+        },
+        EqEvent::MrComplete { fid, context } => Held {
+            event: event::MR_COMPLETE,
+            bytes: entry(fid, context, 0),
+            min: size_of::<FiEqEntry>(),
+            info: none,
+        },
         EqEvent::AvComplete {
             fid,
             context,
             count,
-        } => {
-            // SAFETY: as above.
-            if let Err(code) = unsafe { write_entry(buf, len, fid, context, count as u64) } {
-                return code;
-            }
-            (event::AV_COMPLETE, size_of::<FiEqEntry>())
-        }
-        EqEvent::Written { event, data } => {
-            // As libfabric: a smaller buffer gets the first `len` bytes
-            // (the event is consumed).
-            let n = data.len().min(len);
-            // SAFETY: `buf` has `len` >= n writable bytes.
-            unsafe { ptr::copy_nonoverlapping(data.as_ptr(), buf.cast::<u8>(), n) };
-            (event, n)
-        }
-    };
-    // SAFETY: null or writable.
-    unsafe { put(event, code) };
-    written as isize
+        } => Held {
+            event: event::AV_COMPLETE,
+            bytes: entry(fid, context, count as u64),
+            min: size_of::<FiEqEntry>(),
+            info: none,
+        },
+        // As libfabric: a smaller buffer gets the first `len` bytes.
+        EqEvent::Written { event, data } => Held {
+            event,
+            bytes: data,
+            min: 0,
+            info: none,
+        },
+    })
 }
 
-/// Writes a `fi_eq_cm_entry` and as much of `data` as fits in `len`.
+/// Copies the first held event to the application's buffer (connection
+/// data and written events truncated to `len`) and, unless `peek`, hands
+/// it over. Returns the bytes written, or `-FI_ETOOSMALL` (kept).
 ///
 /// # Safety
 ///
-/// `buf` has `len` >= `size_of::<FiEqCmEntry>()` writable bytes.
-unsafe fn write_cm(
+/// `event` null or writable; `buf` has `len` writable bytes.
+unsafe fn give(
+    held: &mut std::collections::VecDeque<Held>,
+    event: *mut u32,
     buf: *mut c_void,
-    fid: u64,
-    info: *mut crate::types::FiInfo,
-    data: &[u8],
     len: usize,
-) {
-    let cm = size_of::<FiEqCmEntry>();
-    let e = FiEqCmEntry {
-        fid: super::ids::lookup(fid),
-        info,
+    peek: bool,
+) -> isize {
+    let Some(h) = held.front_mut() else {
+        return ErrorKind::Again.code() as isize;
     };
-    // SAFETY: per the contract.
+    if len < h.min {
+        return ErrorKind::TooSmall.code() as isize;
+    }
+    let n = h.bytes.len().min(len);
+    // SAFETY: `buf` has `len` >= n writable bytes; `event` null or writable.
     unsafe {
-        buf.cast::<FiEqCmEntry>().write_unaligned(e);
-        let n = data.len().min(len - cm);
-        ptr::copy_nonoverlapping(data.as_ptr(), buf.cast::<u8>().add(cm), n);
+        ptr::copy_nonoverlapping(h.bytes.as_ptr(), buf.cast::<u8>(), n);
+        put(event, h.event);
     }
+    if !peek {
+        // The application owns a connection request's info now.
+        h.info = ptr::null_mut();
+        held.pop_front();
+    }
+    n as isize
 }
 
-/// Writes a `fi_eq_entry`.
+/// Takes the next event (held ones first, else with `op`) and delivers it.
 ///
 /// # Safety
 ///
-/// `buf` has `len` writable bytes.
-unsafe fn write_entry(
-    buf: *mut c_void,
-    len: usize,
-    fid: u64,
-    context: u64,
-    data: u64,
-) -> Result<(), isize> {
-    if len < size_of::<FiEqEntry>() {
-        return Err(ErrorKind::TooSmall.code() as isize);
-    }
-    let e = FiEqEntry {
-        fid: super::ids::lookup(fid),
-        context: context as usize as *mut c_void,
-        data,
-    };
-    // SAFETY: per the contract.
-    unsafe { buf.cast::<FiEqEntry>().write_unaligned(e) };
-    Ok(())
-}
-
-/// Takes the next event with `op` and delivers it.
-///
-/// # Safety
-///
-/// As [`deliver`]; `eq` a fid.
+/// As [`give`]; `eq` a fid.
 unsafe fn read_with(
     eq: *mut FidEq,
     event: *mut u32,
@@ -364,15 +390,29 @@ unsafe fn read_with(
     if buf.is_null() {
         return EINVAL as isize;
     }
-    if flags != 0 {
-        // FI_PEEK is not supported.
-        return ENOSYS as isize;
+    // FI_PEEK reads an event without taking it; no other flag applies.
+    let peek = match fabric::OpFlags::from_bits_retain(flags) {
+        f if f.is_empty() => false,
+        fabric::OpFlags::PEEK => true,
+        _ => return EINVAL as isize,
+    };
+    {
+        let mut held = e.held.lock().unwrap_or_else(|p| p.into_inner());
+        if !held.is_empty() {
+            // SAFETY: per the contract.
+            return unsafe { give(&mut held, event, buf, len, peek) };
+        }
     }
-    match op(e) {
-        // SAFETY: per the contract.
-        Ok(ev) => unsafe { deliver(ev, event, buf, len) },
-        Err(err) => sz(err),
-    }
+    // Not under the lock: `op` may block (sread).
+    let h = match op(e).map_err(sz).and_then(render) {
+        Ok(h) => h,
+        Err(code) => return code,
+    };
+    let mut held = e.held.lock().unwrap_or_else(|p| p.into_inner());
+    // Behind any event another thread held meanwhile (it came first).
+    held.push_back(h);
+    // SAFETY: per the contract.
+    unsafe { give(&mut held, event, buf, len, peek) }
 }
 
 unsafe extern "C" fn read(
@@ -407,6 +447,10 @@ unsafe extern "C" fn readerr(eq: *mut FidEq, buf: *mut FiEqErrEntry, _flags: u64
         };
         if buf.is_null() {
             return EINVAL as isize;
+        }
+        if !q.held.lock().unwrap_or_else(|p| p.into_inner()).is_empty() {
+            // A held event comes before any error event.
+            return ErrorKind::Again.code() as isize;
         }
         let e = match q.inner.readerr() {
             Ok(e) => e,
