@@ -19,6 +19,7 @@ mod hints_json;
 mod info;
 mod perf;
 mod pingpong;
+mod soak;
 
 /// Command-line tools for the fabric interface (the libfabric / OFI model).
 #[derive(Debug, Parser)]
@@ -46,6 +47,9 @@ enum Command {
     Pingpong(pingpong::PingpongArgs),
     /// Measure one-way bandwidth with a window of operations in flight.
     Bw(bw::BwArgs),
+    /// Send many messages of mixed sizes from several endpoints to one,
+    /// checking that each arrives once with every byte right.
+    Soak(soak::SoakArgs),
 }
 
 /// How a subcommand ended; the process exit status.
@@ -99,6 +103,7 @@ fn main() -> ExitCode {
         Some(Command::Info(args)) => info::run(&args).into(),
         Some(Command::Pingpong(args)) => pingpong::run(&args).into(),
         Some(Command::Bw(args)) => bw::run(&args).into(),
+        Some(Command::Soak(args)) => soak::run(&args).into(),
         None => {
             let _ = Cli::command().print_help();
             Status::Usage.into()

@@ -351,10 +351,11 @@ fn open_with(
     info: Info,
     eq: Option<Box<dyn EventQueue>>,
     pep: Option<Box<dyn PassiveEndpoint>>,
+    format: CqFormat,
 ) -> fabric::Result<Side> {
     let domain = fabric.domain(&info)?;
     let cq = domain.cq(&CqAttr {
-        format: CqFormat::Data,
+        format,
         wait_obj: WaitObj::Unspec,
         ..CqAttr::default()
     })?;
@@ -390,8 +391,13 @@ fn open_with(
 
 /// Opens an unconnected endpoint (RDM, DGRAM) on `info`.
 pub(crate) fn open(info: Info) -> fabric::Result<Side> {
+    open_as(info, CqFormat::Data)
+}
+
+/// [`open`], with completions of `format` (`Tagged` to see tags).
+pub(crate) fn open_as(info: Info, format: CqFormat) -> fabric::Result<Side> {
     let fabric = Registry::global().fabric(&info)?;
-    open_with(fabric, info, None, None)
+    open_with(fabric, info, None, None, format)
 }
 
 /// An EQ for connection management.
@@ -460,7 +466,7 @@ fn accept_msg(ctl: &mut Control, info: Info) -> fabric::Result<Side> {
             ));
         }
     };
-    let side = open_with(fabric, req, Some(eq), Some(pep))?;
+    let side = open_with(fabric, req, Some(eq), Some(pep), CqFormat::Data)?;
     side.ep.accept(&[])?;
     await_connected(&side)?;
     Ok(side)
@@ -474,7 +480,7 @@ fn connect_msg(ctl: &mut Control, info: Info, server: IpAddr) -> fabric::Result<
     let dest = peer_address(&name, Some(server))?;
     let fabric = Registry::global().fabric(&info)?;
     let eq = new_eq(fabric.as_ref())?;
-    let side = open_with(fabric, info, Some(eq), None)?;
+    let side = open_with(fabric, info, Some(eq), None, CqFormat::Data)?;
     side.ep.connect(&dest, &[])?;
     await_connected(&side)?;
     Ok(side)
@@ -491,7 +497,7 @@ pub(crate) struct Control {
 }
 
 impl Control {
-    fn new(s: TcpStream) -> fabric::Result<Self> {
+    pub(crate) fn new(s: TcpStream) -> fabric::Result<Self> {
         s.set_nodelay(true).map_err(io_err("control socket"))?;
         let writer = s.try_clone().map_err(io_err("control socket"))?;
         Ok(Control {
@@ -622,7 +628,7 @@ pub(crate) fn connect(c: &Common, caps: Caps) -> fabric::Result<Session> {
 }
 
 /// Connects, retrying for a few seconds while the server starts.
-fn connect_retry(to: SocketAddr) -> fabric::Result<TcpStream> {
+pub(crate) fn connect_retry(to: SocketAddr) -> fabric::Result<TcpStream> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         match TcpStream::connect(to) {
@@ -651,7 +657,7 @@ fn peer_address(name: &str, seen_ip: Option<IpAddr>) -> fabric::Result<Address> 
 }
 
 /// Inserts the peer's endpoint name into the side's AV.
-fn insert_peer(side: &Side, name: &str, seen_ip: Option<IpAddr>) -> fabric::Result<FiAddr> {
+pub(crate) fn insert_peer(side: &Side, name: &str, seen_ip: Option<IpAddr>) -> fabric::Result<FiAddr> {
     let addr = peer_address(name, seen_ip)?;
     let Some(av) = side.av.as_deref() else {
         return Err(Error::inval("an unconnected endpoint needs an AV"));
@@ -791,7 +797,7 @@ impl std::ops::DerefMut for MsgBuf {
 }
 
 /// The error of a failed CQ read: the error completion's, when there is one.
-fn cq_failure(side: &Side, err: Error) -> fabric::Result<CqEntry> {
+pub(crate) fn cq_failure(side: &Side, err: Error) -> fabric::Result<CqEntry> {
     if err.kind() != ErrorKind::Avail {
         return Err(err);
     }
