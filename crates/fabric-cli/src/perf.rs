@@ -657,7 +657,11 @@ fn peer_address(name: &str, seen_ip: Option<IpAddr>) -> fabric::Result<Address> 
 }
 
 /// Inserts the peer's endpoint name into the side's AV.
-pub(crate) fn insert_peer(side: &Side, name: &str, seen_ip: Option<IpAddr>) -> fabric::Result<FiAddr> {
+pub(crate) fn insert_peer(
+    side: &Side,
+    name: &str,
+    seen_ip: Option<IpAddr>,
+) -> fabric::Result<FiAddr> {
     let addr = peer_address(name, seen_ip)?;
     let Some(av) = side.av.as_deref() else {
         return Err(Error::inval("an unconnected endpoint needs an AV"));

@@ -175,7 +175,11 @@ impl Plan {
         if it.next() != Some("plan") {
             return Err(bad());
         }
-        let mut num = || it.next().and_then(|w| w.parse::<u64>().ok()).ok_or_else(bad);
+        let mut num = || {
+            it.next()
+                .and_then(|w| w.parse::<u64>().ok())
+                .ok_or_else(bad)
+        };
         let plan = Plan {
             messages: num()?,
             endpoints: u32::try_from(num()?).map_err(|_| bad())?,
@@ -245,7 +249,10 @@ fn server(args: &SoakArgs) -> fabric::Result<String> {
     let port = args.src_port.unwrap_or(perf::CONTROL_PORT);
     let listener = TcpListener::bind(("0.0.0.0", port)).map_err(perf::io_err("control port"))?;
     let (sock, _) = listener.accept().map_err(perf::io_err("control port"))?;
-    let local = sock.local_addr().map_err(perf::io_err("control socket"))?.ip();
+    let local = sock
+        .local_addr()
+        .map_err(perf::io_err("control socket"))?
+        .ip();
     let mut ctl = Control::new(sock)?;
     let plan = Plan::parse(&ctl.recv()?)?;
     let side = open(args, &plan, local, true)?;
@@ -390,7 +397,9 @@ fn receive(ctl: &mut Control, side: Side, plan: &Plan) -> fabric::Result<Tally> 
     // Every send completed at the client; nothing more may come.
     let line = ctl.recv()?;
     if line != "sent" {
-        return Err(Error::inval(format!("the client sent `{line}`, not `sent`")));
+        return Err(Error::inval(format!(
+            "the client sent `{line}`, not `sent`"
+        )));
     }
     let end = Instant::now() + GRACE;
     while Instant::now() < end {
@@ -416,7 +425,9 @@ fn check(plan: &Plan, e: &CqEntry, rx: &Rx, seen: &mut [Vec<u64>]) -> fabric::Re
     let s = u32::try_from(e.data >> SEQ_BITS).unwrap_or(u32::MAX);
     let i = e.data & ((1 << SEQ_BITS) - 1);
     if !e.flags.contains(CompletionFlags::REMOTE_CQ_DATA) {
-        return fail(format!("a receive completion without remote CQ data ({e:?})"));
+        return fail(format!(
+            "a receive completion without remote CQ data ({e:?})"
+        ));
     }
     if s >= plan.endpoints || i >= plan.count(s) {
         return fail(format!(
@@ -541,9 +552,8 @@ fn client(args: &SoakArgs, addr: &str, port: u16) -> fabric::Result<String> {
     });
     let mut total = Sent::default();
     for (s, r) in results.into_iter().enumerate() {
-        let r = r.map_err(|e| {
-            Error::new(e.kind(), format!("sending endpoint {s}: {}", e.detail()))
-        })?;
+        let r =
+            r.map_err(|e| Error::new(e.kind(), format!("sending endpoint {s}: {}", e.detail())))?;
         total.messages += r.messages;
         total.injected += r.injected;
         total.tagged += r.tagged;
@@ -555,7 +565,12 @@ fn client(args: &SoakArgs, addr: &str, port: u16) -> fabric::Result<String> {
     let mut it = verdict.split_whitespace();
     let (got, bytes) = match (it.next(), it.next(), it.next()) {
         (Some("ok"), Some(n), Some(b)) => (n.parse::<u64>().ok(), b.parse::<u64>().ok()),
-        _ => return Err(Error::new(ErrorKind::Other, format!("the server: {verdict}"))),
+        _ => {
+            return Err(Error::new(
+                ErrorKind::Other,
+                format!("the server: {verdict}"),
+            ));
+        }
     };
     if got != Some(total.messages) || bytes != Some(total.bytes) {
         return Err(Error::new(
@@ -621,7 +636,10 @@ fn send_all(side: Side, peer: FiAddr, plan: &Plan, s: u32, window: usize) -> fab
             if since.elapsed() >= STALL {
                 return Err(Error::new(
                     ErrorKind::TimedOut,
-                    format!("message {i}: the provider refused it for {} s", STALL.as_secs()),
+                    format!(
+                        "message {i}: the provider refused it for {} s",
+                        STALL.as_secs()
+                    ),
                 ));
             }
             Ok(())
@@ -706,7 +724,14 @@ mod tests {
             seed: 9,
         };
         assert_eq!(Plan::parse(&p.line()), Ok(p));
-        for bad in ["", "plan", "plan 1 0 1 1", "plan 1 1 0 1", "plan x 1 1 1", "nope 1 1 1 1"] {
+        for bad in [
+            "",
+            "plan",
+            "plan 1 0 1 1",
+            "plan 1 1 0 1",
+            "plan x 1 1 1",
+            "nope 1 1 1 1",
+        ] {
             assert!(Plan::parse(bad).is_err(), "{bad:?}");
         }
     }
