@@ -2,10 +2,13 @@
 //!
 //! `fi_av_insert` reads addresses in the domain's address format, one after
 //! the other: `struct sockaddr_in` / `sockaddr_in6` (for `FI_SOCKADDR`, by
-//! their family field), `sockaddr_ib`, and for `FI_ADDR_STR` NUL-terminated
-//! strings laid end to end, which is what `fi_getname` returns and what
-//! programs such as `fi_pingpong` pass back (libfabric's providers read
-//! string addresses the same way).
+//! their family field), `sockaddr_ib`. For `FI_ADDR_STR`, fi_av(3) says
+//! `addr` is an array of strings (`char **`), while libfabric 1.17's
+//! providers read NUL-terminated strings laid end to end (what
+//! `fi_getname` returns and what `fi_pingpong` passes back). Both are
+//! accepted: every valid string address is longer than 8 bytes, and a
+//! user-space pointer has zero high bytes, so the first 8 bytes tell one
+//! from the other.
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::ptr;
@@ -231,6 +234,19 @@ unsafe fn addr_len(format: AddrFormat, p: *const u8) -> Result<usize, Error> {
     })
 }
 
+/// Whether string addresses at `p` are an array of pointers (fi_av(3)'s
+/// `char **`) rather than strings laid end to end: a string address has
+/// no NUL in its first 8 bytes, a user-space pointer has one.
+///
+/// # Safety
+///
+/// `p` starts a string address or an array of at least one pointer.
+unsafe fn string_array(p: *const u8) -> bool {
+    // SAFETY: a string address is NUL-terminated and the scan stops at its
+    // NUL; an array has 8 readable bytes.
+    (0..size_of::<*const u8>()).any(|i| unsafe { *p.add(i) } == 0)
+}
+
 unsafe extern "C" fn insert(
     av: *mut FidAv,
     addr: *const c_void,
@@ -252,15 +268,32 @@ unsafe extern "C" fn insert(
             };
         }
         let mut p = addr.cast::<u8>();
+        // SAFETY: `count` > 0 addresses of the domain's format at `addr`.
+        let array = count > 0 && a.addr_format == AddrFormat::Str && unsafe { string_array(p) };
         let mut inserted = 0;
         for i in 0..count {
-            // SAFETY: `count` addresses of the domain's format at `addr`.
-            let one = unsafe { addr_len(a.addr_format, p) }.and_then(|len| {
-                // SAFETY: `len` bytes of this address.
-                let bytes = unsafe { std::slice::from_raw_parts(p, len) };
-                p = p.wrapping_add(len);
-                Address::from_bytes(a.addr_format, bytes)
-            });
+            let one = if array {
+                // SAFETY: an array of `count` string pointers (see above).
+                let s = unsafe { addr.cast::<*const u8>().add(i).read_unaligned() };
+                if s.is_null() {
+                    Err(Error::inval("a null string address"))
+                } else {
+                    // SAFETY: a NUL-terminated string, per fi_av(3).
+                    unsafe { addr_len(a.addr_format, s) }.and_then(|len| {
+                        // SAFETY: `len` bytes of this string.
+                        let bytes = unsafe { std::slice::from_raw_parts(s, len) };
+                        Address::from_bytes(a.addr_format, bytes)
+                    })
+                }
+            } else {
+                // SAFETY: `count` addresses of the domain's format at `addr`.
+                unsafe { addr_len(a.addr_format, p) }.and_then(|len| {
+                    // SAFETY: `len` bytes of this address.
+                    let bytes = unsafe { std::slice::from_raw_parts(p, len) };
+                    p = p.wrapping_add(len);
+                    Address::from_bytes(a.addr_format, bytes)
+                })
+            };
             let mut out = [FiAddr::NOTAVAIL];
             let failed = one.is_err();
             let ok = match one {
@@ -274,7 +307,7 @@ unsafe extern "C" fn insert(
                 // SAFETY: room for `count` handles, per fi_av(3).
                 unsafe { *fi_addr.add(i) = out[0].0 };
             }
-            if failed {
+            if failed && !array {
                 // The length of what follows is unknown.
                 break;
             }
