@@ -1,0 +1,6 @@
+//! libFuzzer entry of `fabric_fuzz::tcp_frames` (what it checks is documented
+//! there).
+
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| fabric_fuzz::tcp_frames(data));
