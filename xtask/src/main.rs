@@ -1,10 +1,10 @@
 //! Project automation, run as `cargo xtask <task>`.
 //!
-//! - `ci`: the README's test command and what `.ci/run` calls: setup, the
-//!   feature matrix, fmt, clippy, tests, docs, cargo-deny when installed,
-//!   and last the verbs tests on soft-RoCE (`rxe`).
-//!   Each step prints its name and duration; the first failure stops the
-//!   run with a non-zero exit status.
+//! - `ci`: the README's test command and what `.ci/run` calls: the legs of
+//!   the CI matrix in `ci/matrix.toml` (fmt, feature sets, clippy, tests,
+//!   docs, cargo-deny, fuzzing, the verbs tests on soft-RoCE), each
+//!   installing what it needs first (see `ci.rs`, `setup.rs`).
+//! - `fuzz`: every cargo-fuzz target for a while (see `fuzz.rs`).
 //! - `rxe`: the soft-RoCE test rig (see `rxe.rs`).
 //! - `bench`: `fabric pingpong` against libfabric's `fi_pingpong` and the
 //!   floors, written to BENCHMARKS.md (see `bench.rs`).
@@ -13,7 +13,10 @@
 //!   feature).
 
 mod bench;
+mod ci;
+mod fuzz;
 mod rxe;
+mod setup;
 
 use std::process::{Command, ExitCode};
 use std::time::Instant;
@@ -21,13 +24,14 @@ use std::time::Instant;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
-        Some("ci") => ci(),
+        Some("ci") => ci::main(&args[1..]),
+        Some("fuzz") => fuzz::main(&args[1..]),
         Some("rxe") => rxe::main(&args[1..]),
         Some("bench") => bench::main(&args[1..]),
         Some("gen-bindings") => gen_bindings(),
         Some("-h" | "--help" | "help") | None => {
             println!(
-                "usage: cargo xtask <task>\n\ntasks:\n  ci      the full test run (what .ci/run calls)\n  rxe     run the verbs tests on soft-RoCE (rxe) inside QEMU\n  bench   fabric pingpong against fi_pingpong and the floors, to BENCHMARKS.md\n  gen-bindings  regenerate crates/fabric-sys/src/gen/ from the system's rdma-core headers"
+                "usage: cargo xtask <task>\n\ntasks:\n  ci      the full test run (what .ci/run calls; --leg NAME for one leg of ci/matrix.toml, --list)\n  fuzz    every fuzz target for SECONDS (default 60): cargo xtask fuzz [SECONDS] [TARGET]...\n  rxe     run the verbs tests on soft-RoCE (rxe) inside QEMU\n  bench   fabric pingpong against fi_pingpong and the floors, to BENCHMARKS.md\n  gen-bindings  regenerate crates/fabric-sys/src/gen/ from the system's rdma-core headers"
             );
             ExitCode::SUCCESS
         }
@@ -118,7 +122,9 @@ fn have(program: &str, args: &[&str]) -> bool {
 /// libclang for the `verbs` feature's `bindgen` build (`--all-features`);
 /// iproute2 for the tcp test across network namespaces; Open MPI (mpicc,
 /// mpirun) for the test that runs an MPI program on the C library;
-/// util-linux's `unshare` for the shm tests across PID namespaces.
+/// util-linux's `unshare` for the shm tests across PID namespaces; lld for
+/// fabric-capi's symbol versions when the toolchain ships none; g++ for
+/// libFuzzer (the fuzz crate's build).
 /// The rxe rig's own packages are in [`rxe::PACKAGES`].
 const APT_PACKAGES: &[&str] = &[
     "libfabric-dev",
@@ -134,6 +140,8 @@ const APT_PACKAGES: &[&str] = &[
     "openmpi-bin",
     "libopenmpi-dev",
     "util-linux",
+    "lld",
+    "g++",
 ];
 
 /// The packages of `wanted` that dpkg does not list as installed.
@@ -155,122 +163,4 @@ pub(crate) fn is_root() -> bool {
         .arg("-u")
         .output()
         .is_ok_and(|o| o.stdout.starts_with(b"0\n"))
-}
-
-fn ci() -> ExitCode {
-    let total = Instant::now();
-    let mut steps = Vec::new();
-    let wanted: Vec<&str> = APT_PACKAGES.iter().chain(rxe::PACKAGES).copied().collect();
-    let missing = missing_packages(&wanted);
-    if !missing.is_empty() {
-        if is_root() {
-            steps.push(step("setup: apt-get update", "apt-get update -qq"));
-            let mut s = step(
-                "setup: Debian packages",
-                "apt-get install -y -qq --no-install-recommends",
-            );
-            s.args.extend(missing.iter().map(|p| p.to_string()));
-            s.env
-                .push(("DEBIAN_FRONTEND".into(), "noninteractive".into()));
-            steps.push(s);
-        } else {
-            println!(
-                "--- setup: not root, so not installing {}; run `sudo apt-get install --no-install-recommends {}` (tests that need them say they skip)",
-                missing.join(" "),
-                missing.join(" ")
-            );
-        }
-    }
-    // Setup: the toolchain components the checks need.
-    if !have("cargo", &["fmt", "--version"]) || !have("cargo", &["clippy", "--version"]) {
-        steps.push(step(
-            "setup: rustfmt and clippy",
-            "rustup component add rustfmt clippy",
-        ));
-    }
-    steps.push(step("fmt", "cargo fmt --all -- --check"));
-    // The feature matrix users rely on.
-    for (name, features) in [
-        (
-            "check: fabric without default features",
-            "--no-default-features",
-        ),
-        (
-            "check: fabric with tcp",
-            "--no-default-features --features tcp",
-        ),
-        (
-            "check: fabric with shm",
-            "--no-default-features --features shm",
-        ),
-        (
-            "check: fabric with verbs",
-            "--no-default-features --features verbs",
-        ),
-        ("check: fabric with all features", "--all-features"),
-    ] {
-        steps.push(step(
-            name,
-            &format!("cargo check --quiet -p fabric {features}"),
-        ));
-    }
-    steps.push(step(
-        "clippy",
-        "cargo clippy --quiet --workspace --all-targets --all-features -- -D warnings",
-    ));
-    steps.push(step("test", "cargo test --workspace --all-features"));
-    let mut doc = step(
-        "doc",
-        "cargo doc --quiet --workspace --no-deps --all-features",
-    );
-    doc.env.push(("RUSTDOCFLAGS".into(), "-D warnings".into()));
-    steps.push(doc);
-    steps.push(step(
-        "fuzz targets build",
-        "cargo check --quiet --manifest-path fuzz/Cargo.toml",
-    ));
-    if have("cargo", &["deny", "--version"]) {
-        steps.push(step(
-            "deny",
-            "cargo deny --offline check licenses bans sources",
-        ));
-    } else {
-        println!(
-            "--- deny: skipped (cargo-deny is not installed; `cargo install cargo-deny` to run it)"
-        );
-    }
-    // Last: the verbs tests inside a QEMU guest with soft-RoCE devices.
-    let rxe_missing = missing_packages(rxe::PACKAGES);
-    if rxe_missing.is_empty() || is_root() {
-        match std::env::current_exe() {
-            Ok(me) => steps.push(Step {
-                name: "rxe: verbs tests on soft-RoCE in QEMU".into(),
-                program: me.display().to_string(),
-                args: vec!["rxe".into()],
-                env: Vec::new(),
-            }),
-            Err(e) => println!("--- rxe: skipped (cannot find the xtask binary: {e})"),
-        }
-    } else {
-        println!(
-            "--- rxe: skipped (not root and missing {}; run `sudo apt-get install --no-install-recommends {}`, then `cargo xtask rxe`)",
-            rxe_missing.join(" "),
-            rxe_missing.join(" ")
-        );
-    }
-    for s in &steps {
-        if let Err(e) = run(s) {
-            eprintln!("xtask ci: {e}");
-            eprintln!(
-                "xtask ci: FAILED after {:.1} s",
-                total.elapsed().as_secs_f64()
-            );
-            return ExitCode::FAILURE;
-        }
-    }
-    println!(
-        "xtask ci: all steps passed in {:.1} s",
-        total.elapsed().as_secs_f64()
-    );
-    ExitCode::SUCCESS
 }
