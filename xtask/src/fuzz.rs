@@ -134,10 +134,10 @@ fn fuzz(secs: u32, only: &[String]) -> Result<(), String> {
             println!("<== fuzz {t}: {done} ({secs_taken:.1} s)");
             continue;
         }
-        let tail: Vec<&str> = text.lines().rev().take(30).collect();
-        for l in tail.iter().rev() {
+        for l in what_failed(&text) {
             eprintln!("    {l}");
         }
+        eprintln!("    (libFuzzer's output: {})", log_path.display());
         let found = artifacts(&dir.join("artifacts").join(t), began);
         let names = if found.is_empty() {
             format!("no artifact written; see {}", log_path.display())
@@ -162,6 +162,24 @@ fn fuzz(secs: u32, only: &[String]) -> Result<(), String> {
     } else {
         Err(format!("crashed: {}", crashed.join("; ")))
     }
+}
+
+/// The lines of a failed run's output that say what failed: the panic and
+/// its message, libFuzzer's error and summary.
+fn what_failed(log: &str) -> Vec<&str> {
+    let lines: Vec<&str> = log.lines().collect();
+    let mut out = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        if l.contains("panicked at") {
+            out.extend(lines.iter().skip(i).take(3).copied());
+        } else if l.contains("ERROR:") || l.starts_with("SUMMARY:") {
+            out.push(*l);
+        }
+    }
+    if out.is_empty() {
+        out.extend(lines.iter().rev().take(20).rev().copied());
+    }
+    out
 }
 
 /// The files of `dir` written since `since` (crash-, leak-, timeout- and
