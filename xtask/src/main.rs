@@ -6,6 +6,7 @@
 //!   installing what it needs first (see `ci.rs`, `setup.rs`).
 //! - `fuzz`: every cargo-fuzz target for a while (see `fuzz.rs`).
 //! - `rxe`: the soft-RoCE test rig (see `rxe.rs`).
+//! - `soak`: `fabric soak --self` on tcp and shm (see `soak.rs`).
 //! - `bench`: `fabric pingpong` against libfabric's `fi_pingpong` and the
 //!   floors, written to BENCHMARKS.md (see `bench.rs`).
 //! - `gen-bindings`: regenerates fabric-sys's committed rdma-core bindings
@@ -17,6 +18,7 @@ mod ci;
 mod fuzz;
 mod rxe;
 mod setup;
+mod soak;
 
 use std::process::{Command, ExitCode};
 use std::time::Instant;
@@ -28,10 +30,11 @@ fn main() -> ExitCode {
         Some("fuzz") => fuzz::main(&args[1..]),
         Some("rxe") => rxe::main(&args[1..]),
         Some("bench") => bench::main(&args[1..]),
+        Some("soak") => soak::soak(&args[1..]),
         Some("gen-bindings") => gen_bindings(),
         Some("-h" | "--help" | "help") | None => {
             println!(
-                "usage: cargo xtask <task>\n\ntasks:\n  ci      the full test run (what .ci/run calls; --leg NAME for one leg of ci/matrix.toml, --list)\n  fuzz    every fuzz target for SECONDS (default 60): cargo xtask fuzz [SECONDS] [TARGET]...\n  rxe     run the verbs tests on soft-RoCE (rxe) inside QEMU\n  bench   fabric pingpong against fi_pingpong and the floors, to BENCHMARKS.md\n  gen-bindings  regenerate crates/fabric-sys/src/gen/ from the system's rdma-core headers"
+                "usage: cargo xtask <task>\n\ntasks:\n  ci      the full test run (what .ci/run calls; --leg NAME for one leg of ci/matrix.toml, --list)\n  fuzz    every fuzz target for SECONDS (default 60): cargo xtask fuzz [SECONDS] [TARGET]...\n  rxe     run the verbs tests on soft-RoCE (rxe) inside QEMU\n  bench   fabric pingpong against fi_pingpong and the floors, to BENCHMARKS.md\n  soak    many messages with byte checks over tcp and shm (--short for CI)\n  gen-bindings  regenerate crates/fabric-sys/src/gen/ from the system's rdma-core headers"
             );
             ExitCode::SUCCESS
         }
