@@ -1,7 +1,7 @@
 //! Building blocks every provider needs, written once: the completion
 //! queue core, the spin-then-block wait, the check of an endpoint's default
 //! operation flags, counters, tag matching with the
-//! unexpected queue, the memory-region key table, the address-vector
+//! unexpected queue, the receive engine built on it ([`rx`]), the memory-region key table, the address-vector
 //! table, and the executor of atomic operations at the target.
 //!
 //! None of these know about a transport. Providers wrap them in their
@@ -19,6 +19,7 @@ pub mod cq;
 pub mod defaults;
 pub mod mr;
 pub mod objects;
+pub mod rx;
 pub mod tag;
 pub mod wait;
 
