@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crossbeam_queue::ArrayQueue;
 
+use super::lock;
 use super::wait::Signal;
 use crate::error::{Error, ErrorKind, Result};
 use crate::objects::{CqEntry, CqErrEntry, FiAddr};
@@ -149,12 +150,6 @@ impl CqCore {
         self.errors_len.store(e.len(), Ordering::Release);
         r.ok_or_else(Error::again)
     }
-}
-
-/// Locks a mutex, recovering from poisoning (a panicking holder cannot
-/// leave these queues inconsistent: each operation is one push or pop).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

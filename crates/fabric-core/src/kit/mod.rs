@@ -2,7 +2,9 @@
 //! queue core, the spin-then-block wait, the check of an endpoint's default
 //! operation flags, counters, tag matching with the
 //! unexpected queue, the receive engine built on it ([`rx`]), the memory-region key table, the address-vector
-//! table, and the executor of atomic operations at the target.
+//! table, the executor of atomic operations at the target, and the small
+//! helpers every provider had its own copy of (a poison-tolerant [`lock`],
+//! a fast [`hash`]er for maps keyed by local numbers, [`net`] naming).
 //!
 //! None of these know about a transport. Providers wrap them in their
 //! object types and drive them from their progress engines.
@@ -17,11 +19,20 @@ pub mod binds;
 pub mod cntr;
 pub mod cq;
 pub mod defaults;
+pub mod hash;
 pub mod mr;
+pub mod net;
 pub mod objects;
 pub mod rx;
 pub mod tag;
 pub mod wait;
+
+/// Locks a mutex, recovering from poisoning: the kit's and providers'
+/// state behind a mutex is changed by whole operations, so a panicking
+/// holder cannot leave it half-changed.
+pub fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// A 64-bit value nobody can predict from earlier ones: the process's
 /// randomly keyed SipHash (std's `RandomState`, seeded by the operating

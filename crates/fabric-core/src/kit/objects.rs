@@ -374,13 +374,13 @@ impl EqCore {
 
     /// Queues an event.
     pub fn push(&self, e: crate::objects::EqEvent) {
-        super::cq::lock(&self.events).push_back(Ok(e));
+        super::lock(&self.events).push_back(Ok(e));
         self.signal.notify();
     }
 
     /// Queues an error event.
     pub fn push_err(&self, e: crate::objects::EqErrEntry) {
-        super::cq::lock(&self.events).push_back(Err(e));
+        super::lock(&self.events).push_back(Err(e));
         self.signal.notify();
     }
 
@@ -424,7 +424,7 @@ impl EqCore {
     }
 
     fn take(&self) -> Result<crate::objects::EqEvent> {
-        let mut q = super::cq::lock(&self.events);
+        let mut q = super::lock(&self.events);
         match q.front() {
             None => Err(Error::again()),
             Some(Err(_)) => Err(Error::from_kind(crate::ErrorKind::Avail)),
@@ -492,7 +492,7 @@ impl crate::objects::EventQueue for Eq {
     }
 
     fn readerr(&self) -> Result<crate::objects::EqErrEntry> {
-        let mut q = super::cq::lock(&self.core.events);
+        let mut q = super::lock(&self.core.events);
         match q.front() {
             Some(Err(_)) => match q.pop_front() {
                 Some(Err(e)) => Ok(e),
