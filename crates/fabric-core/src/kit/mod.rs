@@ -1,8 +1,8 @@
 //! Building blocks every provider needs, written once: the completion
 //! queue core, the spin-then-block wait, the check of an endpoint's default
-//! operation flags, counters, tag matching with the
-//! unexpected queue, the receive engine built on it ([`rx`]), the memory-region key table, the address-vector
-//! table, the executor of atomic operations at the target, and the small
+//! operation flags, counters, tag matching with the unexpected queue, the
+//! receive engine built on it ([`rx`]), the memory-region key table, the
+//! address-vector table, the executor of atomic operations at the target, and the small
 //! helpers every provider had its own copy of (a poison-tolerant [`lock`],
 //! a fast [`hash`]er for maps keyed by local numbers, [`net`] naming).
 //!
