@@ -94,6 +94,20 @@ impl CqCore {
         self.errors_len.load(Ordering::Acquire) > 0
     }
 
+    /// Whether the ring is full (later completions go to the overflow
+    /// list): completions a peer causes on its own (remote CQ data) should
+    /// stop coming until [`has_room`](Self::has_room).
+    #[inline]
+    pub fn is_full(&self) -> bool {
+        self.overflow_len.load(Ordering::Acquire) > 0 || self.ring.is_full()
+    }
+
+    /// Whether at most half a ring's worth of completions waits.
+    #[inline]
+    pub fn has_room(&self) -> bool {
+        self.ring.len() + self.overflow_len.load(Ordering::Acquire) <= self.ring.capacity() / 2
+    }
+
     /// Whether nothing at all is waiting.
     #[inline]
     pub fn is_empty(&self) -> bool {

@@ -196,6 +196,11 @@ pub trait Report {
     fn failed(&self, entry: CqEntry, err: &Error, olen: usize);
     /// Receives report only when asked (FI_SELECTIVE_COMPLETION).
     fn selective(&self) -> bool;
+    /// The receive CQ is full: completions peers cause on their own
+    /// should stop coming.
+    fn crowded(&self) -> bool;
+    /// The receive CQ has room again (half empty).
+    fn roomy(&self) -> bool;
 }
 
 impl Report for Binds<CqCore> {
@@ -211,6 +216,15 @@ impl Report for Binds<CqCore> {
     #[inline]
     fn selective(&self) -> bool {
         self.rx_selective
+    }
+
+    #[inline]
+    fn crowded(&self) -> bool {
+        self.rx_cq.as_ref().is_some_and(|c| c.is_full())
+    }
+
+    fn roomy(&self) -> bool {
+        self.rx_cq.as_ref().is_none_or(|c| c.has_room())
     }
 }
 
@@ -246,6 +260,8 @@ pub struct RxEngine<T: Transport, const N: usize> {
     used: usize,
     shares: HashMap<T::Peer, usize>,
     paused: Vec<T::Peer>,
+    /// Senders paused because the receive CQ is full.
+    cq_paused: Vec<T::Peer>,
     spare: Vec<Vec<u8>>,
     actions: VecDeque<Action<T>>,
     /// Scratch list of receives to fail ([`RxEngine::drain`]).
@@ -275,6 +291,7 @@ impl<T: Transport, const N: usize> RxEngine<T, N> {
             used: 0,
             shares: HashMap::new(),
             paused: Vec::new(),
+            cq_paused: Vec::new(),
             spare: Vec::new(),
             actions: VecDeque::new(),
             scratch: Vec::new(),
@@ -738,7 +755,9 @@ impl<T: Transport, const N: usize> RxEngine<T, N> {
             let share = self.shares.get(&p).copied().unwrap_or(0);
             if self.used <= self.budget.total / 2 || share <= self.budget.reserve / 2 {
                 self.paused.swap_remove(i);
-                self.actions.push_back(Action::Resume(p));
+                if !self.cq_paused.contains(&p) {
+                    self.actions.push_back(Action::Resume(p));
+                }
             } else {
                 i += 1;
             }
@@ -821,6 +840,12 @@ impl<T: Transport, const N: usize> RxEngine<T, N> {
                 ..CqEntry::default()
             };
             b.done(e, src, true);
+            // Nothing bounds these but the CQ: a sender that fills it is
+            // paused until the application has read half of it.
+            if b.crowded() && !self.cq_paused.contains(&peer) {
+                self.cq_paused.push(peer);
+                self.actions.push_back(Action::Pause(peer));
+            }
             return;
         }
         match self.arrive(false, 0, src, 0) {
@@ -850,6 +875,26 @@ impl<T: Transport, const N: usize> RxEngine<T, N> {
         b.done(e, m.src, true);
     }
 
+    /// Whether senders wait for room in the receive CQ (then the provider
+    /// calls [`cq_read`](Self::cq_read) as it progresses).
+    #[inline]
+    pub fn waits_for_cq(&self) -> bool {
+        !self.cq_paused.is_empty()
+    }
+
+    /// The application read the receive CQ: once it has room, the senders
+    /// paused for it resume.
+    pub fn cq_read(&mut self, b: &impl Report) {
+        if self.cq_paused.is_empty() || !b.roomy() {
+            return;
+        }
+        for p in std::mem::take(&mut self.cq_paused) {
+            if !self.paused.contains(&p) {
+                self.actions.push_back(Action::Resume(p));
+            }
+        }
+    }
+
     /// A sender went away: its kept messages whose data was with it are
     /// dropped (buffered ones stay deliverable); it is no longer paused.
     pub fn peer_gone(&mut self, peer: T::Peer) {
@@ -862,6 +907,7 @@ impl<T: Transport, const N: usize> RxEngine<T, N> {
             }
         }
         self.paused.retain(|p| *p != peer);
+        self.cq_paused.retain(|p| *p != peer);
     }
 
     /// An empty buffer for a payload of `len` bytes: a spare one of a

@@ -704,3 +704,31 @@ fn bad_receives_are_refused() {
     assert_eq!(r.unwrap_err().kind(), ErrorKind::Inval);
     assert_eq!(e.live(), 0);
 }
+
+#[test]
+fn remote_cq_data_that_fills_the_cq_pauses_its_sender_until_read() {
+    let b = Binds {
+        rx_cq: Some(Arc::new(CqCore::new(4).unwrap())),
+        ..Default::default()
+    };
+    let mut e = Engine::new(false, Budget::DEFAULT);
+    for i in 0..4 {
+        e.remote_cq_data(&b, i, FiAddr(1), A, false);
+    }
+    assert!(matches!(actions(&mut e)[..], [Action::Pause(A)]));
+    assert!(e.waits_for_cq());
+    // Whatever still arrives is kept (nothing accepted is lost), with no
+    // second pause.
+    e.remote_cq_data(&b, 4, FiAddr(1), A, false);
+    assert!(actions(&mut e).is_empty());
+    e.cq_read(&b);
+    assert!(actions(&mut e).is_empty(), "still full");
+    let cq = b.rx_cq.as_ref().unwrap();
+    let mut out = [CqEntry::default(); 4];
+    assert_eq!(cq.read(&mut out, None).unwrap(), 4);
+    e.cq_read(&b);
+    assert!(matches!(actions(&mut e)[..], [Action::Resume(A)]));
+    assert!(!e.waits_for_cq());
+    assert_eq!(cq.read(&mut out, None).unwrap(), 1);
+    assert_eq!(out[0].data, 4);
+}
