@@ -225,7 +225,40 @@ impl<C> Binds<C> {
     }
 }
 
-impl Binds {
+/// Where a bound CQ takes completions: the kit's [`CqCore`], or a
+/// provider's own CQ (verbs routes work completions itself).
+pub trait CqSink {
+    /// Adds a successful completion (never drops it).
+    fn push(&self, entry: CqEntry, src: FiAddr);
+    /// Adds an error completion.
+    fn push_err(&self, err: CqErrEntry);
+    /// Whether the CQ is full (see [`CqCore::is_full`]).
+    fn is_full(&self) -> bool;
+    /// Whether the CQ is at most half full.
+    fn has_room(&self) -> bool;
+}
+
+impl CqSink for CqCore {
+    #[inline]
+    fn push(&self, entry: CqEntry, src: FiAddr) {
+        CqCore::push(self, entry, src);
+    }
+
+    fn push_err(&self, err: CqErrEntry) {
+        CqCore::push_err(self, err);
+    }
+
+    #[inline]
+    fn is_full(&self) -> bool {
+        CqCore::is_full(self)
+    }
+
+    fn has_room(&self) -> bool {
+        CqCore::has_room(self)
+    }
+}
+
+impl<C: CqSink> Binds<C> {
     /// A transmit operation finished well: counted, and reported when
     /// `report` (not an inject, not suppressed by selective completion).
     #[inline]

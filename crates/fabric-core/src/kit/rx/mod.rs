@@ -46,8 +46,7 @@ use std::hash::Hash;
 pub use pieces::Pieces;
 use slab::RecvSlab;
 
-use super::binds::{Binds, msg_flags};
-use super::cq::CqCore;
+use super::binds::{Binds, CqSink, msg_flags};
 use super::tag::{Matcher, Posted, Unexpected};
 use crate::objects::{CompletionFlags, CqEntry, FiAddr, Msg};
 use crate::{Error, ErrorKind, OpFlags, Result};
@@ -203,7 +202,7 @@ pub trait Report {
     fn roomy(&self) -> bool;
 }
 
-impl Report for Binds<CqCore> {
+impl<C: CqSink> Report for Binds<C> {
     #[inline]
     fn done(&self, entry: CqEntry, src: FiAddr, report: bool) {
         self.rx_done(entry, src, report);

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use super::*;
 use crate::kit::cntr::CntrCore;
+use crate::kit::cq::CqCore;
 use crate::objects::{CqErrEntry, IoVec};
 
 #[derive(Debug)]
