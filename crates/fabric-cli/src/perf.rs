@@ -534,6 +534,18 @@ impl Control {
         Ok(line.trim_end().to_string())
     }
 
+    /// Whether the peer has closed the connection (a peek that does not
+    /// block; data waiting to be read means open).
+    pub(crate) fn closed(&self) -> bool {
+        if self.writer.set_nonblocking(true).is_err() {
+            return false;
+        }
+        let r = self.writer.peek(&mut [0u8; 1]);
+        let _ = self.writer.set_nonblocking(false);
+        matches!(r, Ok(0))
+            || matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset)
+    }
+
     /// Both sides reach this point before going on.
     pub(crate) fn sync(&mut self, client: bool, what: &str) -> fabric::Result<()> {
         if client {

@@ -244,7 +244,8 @@ fn open(args: &SoakArgs, plan: &Plan, node: IpAddr, source: bool) -> fabric::Res
 }
 
 /// The server: receives the client's plan, checks every message, and
-/// answers with the verdict. Returns its summary line.
+/// answers with the verdict. Returns its summary line. A client that
+/// closes the control connection early (it died) fails the run.
 fn server(args: &SoakArgs) -> fabric::Result<String> {
     let port = args.src_port.unwrap_or(perf::CONTROL_PORT);
     let listener = TcpListener::bind(("0.0.0.0", port)).map_err(perf::io_err("control port"))?;
@@ -383,6 +384,14 @@ fn receive(ctl: &mut Control, side: Side, plan: &Plan) -> fabric::Result<Tally> 
         if n > 0 {
             last = Instant::now();
             handle(&entries[..n], &mut tally)?;
+        } else if ctl.closed() {
+            return Err(Error::new(
+                ErrorKind::ConnReset,
+                format!(
+                    "the client went away after {} of {} messages",
+                    tally.messages, plan.messages
+                ),
+            ));
         } else if last.elapsed() >= STALL {
             return Err(Error::new(
                 ErrorKind::TimedOut,
