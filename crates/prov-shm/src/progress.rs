@@ -48,6 +48,14 @@
 //! its announced messages are dropped, and the files of dead processes'
 //! regions are removed. A ring blocked behind a slot claimed by a sender
 //! that died mid-send is recovered.
+//!
+//! A dead peer writes nothing that would wake a sleeper, so the wait fds
+//! include a third: a timerfd that fires every [`CHECK_EVERY`]. A thread
+//! blocked in `sread` wakes with it, and the pass it makes reads the
+//! timer and runs the checks: its operations towards a peer killed while
+//! it slept fail within about two periods. Only passes made while a
+//! thread is armed to block read the timer (one `read`, never on a busy
+//! path).
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -96,6 +104,9 @@ pub(crate) struct Engine {
     inotify: OwnedFd,
     /// eventfd readable while no announcement is in place.
     unannounced: OwnedFd,
+    /// timerfd firing every [`CHECK_EVERY`]: wakes blocked readers for
+    /// the liveness checks.
+    timer: OwnedFd,
     /// eventfd that wakes the auto-progress thread (FI_PROGRESS_AUTO).
     nudge: Option<OwnedFd>,
     auto_sleeping: AtomicBool,
@@ -103,6 +114,36 @@ pub(crate) struct Engine {
     /// [`Progress::arm`] and [`Progress::disarm`] (blocking CQ and counter
     /// reads).
     armed: AtomicUsize,
+}
+
+/// A non-blocking timerfd that fires every [`CHECK_EVERY`].
+fn check_timer() -> Result<OwnedFd> {
+    // SAFETY: plain system call; the flags are valid.
+    let fd = unsafe {
+        libc::timerfd_create(
+            libc::CLOCK_MONOTONIC,
+            libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(sys_err("timerfd_create"));
+    }
+    // SAFETY: `fd` was just returned by the kernel and is owned by nobody
+    // else.
+    let timer = unsafe { OwnedFd::from_raw_fd(fd) };
+    let period = libc::timespec {
+        tv_sec: CHECK_EVERY.as_secs() as libc::time_t,
+        tv_nsec: libc::c_long::from(CHECK_EVERY.subsec_nanos()),
+    };
+    let spec = libc::itimerspec {
+        it_interval: period,
+        it_value: period,
+    };
+    // SAFETY: `timer` is a timerfd; `spec` is a live, valid itimerspec.
+    if unsafe { libc::timerfd_settime(timer.as_raw_fd(), 0, &spec, std::ptr::null_mut()) } < 0 {
+        return Err(sys_err("timerfd_settime"));
+    }
+    Ok(timer)
 }
 
 fn sys_err(what: &str) -> Error {
@@ -132,6 +173,7 @@ impl Engine {
         // SAFETY: `fd` was just returned by the kernel and is owned by
         // nobody else.
         let unannounced = unsafe { OwnedFd::from_raw_fd(fd) };
+        let timer = check_timer()?;
         let nudge = if auto {
             // SAFETY: plain system call.
             let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
@@ -154,6 +196,7 @@ impl Engine {
             }),
             inotify,
             unannounced,
+            timer,
             nudge,
             auto_sleeping: AtomicBool::new(false),
             armed: AtomicUsize::new(0),
@@ -275,6 +318,15 @@ impl Engine {
         }
     }
 
+    /// Whether the check timer fired since it was last read (reading it
+    /// makes it quiet until it fires again).
+    fn timer_fired(&self) -> bool {
+        let mut n = [0u8; 8];
+        // SAFETY: reads 8 bytes into a live local buffer.
+        let r = unsafe { libc::read(self.timer.as_raw_fd(), n.as_mut_ptr().cast(), 8) };
+        r == 8
+    }
+
     /// One progress pass over every endpoint. `idle_now`: announce a
     /// possible sleep at once when nothing is found (the auto-progress
     /// thread, about to block). Returns whether anything happened.
@@ -346,9 +398,13 @@ impl Engine {
                 }
             }
         }
-        if st.calls % 256 == 0 || now.is_some() {
+        // A blocked reader woke for the checks (see the module docs); it
+        // runs them however recently they ran, since no other wake-up may
+        // come.
+        let tick = self.armed.load(Ordering::SeqCst) > 0 && self.timer_fired();
+        if tick || st.calls % 256 == 0 || now.is_some() {
             let t = now.unwrap_or_else(Instant::now);
-            if t.duration_since(st.last_check) >= CHECK_EVERY {
+            if tick || t.duration_since(st.last_check) >= CHECK_EVERY {
                 st.last_check = t;
                 housekeeping(st, t);
             }
@@ -451,6 +507,7 @@ impl Progress for Engine {
     fn wait_fds<'a>(&'a self, f: &mut dyn FnMut(BorrowedFd<'a>)) {
         f(self.inotify.as_fd());
         f(self.unannounced.as_fd());
+        f(self.timer.as_fd());
     }
 
     fn arm(&self) {

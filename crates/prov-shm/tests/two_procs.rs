@@ -505,3 +505,49 @@ fn a_peer_that_never_progresses_fills_its_ring_and_injects_get_again() {
         ErrorKind::ConnReset
     );
 }
+
+/// A reader blocked in `sread` (manual progress, nothing else calling
+/// in) sees every operation toward a peer that was killed fail within
+/// 1 s: the engine's peer checks must run while it sleeps.
+#[test]
+fn a_blocked_reader_sees_a_killed_peer_fail_its_operations_within_a_second() {
+    for role in ["idle", "sink"] {
+        let me = side(&info());
+        let mut peer = spawn(role, &me);
+        let p = insert(&me, &peer.name);
+        let mut big = vec![1u8; 1 << 20];
+        let siov = iov(&mut big);
+        // SAFETY: `big` outlives the completions read below.
+        unsafe {
+            for i in 0..4 {
+                me.ep
+                    .sendmsg(&msg(&siov, p, 0, 0, 100 + i), OpFlags::empty())
+                    .unwrap();
+            }
+        }
+        settle(&[me.cq.as_ref()], 20);
+        peer.child.kill().unwrap();
+        let killed = Instant::now();
+        let _ = peer.child.wait();
+        let mut failed = Vec::new();
+        while failed.len() < 4 && killed.elapsed() < Duration::from_secs(5) {
+            let mut e = [CqEntry::default()];
+            match me.cq.sread(&mut e, Some(Duration::from_secs(5))) {
+                Ok(_) => panic!("{role}: a send to a peer that took nothing succeeded: {e:?}"),
+                Err(err) if err.kind() == ErrorKind::Avail => {
+                    let ee = me.cq.readerr().unwrap();
+                    assert_eq!(ee.err, ErrorKind::ConnReset, "{role}: {ee:?}");
+                    failed.push(ee.entry.context);
+                }
+                Err(err) => assert_eq!(err.kind(), ErrorKind::Again, "{role}"),
+            }
+        }
+        let took = killed.elapsed();
+        failed.sort_unstable();
+        assert_eq!(failed, [100, 101, 102, 103], "{role}: after {took:?}");
+        assert!(
+            took < Duration::from_secs(1),
+            "{role}: the errors came {took:?} after the kill"
+        );
+    }
+}
