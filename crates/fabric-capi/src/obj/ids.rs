@@ -2,9 +2,9 @@
 //! to the C objects the application holds.
 //!
 //! The Rust model names the endpoint of a connection event by a `u64` the
-//! provider chooses (the tcp provider numbers its endpoints and passive
-//! endpoints); a C application compares `fi_eq_cm_entry.fid` with its own
-//! `&ep->fid`. Endpoints and passive endpoints register their provider id
+//! provider chooses and tells (`Endpoint::event_id`,
+//! `PassiveEndpoint::event_id`); a C application compares
+//! `fi_eq_cm_entry.fid` with its own `&ep->fid`. Endpoints and passive endpoints register their provider id
 //! here when opened and leave when closed; event delivery translates.
 //! Events of objects not registered (or of a provider that does not tell
 //! its ids) carry a NULL `fid`.
@@ -25,22 +25,12 @@ fn table() -> &'static Mutex<Vec<(u64, usize)>> {
 
 /// The id the provider gives `ep` in its events, if it tells.
 pub(crate) fn of_ep(ep: &dyn Endpoint) -> Option<u64> {
-    #[cfg(feature = "tcp")]
-    if let Some(e) = ep.as_any().downcast_ref::<prov_tcp::TcpEndpoint>() {
-        return Some(e.fid());
-    }
-    let _ = ep;
-    None
+    ep.event_id()
 }
 
 /// The id the provider gives `pep` in its events, if it tells.
 pub(crate) fn of_pep(pep: &dyn PassiveEndpoint) -> Option<u64> {
-    #[cfg(feature = "tcp")]
-    if let Some(p) = pep.as_any().downcast_ref::<prov_tcp::TcpPassiveEndpoint>() {
-        return Some(p.fid());
-    }
-    let _ = pep;
-    None
+    pep.event_id()
 }
 
 /// Records that events naming `id` concern the C object at `fid`.

@@ -446,6 +446,13 @@ pub trait Endpoint: AsAny + MsgOps + TaggedOps + RmaOps + AtomicOps + CmOps + Se
     fn cm_data_size(&self) -> Result<usize> {
         Err(NOT_SUPPORTED)
     }
+
+    /// The id this endpoint's EQ events carry in their `fid` (connected
+    /// endpoints), so that a caller can tell which endpoint an event
+    /// concerns; `None` when the provider reports no events for it.
+    fn event_id(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A passive (listening) endpoint of MSG endpoints (`fi_passive_ep`).
@@ -466,5 +473,10 @@ pub trait PassiveEndpoint: AsAny + Send + Sync {
     /// (`fi_getopt(FI_OPT_CM_DATA_SIZE)` on a passive endpoint).
     fn cm_data_size(&self) -> Result<usize> {
         Err(NOT_SUPPORTED)
+    }
+
+    /// The id its connection requests carry in their `fid`.
+    fn event_id(&self) -> Option<u64> {
+        None
     }
 }

@@ -343,6 +343,10 @@ impl TcpEndpoint {
 }
 
 impl Endpoint for TcpEndpoint {
+    fn event_id(&self) -> Option<u64> {
+        Some(self.fid())
+    }
+
     fn info(&self) -> &Info {
         &self.inner.info
     }

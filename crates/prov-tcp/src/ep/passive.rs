@@ -380,6 +380,10 @@ impl Drop for PepInner {
 }
 
 impl PassiveEndpoint for TcpPassiveEndpoint {
+    fn event_id(&self) -> Option<u64> {
+        Some(self.fid())
+    }
+
     fn bind_eq(&self, eq: &dyn EventQueue) -> Result<()> {
         let eq = eq
             .as_any()

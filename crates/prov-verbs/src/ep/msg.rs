@@ -814,6 +814,10 @@ impl MsgEndpoint {
 }
 
 impl Endpoint for MsgEndpoint {
+    fn event_id(&self) -> Option<u64> {
+        Some(self.fid())
+    }
+
     fn info(&self) -> &Info {
         &self.inner.info
     }

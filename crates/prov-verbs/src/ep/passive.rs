@@ -138,6 +138,10 @@ impl Progress for PepInner {
 }
 
 impl PassiveEndpoint for VerbsPassiveEndpoint {
+    fn event_id(&self) -> Option<u64> {
+        Some(self.fid())
+    }
+
     fn bind_eq(&self, eq: &dyn EventQueue) -> Result<()> {
         let eq = eq
             .as_any()
