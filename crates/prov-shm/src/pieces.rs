@@ -9,6 +9,9 @@ use crate::ring::Payload;
 /// Most pieces of one operation's buffer (`iov_limit`).
 pub(crate) const IOV_LIMIT: usize = 4;
 
+/// A receive's buffer as the kit's receive engine keeps it.
+pub(crate) type RxPieces = fabric_core::kit::rx::Pieces<IOV_LIMIT>;
+
 /// Up to [`IOV_LIMIT`] pieces of a user buffer, by value (no allocation).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Pieces {
@@ -29,6 +32,22 @@ impl Pieces {
         let mut p = Pieces::EMPTY;
         p.extend(iov)?;
         Ok(p)
+    }
+
+    /// The pieces of a receive the engine holds (empty pieces left out).
+    #[inline]
+    pub(crate) fn of(rx: &RxPieces) -> Pieces {
+        let mut p = Pieces::EMPTY;
+        for v in rx.pieces() {
+            if v.len == 0 {
+                continue;
+            }
+            if let Some(slot) = p.iov.get_mut(p.n) {
+                *slot = (v.addr as usize, v.len);
+                p.n += 1;
+            }
+        }
+        p
     }
 
     /// Appends pieces (atomic operands, then compare values).
@@ -60,11 +79,6 @@ impl Pieces {
     /// Total bytes.
     pub(crate) fn len(&self) -> usize {
         self.pieces().iter().map(|p| p.1).sum()
-    }
-
-    /// The address of the first byte (0 without pieces).
-    pub(crate) fn base(&self) -> u64 {
-        self.pieces().first().map_or(0, |p| p.0 as u64)
     }
 
     /// The bytes `off..off + len`, clamped to the buffer.
@@ -111,6 +125,7 @@ impl Pieces {
     ///
     /// The pieces must be writable and not otherwise accessed (the
     /// receive contract).
+    #[cfg(test)]
     pub(crate) unsafe fn write_at(&self, mut off: usize, mut src: &[u8]) -> usize {
         let mut done = 0;
         for &(a, l) in self.pieces() {

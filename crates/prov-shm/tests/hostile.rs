@@ -418,13 +418,14 @@ fn hostile_child() {
         ..Cmd::default()
     };
     let push = |c: &Cmd, p: &[u8]| {
-        for _ in 0..200_000 {
+        for _ in 0..2_000_000 {
             match tx.try_send(c, p) {
                 Ok(()) => return,
                 Err(e) if e.kind() == ErrorKind::Again => std::thread::yield_now(),
                 Err(e) => panic!("{e}"),
             }
         }
+        panic!("the victim stopped draining its ring");
     };
     push(&hello, mine.name().as_bytes());
     for _ in 0..3000 {
@@ -478,22 +479,27 @@ fn a_hostile_process_cannot_break_an_endpoint() {
             }
         }
     });
-    // Keep progressing while the child fires.
-    loop {
+    // Keep progressing while the child fires, and until it exits: it
+    // must have sent everything and exited well (a child that panicked,
+    // or found the victim's ring stuck, fails the test).
+    let start = std::time::Instant::now();
+    let mut done = false;
+    let status = loop {
         drain(&victim);
-        if done_rx.try_recv().is_ok() {
-            break;
-        }
+        done |= done_rx.try_recv().is_ok();
         if let Some(s) = child.try_wait().unwrap() {
-            // It may have crashed itself (random reads into its own memory
-            // by cross-memory attach); that is its business.
-            let _ = s;
-            break;
+            break s;
         }
-    }
-    drain(&victim);
-    let _ = child.kill();
-    let _ = child.wait();
+        if start.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the hostile child did not finish within 120 s");
+        }
+    };
+    // The reader thread may see the marker after the exit.
+    done |= done_rx.recv_timeout(Duration::from_secs(5)).is_ok();
+    assert!(status.success(), "the hostile child failed: {status}");
+    assert!(done, "the hostile child exited without sending everything");
     drain(&victim);
     still_works(&victim, &friend);
     drop(mr);

@@ -456,3 +456,81 @@ fn sread_blocks_until_a_message_and_times_out() {
     assert_eq!(&buf, b"ping");
     assert!(b.cq.wait_fd().is_some());
 }
+
+/// FI_CLAIM with nothing claimed by its context is refused by the call
+/// (`NoMsg`), not by a later error completion; so is FI_CLAIM|FI_DISCARD.
+#[test]
+fn a_claim_with_nothing_claimed_is_refused_by_the_call() {
+    let (a, b, b_at_a, _) = pair();
+    let mut none = [0u8; 0];
+    let ni = iov(&mut none);
+    for flags in [OpFlags::CLAIM, OpFlags::CLAIM | OpFlags::DISCARD] {
+        // SAFETY: nothing is claimed, so nothing lands.
+        let r = unsafe { b.ep.trecvmsg(&msg(&ni, FiAddr::UNSPEC, 1, 0, 21), flags) };
+        assert_eq!(r.unwrap_err().kind(), ErrorKind::NoMsg, "{flags:?}");
+    }
+    // No error completion follows, and the endpoint works on.
+    a.ep.tinject(b"x", b_at_a, 1, None).unwrap();
+    let mut r = [0u8; 1];
+    let ri = iov(&mut r);
+    // SAFETY: the buffer outlives the receive, whose completion is read below.
+    unsafe {
+        b.ep.trecvmsg(&msg(&ri, FiAddr::UNSPEC, 1, 0, 22), OpFlags::empty())
+            .unwrap()
+    };
+    let e = next(b.cq.as_ref(), &[a.cq.as_ref()]).unwrap();
+    assert_eq!((e.context, &r), (22, b"x"));
+}
+
+/// FI_RX_CQ_DATA: remote CQ data that consumes the last part of a
+/// multi-receive buffer completes with FI_MULTI_RECV (the buffer is
+/// released with it).
+#[test]
+fn remote_cq_data_releasing_a_multi_receive_buffer_says_so() {
+    use fabric_core::objects::{MrAccess, RmaIov};
+    let mut i = info();
+    i.mode |= Mode::RX_CQ_DATA;
+    let (a, b, b_at_a, _) = pair_of(&i);
+    let mut target = vec![0u8; 64];
+    // SAFETY: the buffer is declared before the region, so it outlives it.
+    let mr = unsafe { reg(b.domain.as_ref(), &mut target, MrAccess::REMOTE_WRITE, 7) };
+    let r = RmaIov {
+        addr: 0,
+        len: 8,
+        key: mr.key(),
+    };
+    // A 100-byte buffer released once less than 64 bytes are left: the
+    // 50-byte message leaves 50.
+    let mut mbuf = vec![0u8; 100];
+    let mi = iov(&mut mbuf);
+    // SAFETY: `mbuf` outlives the buffer's release, read below.
+    unsafe {
+        b.ep.recvmsg(&msg(&mi, FiAddr::UNSPEC, 0, 0, 30), OpFlags::MULTI_RECV)
+            .unwrap()
+    };
+    a.ep.inject(&[5u8; 50], b_at_a, None).unwrap();
+    let e = next(b.cq.as_ref(), &[a.cq.as_ref()]).unwrap();
+    assert_eq!((e.context, e.len), (30, 50));
+    assert!(e.flags.contains(CompletionFlags::MULTI_RECV));
+    // A second buffer: the write's CQ data takes no bytes, and with the
+    // minimum above the buffer's size it is released with that part.
+    b.ep.set_min_multi_recv(200).unwrap();
+    let mut m2 = vec![0u8; 100];
+    let m2i = iov(&mut m2);
+    // SAFETY: `m2` outlives the buffer's release, read below.
+    unsafe {
+        b.ep.recvmsg(&msg(&m2i, FiAddr::UNSPEC, 0, 0, 31), OpFlags::MULTI_RECV)
+            .unwrap()
+    };
+    a.ep.inject_write(&7u64.to_le_bytes(), b_at_a, r, Some(77))
+        .unwrap();
+    let e = next(b.cq.as_ref(), &[a.cq.as_ref()]).unwrap();
+    assert_eq!((e.context, e.data), (31, 77));
+    assert!(e.flags.contains(CompletionFlags::REMOTE_CQ_DATA));
+    assert!(
+        e.flags.contains(CompletionFlags::MULTI_RECV),
+        "the completion that releases the buffer says so: {:?}",
+        e.flags
+    );
+    drop(mr);
+}

@@ -15,26 +15,22 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use fabric_core::kit::atomic::{self, AtomicKind};
-use fabric_core::kit::tag::{Matcher, Posted, Unexpected};
-use fabric_core::objects::{AtomicOp, CompletionFlags, CqEntry, FiAddr, MrAccess, RmaIov};
+use fabric_core::kit::rx::{Action, Budget, Entry, Held, Meta, RecvId, RxEngine, Transport};
+use fabric_core::objects::{AtomicOp, CqEntry, FiAddr, MrAccess, Msg, RmaIov};
 use fabric_core::{Address, Error, ErrorKind, Mode, OpFlags};
 
 use super::binds::{Binds, msg_flags};
 use super::ops::{Push, PushSrc, Queued, Reply, TxOp};
-use super::shared::{EpShared, RecvOp, RxReq, SCHEME, TxReq, attach};
+use super::shared::{EpShared, RxReq, SCHEME, TxReq, attach};
 use super::slab::Slab;
 use crate::cma::{self, CmaError};
-use crate::pieces::IOV_LIMIT;
+use crate::pieces::{IOV_LIMIT, Pieces};
 use crate::proto::{self, Desc, flag, op};
 use crate::region::{OwnerStatus, PeerRegion, Region};
 use crate::ring::{Message, Payload, Receiver, Sender};
 
 /// Commands taken from the ring per endpoint and progress call.
 const RING_BUDGET: usize = 64;
-
-/// A multi-receive buffer is released once less than this is left (the
-/// default of `FI_OPT_MIN_MULTI_RECV`; `EpShared::min_multi_recv`).
-pub(crate) const MIN_MULTI_RECV: usize = 64;
 
 /// Most elements of one atomic operation.
 pub(crate) const MAX_ATOMIC_COUNT: usize = 1024;
@@ -44,9 +40,6 @@ pub(crate) const MAX_ATOMIC_COUNT: usize = 1024;
 /// sender and the `PUT_DONE` comes back. Measured: see the
 /// [crate docs](crate#thresholds).
 pub(crate) const SPLIT_BIAS: usize = 4 * 1024;
-
-/// Spare buffers for unexpected messages kept for reuse.
-const SPARE_BUFS: usize = 64;
 
 /// Bytes of unexpected messages an endpoint keeps before it pauses the
 /// senders that bring more (payloads, plus [`UNEXP_COST`] per entry; the
@@ -66,6 +59,35 @@ pub(crate) const UNEXP_RESERVE: usize = 256 << 10;
 /// the ring until receives take what is kept.
 pub(crate) const UNEXP_HARD: usize = 2 * UNEXP_BUDGET;
 
+/// Largest buffer of an unexpected message kept for reuse.
+const SPARE_MAX: usize = 64 << 10;
+
+/// The receive engine's limits (see the constants above).
+const BUDGET: Budget = Budget {
+    total: UNEXP_BUDGET,
+    hard: UNEXP_HARD,
+    reserve: UNEXP_RESERVE,
+    entry_cost: UNEXP_COST,
+    spare_max: SPARE_MAX,
+};
+
+/// What shm's transport brings to the kit's receive engine.
+#[derive(Debug)]
+pub(crate) struct ShmWire;
+
+/// A sender: its index among the endpoint's peers and its number (an
+/// index reused by a later peer has another number).
+pub(crate) type Peer = (u32, u64);
+
+impl Transport for ShmWire {
+    /// An announced message whose data stays with its sender.
+    type Remote = Rts;
+    /// (peer index, operation id) of a message whose sender asked for an
+    /// acknowledgement.
+    type Ack = (u32, u64);
+    type Peer = Peer;
+}
+
 /// A rendezvous announcement: where the sender's data is.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Rts {
@@ -76,49 +98,6 @@ pub(crate) struct Rts {
     pub n: usize,
     /// The sender asked for push mode.
     pub push: bool,
-}
-
-/// A message that arrived before a matching receive.
-#[derive(Debug)]
-pub(crate) struct Unexp {
-    pub len: usize,
-    pub data: Option<u64>,
-    pub kind: UnexpKind,
-    /// Who sent it (peer index and that peer's number, which an index
-    /// reused by another peer does not have) and what it counts against
-    /// the budget.
-    pub peer: u32,
-    pub peer_uid: u64,
-    pub cost: usize,
-}
-
-#[derive(Debug)]
-pub(crate) enum UnexpKind {
-    /// Its bytes; `ack`: (peer, op id) to acknowledge on delivery.
-    Data {
-        bytes: Vec<u8>,
-        ack: Option<(u32, u64)>,
-    },
-    /// Announced; the data stays with the sender.
-    Rndv(Rts),
-    /// Remote CQ data of an RMA write (FI_RX_CQ_DATA mode).
-    RmaData,
-}
-
-/// How a received message completes.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Meta {
-    pub tagged: bool,
-    pub tag: u64,
-    pub len: usize,
-    pub data: Option<u64>,
-    pub src: FiAddr,
-}
-
-#[derive(Debug)]
-struct MultiRecv {
-    inflight: usize,
-    released: bool,
 }
 
 /// A sender this endpoint knows (it introduced itself with HELLO).
@@ -138,17 +117,13 @@ pub(crate) struct RxPeer {
     pub backlog: VecDeque<Queued>,
     /// This peer's number (never reused, unlike its index).
     uid: u64,
-    /// What its unexpected messages count against the budget.
-    unexp: usize,
-    /// It was sent `PAUSE` (and no `RESUME` since).
-    paused: bool,
 }
 
 /// Where pushed data for a transfer goes.
 #[derive(Debug)]
 pub(crate) enum XferDest {
-    /// A matched receive.
-    Recv { op: RecvOp, meta: Meta },
+    /// A matched receive (its buffer as the engine holds it).
+    Recv { id: RecvId, meta: Meta, buf: Pieces },
     /// Registered memory (an RMA write in push mode).
     Write {
         rma: [RmaIov; proto::RMA_IOV_LIMIT],
@@ -189,9 +164,8 @@ pub(crate) struct EpRx {
 /// handler can borrow it while the receiver lends the payload.
 #[derive(Debug)]
 pub(crate) struct RxState {
-    msg: Matcher<RecvOp, Unexp>,
-    tagged: Matcher<RecvOp, Unexp>,
-    mrecv: Vec<Option<MultiRecv>>,
+    /// Posted receives, unexpected messages and their budget.
+    pub rx: RxEngine<ShmWire, IOV_LIMIT>,
     pub peers: Vec<Option<RxPeer>>,
     peer_map: HashMap<(u32, u32), u32>,
     last: Option<((u32, u32), u32)>,
@@ -202,19 +176,17 @@ pub(crate) struct RxState {
     pub xfers: Slab<RxXfer>,
     /// Peers with a non-empty backlog.
     pub backlogged: usize,
-    spare: Vec<Vec<u8>>,
     pub scratch: Vec<u8>,
     pub results: Vec<u8>,
     pub stuck_since: Option<Instant>,
     /// `PUT_DONE` notices that found the receiver's ring full.
     pub put_done_backlog: VecDeque<(Arc<super::shared::TxPeer>, crate::ring::Command)>,
-    /// What the unexpected messages count against the budget, in all.
-    unexp_bytes: usize,
-    /// Peers sent `PAUSE` and not `RESUME` yet.
-    paused_peers: usize,
-    /// The ring's head is a message left there (over the hard limit): the
-    /// ring is not read until a receive is posted or the budget has room.
+    /// The ring's head is a message left there (over the hard limit, or
+    /// remote CQ data for a full CQ): the ring is not read until a
+    /// receive is posted, the budget has room or the CQ was read.
     ring_held: bool,
+    /// The ring is held for room in the receive CQ.
+    cq_held: bool,
     /// Numbers peers.
     next_uid: u64,
     /// `start_ops` stopped at a message for a peer that paused us.
@@ -234,9 +206,7 @@ impl EpRx {
             region,
             rx,
             st: RxState {
-                msg: Matcher::new(directed),
-                tagged: Matcher::new(directed),
-                mrecv: Vec::new(),
+                rx: RxEngine::new(directed, BUDGET),
                 peers: Vec::new(),
                 peer_map: HashMap::new(),
                 last: None,
@@ -245,14 +215,12 @@ impl EpRx {
                 pushes: VecDeque::with_capacity(16),
                 xfers: Slab::with_capacity(64),
                 backlogged: 0,
-                spare: Vec::new(),
                 scratch: Vec::with_capacity(proto::DESC_MAX),
                 results: Vec::new(),
                 stuck_since: None,
                 put_done_backlog: VecDeque::new(),
-                unexp_bytes: 0,
-                paused_peers: 0,
                 ring_held: false,
+                cq_held: false,
                 next_uid: 0,
                 send_paused: false,
             },
@@ -304,6 +272,11 @@ impl EpRx {
             work = true;
             st.take_post(sh, b, r);
         }
+        if st.rx.waits_for_cq() || st.cq_held {
+            // Senders of remote CQ data wait for the application to read
+            // the receive CQ (it does not tell us when it does).
+            st.cq_room(b);
+        }
         for _ in 0..RING_BUDGET {
             if st.ring_held {
                 break;
@@ -326,6 +299,10 @@ impl EpRx {
                 }
             }
         }
+        if st.rx.has_actions() {
+            work = true;
+            st.run_actions(sh, b);
+        }
         if !st.pending.is_empty() || !sh.txq.is_empty() {
             work |= st.start_ops(sh, b);
         }
@@ -347,7 +324,34 @@ impl EpRx {
                 }
             }
         }
+        if st.rx.has_actions() {
+            st.run_actions(sh, b);
+        }
         work
+    }
+
+    /// FI_PEEK / FI_CLAIM / FI_DISCARD, at once (a claim with nothing
+    /// claimed is refused by the call): receives posted before it are
+    /// taken first.
+    pub(crate) fn peek(&mut self, msg: &Msg<'_>, flags: OpFlags) -> fabric_core::Result<()> {
+        let sh = &*self.shared;
+        let b = sh.bound()?;
+        let st = &mut self.st;
+        st.drain_posted(sh, b);
+        // A discard or claim may free budget a held message waits for.
+        st.ring_held = false;
+        let r = st.rx.post(b, msg, flags, true);
+        st.run_actions(sh, b);
+        r
+    }
+
+    /// Cancels the posted receive with this context (`fi_cancel`).
+    pub(crate) fn cancel(&mut self, context: u64) -> fabric_core::Result<()> {
+        let sh = &*self.shared;
+        let b = sh.bound()?;
+        let st = &mut self.st;
+        st.drain_posted(sh, b);
+        st.rx.cancel(b, context)
     }
 }
 
@@ -444,8 +448,6 @@ impl RxState {
             cma_ok: false,
             backlog: VecDeque::new(),
             uid: self.next_uid,
-            unexp: 0,
-            paused: false,
         };
         self.next_uid += 1;
         let idx = match self.peers.iter().position(Option::is_none) {
@@ -475,36 +477,24 @@ impl RxState {
         if !peer.backlog.is_empty() {
             self.backlogged = self.backlogged.saturating_sub(1);
         }
-        if peer.paused {
-            self.paused_peers = self.paused_peers.saturating_sub(1);
-        }
         // Its announced messages go (their data was with the sender);
         // messages whose bytes are here stay deliverable.
-        let freed = std::cell::Cell::new(0usize);
-        let from = |u: &Unexpected<Unexp>| {
-            let drop = matches!(&u.msg.kind, UnexpKind::Rndv(r) if r.peer == pi);
-            if drop {
-                freed.set(freed.get() + u.msg.cost);
-            }
-            drop
-        };
-        self.msg.drop_unexpected(from);
-        self.tagged.drop_unexpected(from);
-        self.unexp_bytes = self.unexp_bytes.saturating_sub(freed.get());
-        self.budget_freed(sh);
+        self.rx.peer_gone((pi, peer.uid));
+        self.ring_held = false;
         for id in self.xfers.ids_where(|x| x.peer == pi) {
             if let Some(x) = self.xfers.remove(id) {
-                if let XferDest::Recv { op, meta } = x.dest {
+                if let XferDest::Recv { id, meta, .. } = x.dest {
                     let err = Error::new(
                         ErrorKind::ConnReset,
                         "shm: the sender went away in the middle of the message",
                     );
-                    self.fail_recv(b, op, meta.tagged, &err);
+                    self.rx.fail(b, id, meta.tagged, &err);
                 }
             }
         }
         self.pushes.retain(|p| p.rx_peer != Some(pi));
-        let _ = sh;
+        // What it held may let other senders resume.
+        self.run_actions(sh, b);
         tracing::debug!(peer = %peer.addr, "shm: forgot a peer");
     }
 
@@ -570,7 +560,7 @@ impl RxState {
         match c.op {
             op::MSG => return self.on_msg(sh, b, m, p),
             op::RTS => return self.on_rts(sh, b, m, p),
-            op::WRITE | op::ATOMIC if !self.cq_data_room(sh, c.flags) => return false,
+            op::WRITE | op::ATOMIC if !self.cq_data_room(sh, b, c.flags) => return false,
             op::PAUSE => Self::on_flow(sh, m, p, true),
             op::RESUME => Self::on_flow(sh, m, p, false),
             op::ACK => self.on_ack(sh, b, m, p),
@@ -601,89 +591,87 @@ impl RxState {
     }
 
     // -----------------------------------------------------------------
-    // The unexpected budget.
+    // The receive engine's work.
 
-    /// Whether an unexpected message may be taken in now: below the hard
-    /// limit (a message over it stays in the ring).
-    #[inline]
-    fn unexp_room(&self) -> bool {
-        self.unexp_bytes < UNEXP_HARD
+    /// Takes what the receive engine asks of the transport: fetching an
+    /// announced message into its receive, releasing or acknowledging a
+    /// sender, `PAUSE` / `RESUME`.
+    pub(crate) fn run_actions(&mut self, sh: &EpShared, b: &Binds) {
+        while let Some(a) = self.rx.next_action() {
+            match a {
+                Action::Fetch { recv, meta, remote } => {
+                    self.accept_rts(sh, b, recv, meta, remote);
+                }
+                Action::Release(r) => self.reply(sh, r.peer, Reply::ack(r.id, None)),
+                Action::Ack((pi, id)) => self.reply(sh, pi, Reply::ack(id, None)),
+                Action::Pause(p) => self.flow(sh, p, true),
+                Action::Resume(p) => {
+                    // Room again: a message left in the ring is tried again.
+                    self.ring_held = false;
+                    self.flow(sh, p, false);
+                }
+            }
+        }
     }
 
-    /// Whether an RMA write or atomic with `flags` may be taken now: one
-    /// that carries remote CQ data in `FI_RX_CQ_DATA` mode may have to be
-    /// kept as an unexpected entry, so over the hard limit it waits in the
-    /// ring while no receive is posted (it is applied only once taken).
-    #[inline]
-    fn cq_data_room(&self, sh: &EpShared, flags: u16) -> bool {
-        flags & flag::CQ_DATA == 0
-            || !sh.info.mode.contains(Mode::RX_CQ_DATA)
-            || self.unexp_room()
-            || self.msg.posted_len() > 0
-    }
-
-    /// Counts an unexpected entry of `cost` from peer `pi`, and pauses the
-    /// peer if the budget is used up and it holds more than its reserve.
-    fn charge(&mut self, sh: &EpShared, pi: u32, cost: usize) {
-        self.unexp_bytes = self.unexp_bytes.saturating_add(cost);
-        let over = self.unexp_bytes > UNEXP_BUDGET;
-        let Some(Some(p)) = self.peers.get_mut(pi as usize) else {
+    /// Sends `PAUSE` (`pause`) or `RESUME` to peer `p`, if it is still
+    /// the peer at that index.
+    fn flow(&mut self, sh: &EpShared, (pi, uid): Peer, pause: bool) {
+        let Some(Some(p)) = self.peers.get(pi as usize) else {
             return;
         };
-        p.unexp = p.unexp.saturating_add(cost);
-        if over && !p.paused && p.unexp > UNEXP_RESERVE {
-            p.paused = true;
-            self.paused_peers += 1;
-            tracing::debug!(peer = %p.addr, held = p.unexp, "shm: unexpected budget used up; pausing a sender");
-            self.reply(
-                sh,
-                pi,
-                Reply::Flow {
-                    pause: true,
-                    region: &sh.region_name,
-                },
-            );
-        }
-    }
-
-    /// An unexpected entry left the queue (delivered, discarded).
-    fn uncharge(&mut self, sh: &EpShared, u: &Unexp) {
-        self.unexp_bytes = self.unexp_bytes.saturating_sub(u.cost);
-        if let Some(Some(p)) = self.peers.get_mut(u.peer as usize) {
-            if p.uid == u.peer_uid {
-                p.unexp = p.unexp.saturating_sub(u.cost);
-            }
-        }
-        self.budget_freed(sh);
-    }
-
-    /// The budget has room again: the ring is read again, and paused
-    /// peers are resumed once the total is at half the budget or they hold
-    /// at most half their reserve (no `PAUSE` / `RESUME` per message).
-    fn budget_freed(&mut self, sh: &EpShared) {
-        self.ring_held = false;
-        if self.paused_peers == 0 {
+        if p.uid != uid {
             return;
         }
-        let low = self.unexp_bytes <= UNEXP_BUDGET / 2;
-        let mut resume = Vec::new();
-        for (i, p) in self.peers.iter_mut().enumerate() {
-            let Some(p) = p else { continue };
-            if p.paused && (low || p.unexp <= UNEXP_RESERVE / 2) {
-                p.paused = false;
-                resume.push(i as u32);
-            }
+        tracing::debug!(peer = %p.addr, pause, "shm: unexpected budget or receive CQ: flow control");
+        self.reply(
+            sh,
+            pi,
+            Reply::Flow {
+                pause,
+                region: &sh.region_name,
+            },
+        );
+    }
+
+    /// The application may have read the receive CQ: senders waiting for
+    /// room in it resume, and remote CQ data left in the ring is taken.
+    fn cq_room(&mut self, b: &Binds) {
+        self.rx.cq_read(b);
+        if self.cq_held && b.rx_cq.as_ref().is_none_or(|c| c.has_room()) {
+            self.cq_held = false;
+            self.ring_held = false;
         }
-        self.paused_peers -= resume.len().min(self.paused_peers);
-        for pi in resume {
-            self.reply(
-                sh,
-                pi,
-                Reply::Flow {
-                    pause: false,
-                    region: &sh.region_name,
-                },
-            );
+    }
+
+    /// Whether an RMA write or atomic with `flags` may be taken now. One
+    /// that carries remote CQ data in `FI_RX_CQ_DATA` mode may have to be
+    /// kept as an unexpected entry, so over the hard limit it waits in the
+    /// ring while no receive is posted; otherwise its completion goes to
+    /// the receive CQ, so while that is full it waits in the ring until
+    /// the application reads (a sender that does not honour `PAUSE`
+    /// cannot grow the CQ). It is applied only once taken.
+    #[inline]
+    fn cq_data_room(&mut self, sh: &EpShared, b: &Binds, flags: u16) -> bool {
+        if flags & flag::CQ_DATA == 0 {
+            return true;
+        }
+        if sh.info.mode.contains(Mode::RX_CQ_DATA) {
+            return self.rx.unexpected_bytes() + UNEXP_COST <= UNEXP_HARD
+                || self.rx.posted(false) > 0;
+        }
+        if b.rx_cq.as_ref().is_some_and(|c| c.is_full()) {
+            self.cq_held = true;
+            return false;
+        }
+        true
+    }
+
+    /// The number of peer `pi`.
+    fn peer_uid(&self, pi: u32) -> u64 {
+        match self.peers.get(pi as usize) {
+            Some(Some(p)) => p.uid,
+            _ => u64::MAX,
         }
     }
 
@@ -699,29 +687,6 @@ impl RxState {
     // -----------------------------------------------------------------
     // Messages.
 
-    fn matcher(&mut self, tagged: bool) -> &mut Matcher<RecvOp, Unexp> {
-        if tagged {
-            &mut self.tagged
-        } else {
-            &mut self.msg
-        }
-    }
-
-    fn take_buf(&mut self, len: usize) -> Vec<u8> {
-        let fits = |v: &Vec<u8>| v.capacity() >= len && v.capacity() <= len.max(1024) * 4;
-        match self.spare.iter().rposition(fits) {
-            Some(i) => self.spare.swap_remove(i),
-            None => Vec::with_capacity(len),
-        }
-    }
-
-    fn give_buf(&mut self, mut v: Vec<u8>) {
-        if self.spare.len() < SPARE_BUFS && v.capacity() > 0 && v.capacity() <= 64 * 1024 {
-            v.clear();
-            self.spare.push(v);
-        }
-    }
-
     fn on_msg(&mut self, sh: &EpShared, b: &Binds, m: &Message, p: &Payload<'_>) -> bool {
         let Some(pi) = self.peer_of(m) else {
             Self::unknown_sender(m);
@@ -733,60 +698,45 @@ impl RxState {
         let data = (c.flags & flag::CQ_DATA != 0).then_some(c.data);
         let ack = (c.flags & flag::ACK_REQ != 0).then_some(c.aux[0]);
         let src = self.src_of(b, pi, sh.directed);
-        let meta = Meta {
-            tagged,
-            tag,
-            len: m.len,
-            data,
-            src,
-        };
-        match self.matcher(tagged).arrive(tag, src) {
-            Some(posted) => {
-                let op = self.carve(sh, posted, m.len, tagged);
+        let len = m.len as u64;
+        if let Some(id) = self.rx.arrive(tagged, tag, src, len) {
+            if let Some(r) = self.rx.recv(id) {
                 // SAFETY: the receive contract of recvmsg / trecvmsg: the
                 // buffer is valid and ours until its completion.
-                unsafe { op.buf.fill_from(0, p, 0, m.len) };
-                self.complete_recv(b, op, meta);
-                if let Some(id) = ack {
-                    self.reply(sh, pi, Reply::ack(id, None));
-                }
+                unsafe { Pieces::of(&r.buf).fill_from(0, p, 0, m.len) };
             }
-            None => {
-                if !self.unexp_room() {
-                    return false;
-                }
-                let mut v = self.take_buf(m.len);
-                v.resize(m.len, 0);
-                p.copy_to(&mut v);
-                let cost = v.capacity() + UNEXP_COST;
-                let peer_uid = self.peer_uid(pi);
-                self.matcher(tagged).push_unexpected(
-                    tag,
-                    src,
-                    Unexp {
-                        len: m.len,
-                        data,
-                        kind: UnexpKind::Data {
-                            bytes: v,
-                            ack: ack.map(|id| (pi, id)),
-                        },
-                        peer: pi,
-                        peer_uid,
-                        cost,
-                    },
-                );
-                self.charge(sh, pi, cost);
+            let meta = Meta {
+                tagged,
+                tag,
+                len,
+                data,
+                src,
+            };
+            self.rx.complete(b, id, meta);
+            if let Some(id) = ack {
+                self.reply(sh, pi, Reply::ack(id, None));
             }
+            return true;
         }
+        let peer = (pi, self.peer_uid(pi));
+        if !self.rx.admit(peer, m.len) {
+            // Over the hard limit: the message stays in the ring.
+            return false;
+        }
+        let mut v = self.rx.take_buf(m.len);
+        v.resize(m.len, 0);
+        p.copy_to(&mut v);
+        let entry = Entry {
+            len,
+            data,
+            peer,
+            held: Held::Bytes {
+                bytes: v,
+                ack: ack.map(|id| (pi, id)),
+            },
+        };
+        self.rx.keep(tagged, tag, src, entry);
         true
-    }
-
-    /// The number of peer `pi`.
-    fn peer_uid(&self, pi: u32) -> u64 {
-        match self.peers.get(pi as usize) {
-            Some(Some(p)) => p.uid,
-            _ => u64::MAX,
-        }
     }
 
     fn on_rts(&mut self, sh: &EpShared, b: &Binds, m: &Message, p: &Payload<'_>) -> bool {
@@ -834,59 +784,53 @@ impl RxState {
         let meta = Meta {
             tagged,
             tag,
-            len,
+            len: len as u64,
             data,
             src,
         };
-        match self.matcher(tagged).arrive(tag, src) {
-            Some(posted) => {
-                let op = self.carve(sh, posted, len, tagged);
-                self.accept_rts(sh, b, op, meta, rts);
-            }
-            None => {
-                if !self.unexp_room() {
-                    return false;
-                }
-                let peer_uid = self.peer_uid(pi);
-                self.matcher(tagged).push_unexpected(
-                    tag,
-                    src,
-                    Unexp {
-                        len,
-                        data,
-                        kind: UnexpKind::Rndv(rts),
-                        peer: pi,
-                        peer_uid,
-                        cost: UNEXP_COST,
-                    },
-                );
-                self.charge(sh, pi, UNEXP_COST);
-            }
+        if let Some(id) = self.rx.arrive(tagged, tag, src, len as u64) {
+            self.accept_rts(sh, b, id, meta, rts);
+            return true;
         }
+        let peer = (pi, self.peer_uid(pi));
+        if !self.rx.admit(peer, 0) {
+            return false;
+        }
+        let entry = Entry {
+            len: len as u64,
+            data,
+            peer,
+            held: Held::Remote(rts),
+        };
+        self.rx.keep(tagged, tag, src, entry);
         true
     }
 
-    /// Takes an announced message into `op`: pulls it with cross-memory
-    /// attach, or clears the sender to push it.
-    fn accept_rts(&mut self, sh: &EpShared, b: &Binds, op: RecvOp, meta: Meta, r: Rts) {
-        let accept = r.len.min(op.buf.len());
+    /// Takes an announced message into receive `id`: pulls it with
+    /// cross-memory attach, or clears the sender to push it.
+    fn accept_rts(&mut self, sh: &EpShared, b: &Binds, id: RecvId, meta: Meta, r: Rts) {
+        let buf = self
+            .rx
+            .recv(id)
+            .map_or(Pieces::EMPTY, |recv| Pieces::of(&recv.buf));
+        let accept = r.len.min(buf.len());
         let Some(Some(peer)) = self.peers.get_mut(r.peer as usize) else {
             let err = Error::new(ErrorKind::ConnReset, "shm: the sender went away");
-            return self.fail_recv(b, op, meta.tagged, &err);
+            return self.rx.fail(b, id, meta.tagged, &err);
         };
         if accept == 0 {
-            self.complete_recv(b, op, meta);
+            self.rx.complete(b, id, meta);
             return self.reply(sh, r.peer, Reply::ack(r.id, None));
         }
         if !r.push && !peer.no_cma {
             if !peer.region.is_open() {
                 let err = Error::new(ErrorKind::ConnReset, "shm: the sender closed its endpoint");
-                return self.fail_recv(b, op, meta.tagged, &err);
+                return self.rx.fail(b, id, meta.tagged, &err);
             }
             if peer.cma_ok && accept >= sh.split_min {
-                return self.split_rts(sh, b, op, meta, r, accept);
+                return self.split_rts(sh, b, id, buf, meta, r, accept);
             }
-            let local = op.buf.sub(0, accept);
+            let local = buf.sub(0, accept);
             let (remote, k) = clip(&r.iovs[..r.n], accept);
             // SAFETY: `local` is the receive buffer (the receive contract);
             // the remote ranges are only interpreted by the kernel, in the
@@ -895,7 +839,7 @@ impl RxState {
             match res {
                 Ok(()) => {
                     peer.cma_ok = true;
-                    self.complete_recv(b, op, meta);
+                    self.rx.complete(b, id, meta);
                     return self.reply(sh, r.peer, Reply::ack(r.id, None));
                 }
                 Err(CmaError::Refused) => {
@@ -904,14 +848,14 @@ impl RxState {
                 }
                 Err(CmaError::Gone) => {
                     let err = Error::new(ErrorKind::ConnReset, "shm: the sender exited");
-                    return self.fail_recv(b, op, meta.tagged, &err);
+                    return self.rx.fail(b, id, meta.tagged, &err);
                 }
                 Err(e) => {
                     let err = Error::new(
                         e.kind(),
                         "shm: cross-memory attach of the sender's buffer failed",
                     );
-                    self.fail_recv(b, op, meta.tagged, &err);
+                    self.rx.fail(b, id, meta.tagged, &err);
                     return self.reply(sh, r.peer, Reply::ack(r.id, Some(e.kind())));
                 }
             }
@@ -920,7 +864,7 @@ impl RxState {
             peer: r.peer,
             split: None,
             op_id: r.id,
-            dest: XferDest::Recv { op, meta },
+            dest: XferDest::Recv { id, meta, buf },
             want: accept,
             got: 0,
             failed: None,
@@ -940,20 +884,22 @@ impl RxState {
     /// Split rendezvous: asks the sender to write the tail of the message
     /// into `op` (from [`split_point`] on) while this side pulls the head,
     /// so both processes copy at once.
+    #[allow(clippy::too_many_arguments)]
     fn split_rts(
         &mut self,
         sh: &EpShared,
         b: &Binds,
-        op: RecvOp,
+        id: RecvId,
+        buf: Pieces,
         meta: Meta,
         r: Rts,
         accept: usize,
     ) {
         let split = split_point(accept);
-        let tail = op.buf.sub(split, accept - split);
+        let tail = buf.sub(split, accept - split);
         let mut raw = [0u8; IOV_LIMIT * 16];
         let n = proto::encode_iovs(tail.pieces(), &mut raw);
-        let local = op.buf.sub(0, split);
+        let local = buf.sub(0, split);
         let pid = match self.peers.get(r.peer as usize) {
             Some(Some(p)) => p.pid,
             _ => return,
@@ -962,7 +908,7 @@ impl RxState {
             peer: r.peer,
             split: Some(r),
             op_id: r.id,
-            dest: XferDest::Recv { op, meta },
+            dest: XferDest::Recv { id, meta, buf },
             want: accept,
             got: 0,
             failed: None,
@@ -1103,7 +1049,7 @@ impl RxState {
                 x.acked = false;
                 // Pull the tail ourselves.
                 let tail = match &x.dest {
-                    XferDest::Recv { op, .. } => op.buf.sub(split, want - split),
+                    XferDest::Recv { buf, .. } => buf.sub(split, want - split),
                     XferDest::Write { .. } => return,
                 };
                 let (remote, k) = sub_list(&r.iovs[..r.n], split, want - split);
@@ -1119,395 +1065,49 @@ impl RxState {
         self.split_progress(sh, b, c.tag, want - split, err);
     }
 
-    /// The part of a posted receive a message of `len` bytes takes: the
-    /// whole receive, or for a multi-receive buffer the next `len` bytes
-    /// (the rest goes back to the head of the queue while at least
-    /// `sh.min_multi_recv` bytes are left).
-    fn carve(&mut self, sh: &EpShared, p: Posted<RecvOp>, len: usize, tagged: bool) -> RecvOp {
-        let Some(slot) = p.recv.mrecv else {
-            return p.recv;
-        };
-        let cap = p.recv.buf.len();
-        let take = len.min(cap);
-        let slice = RecvOp {
-            buf: p.recv.buf.sub(0, take),
-            ..p.recv
-        };
-        let rest = cap - take;
-        let released = rest < sh.min_multi_recv.load(std::sync::atomic::Ordering::Relaxed);
-        if let Some(Some(mr)) = self.mrecv.get_mut(slot as usize) {
-            mr.inflight += 1;
-            mr.released = released;
-        }
-        if !released {
-            self.matcher(tagged).repost_front(Posted {
-                tag: p.tag,
-                ignore: p.ignore,
-                src: p.src,
-                recv: RecvOp {
-                    buf: p.recv.buf.sub(take, rest),
-                    ..p.recv
-                },
-            });
-        }
-        slice
-    }
-
-    /// Whether the multi-receive buffer of `op` (if any) is done with the
-    /// completion being reported: then that completion carries
-    /// FI_MULTI_RECV.
-    fn mrecv_finish(&mut self, op: &RecvOp) -> bool {
-        let Some(slot) = op.mrecv else {
-            return false;
-        };
-        let Some(s) = self.mrecv.get_mut(slot as usize) else {
-            return false;
-        };
-        if let Some(mr) = s {
-            mr.inflight = mr.inflight.saturating_sub(1);
-            if mr.released && mr.inflight == 0 {
-                *s = None;
-                return true;
-            }
-        }
-        false
-    }
-
-    /// Completes a receive whose data is in its buffer (or fails it with
-    /// `Trunc` when the message was longer).
-    pub(crate) fn complete_recv(&mut self, b: &Binds, op: RecvOp, m: Meta) {
-        let cap = op.buf.len();
-        let mut flags = msg_flags(m.tagged, true);
-        if m.data.is_some() {
-            flags |= CompletionFlags::REMOTE_CQ_DATA;
-        }
-        let buf = if op.mrecv.is_some() { op.buf.base() } else { 0 };
-        if self.mrecv_finish(&op) {
-            flags |= CompletionFlags::MULTI_RECV;
-        }
-        let e = CqEntry {
-            context: op.context,
-            flags,
-            len: m.len.min(cap),
-            buf,
-            data: m.data.unwrap_or(0),
-            tag: if m.tagged { m.tag } else { 0 },
-        };
-        if m.len > cap {
-            let err = Error::new(
-                ErrorKind::Trunc,
-                format!("shm: message of {} bytes truncated to {cap}", m.len),
-            );
-            b.failed(true, e, &err, m.len - cap);
-        } else {
-            let report = !b.rx_selective
-                || op.flags.contains(OpFlags::COMPLETION)
-                || flags.contains(CompletionFlags::MULTI_RECV);
-            b.rx_done(e, m.src, report);
-        }
-    }
-
-    /// Fails a receive.
-    pub(crate) fn fail_recv(&mut self, b: &Binds, op: RecvOp, tagged: bool, err: &Error) {
-        let mut flags = msg_flags(tagged, true);
-        if self.mrecv_finish(&op) {
-            flags |= CompletionFlags::MULTI_RECV;
-        }
-        let e = CqEntry {
-            context: op.context,
-            flags,
-            ..CqEntry::default()
-        };
-        b.failed(true, e, err, 0);
-    }
-
-    /// A receive request from the application.
+    /// A receive from the application (posted through the queue).
     fn take_post(&mut self, sh: &EpShared, b: &Binds, r: RxReq) {
         // A message left in the ring may match this receive.
         self.ring_held = false;
-        match r {
-            RxReq::Post {
-                tagged,
-                tag,
-                ignore,
-                src,
-                mut op,
-            } => {
-                if op.flags.contains(OpFlags::MULTI_RECV) {
-                    let m = MultiRecv {
-                        inflight: 0,
-                        released: false,
-                    };
-                    let slot = match self.mrecv.iter().position(Option::is_none) {
-                        Some(i) => {
-                            self.mrecv[i] = Some(m);
-                            i
-                        }
-                        None => {
-                            self.mrecv.push(Some(m));
-                            self.mrecv.len() - 1
-                        }
-                    };
-                    op.mrecv = Some(slot as u32);
-                }
-                self.post(sh, b, tagged, tag, ignore, src, op);
-            }
-            RxReq::Peek {
-                tag,
-                ignore,
-                src,
-                op,
-            } => self.peek_claim(sh, b, tag, ignore, src, op),
+        if r.flags.contains(OpFlags::MULTI_RECV) {
+            self.rx
+                .set_min_multi_recv(sh.min_multi_recv.load(std::sync::atomic::Ordering::Relaxed));
         }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn post(
-        &mut self,
-        sh: &EpShared,
-        b: &Binds,
-        tagged: bool,
-        tag: u64,
-        ignore: u64,
-        src: FiAddr,
-        op: RecvOp,
-    ) {
-        let mut posted = Posted {
-            tag,
-            ignore,
-            src,
-            recv: op,
+        let msg = Msg {
+            iov: r.buf.pieces(),
+            desc: &[],
+            addr: r.src,
+            tag: r.tag,
+            ignore: r.ignore,
+            context: r.context,
+            data: 0,
         };
-        while let Some((p, u)) = self.matcher(tagged).post(posted) {
-            let (ptag, pignore, psrc, slot) = (p.tag, p.ignore, p.src, p.recv.mrecv);
-            let op = self.carve(sh, p, u.msg.len, tagged);
-            self.deliver(sh, b, op, u, tagged);
-            // A multi-receive buffer with room left takes more: carve put
-            // the rest back at the head of the posted queue; take it out
-            // to match it against the unexpected queue again.
-            let Some(slot) = slot else { break };
-            let open = matches!(self.mrecv.get(slot as usize), Some(Some(m)) if !m.released);
-            if !open {
-                break;
-            }
-            let Some(rest) = self.matcher(tagged).cancel(|r| r.mrecv == Some(slot)) else {
-                break;
-            };
-            posted = Posted {
-                tag: ptag,
-                ignore: pignore,
-                src: psrc,
-                recv: rest.recv,
-            };
-        }
-    }
-
-    /// Hands an unexpected message to a receive that matched it.
-    fn deliver(
-        &mut self,
-        sh: &EpShared,
-        b: &Binds,
-        op: RecvOp,
-        u: Unexpected<Unexp>,
-        tagged: bool,
-    ) {
-        let meta = Meta {
-            tagged,
-            tag: u.tag,
-            len: u.msg.len,
-            data: u.msg.data,
-            src: u.src,
-        };
-        self.uncharge(sh, &u.msg);
-        match u.msg.kind {
-            UnexpKind::Data { bytes, ack } => {
-                // SAFETY: the receive contract of recvmsg / trecvmsg.
-                unsafe { op.buf.write_at(0, &bytes) };
-                self.give_buf(bytes);
-                self.complete_recv(b, op, meta);
-                if let Some((pi, id)) = ack {
-                    self.reply(sh, pi, Reply::ack(id, None));
-                }
-            }
-            UnexpKind::Rndv(r) => self.accept_rts(sh, b, op, meta, r),
-            UnexpKind::RmaData => {
-                let _ = self.mrecv_finish(&op);
-                let e = CqEntry {
-                    context: op.context,
-                    flags: CompletionFlags::RMA
-                        | CompletionFlags::REMOTE_WRITE
-                        | CompletionFlags::REMOTE_CQ_DATA,
-                    data: meta.data.unwrap_or(0),
-                    ..CqEntry::default()
-                };
-                b.rx_done(e, meta.src, true);
-            }
-        }
-    }
-
-    /// Drops an unexpected message (FI_DISCARD): its sender is told it
-    /// was taken.
-    fn discard(&mut self, sh: &EpShared, u: Unexpected<Unexp>) {
-        self.uncharge(sh, &u.msg);
-        match u.msg.kind {
-            UnexpKind::Data { bytes, ack } => {
-                self.give_buf(bytes);
-                if let Some((pi, id)) = ack {
-                    self.reply(sh, pi, Reply::ack(id, None));
-                }
-            }
-            UnexpKind::Rndv(r) => self.reply(sh, r.peer, Reply::ack(r.id, None)),
-            UnexpKind::RmaData => {}
-        }
-    }
-
-    fn peek_claim(
-        &mut self,
-        sh: &EpShared,
-        b: &Binds,
-        tag: u64,
-        ignore: u64,
-        src: FiAddr,
-        op: RecvOp,
-    ) {
-        let report = |len: usize, tag: u64, data: Option<u64>, src: FiAddr| {
-            let mut f = msg_flags(true, true);
-            if data.is_some() {
-                f |= CompletionFlags::REMOTE_CQ_DATA;
-            }
-            let e = CqEntry {
-                context: op.context,
-                flags: f,
-                len,
-                buf: 0,
-                data: data.unwrap_or(0),
-                tag,
-            };
-            b.rx_done(e, src, true);
-        };
-        let missing = |what: &'static str| {
-            let e = CqEntry {
-                context: op.context,
-                flags: msg_flags(true, true),
+        if let Err(e) = self.rx.post(b, &msg, r.flags, r.tagged) {
+            // Checked when it was posted; reported rather than lost.
+            let entry = CqEntry {
+                context: r.context,
+                flags: msg_flags(r.tagged, true),
                 ..CqEntry::default()
             };
-            b.failed(true, e, &Error::new(ErrorKind::NoMsg, what), 0);
-        };
-        let flags = op.flags;
-        if flags.contains(OpFlags::PEEK) {
-            if flags.contains(OpFlags::DISCARD) {
-                match self.tagged.take_unexpected(tag, ignore, src) {
-                    Some(u) => {
-                        report(u.msg.len, u.tag, u.msg.data, u.src);
-                        self.discard(sh, u);
-                    }
-                    None => missing("FI_PEEK: no matching message"),
-                }
-            } else {
-                let claim = flags.contains(OpFlags::CLAIM).then_some(op.context);
-                match self.tagged.peek(tag, ignore, src, claim) {
-                    Some(u) => report(u.msg.len, u.tag, u.msg.data, u.src),
-                    None => missing("FI_PEEK: no matching message"),
-                }
-            }
-            return;
-        }
-        // FI_CLAIM (with or without FI_DISCARD): the message reserved by an
-        // earlier FI_PEEK|FI_CLAIM with this context.
-        let Some(u) = self.tagged.claim(op.context) else {
-            return missing("FI_CLAIM: no message was claimed with this context");
-        };
-        if flags.contains(OpFlags::DISCARD) {
-            report(0, u.tag, u.msg.data, u.src);
-            self.discard(sh, u);
-        } else {
-            self.deliver(sh, b, op, u, true);
+            b.failed(true, entry, &e, 0);
         }
     }
 
-    /// Cancels a posted receive by context (`fi_cancel`).
-    pub(crate) fn cancel(&mut self, b: &Binds, context: u64) -> bool {
-        let (found, tagged) = match self.msg.cancel(|op| op.context == context) {
-            Some(p) => (Some(p), false),
-            None => (self.tagged.cancel(|op| op.context == context), true),
-        };
-        let Some(p) = found else {
-            return false;
-        };
-        let mut flags = msg_flags(tagged, true);
-        if let Some(slot) = p.recv.mrecv {
-            if let Some(s) = self.mrecv.get_mut(slot as usize) {
-                if let Some(m) = s {
-                    m.released = true;
-                    if m.inflight == 0 {
-                        flags |= CompletionFlags::MULTI_RECV;
-                        *s = None;
-                    }
-                }
-            }
-        }
-        let e = CqEntry {
-            context: p.recv.context,
-            flags,
-            ..CqEntry::default()
-        };
-        b.failed(
-            true,
-            e,
-            &Error::new(ErrorKind::Canceled, "receive cancelled"),
-            0,
-        );
-        true
-    }
-
-    /// Takes every receive request still queued (before a cancel).
+    /// Takes every receive request still queued (before a cancel or a
+    /// peek).
     pub(crate) fn drain_posted(&mut self, sh: &EpShared, b: &Binds) {
         while let Some(r) = sh.posted.pop() {
             self.take_post(sh, b, r);
         }
+        self.run_actions(sh, b);
     }
 
     /// Remote CQ data of an RMA write or atomic: a completion at the
     /// target (consuming a posted receive in FI_RX_CQ_DATA mode).
     fn remote_cq_data(&mut self, sh: &EpShared, b: &Binds, pi: u32, data: u64, src: FiAddr) {
-        let flags =
-            CompletionFlags::RMA | CompletionFlags::REMOTE_WRITE | CompletionFlags::REMOTE_CQ_DATA;
-        let mut context = 0;
-        if sh.info.mode.contains(Mode::RX_CQ_DATA) {
-            match self.msg.arrive(0, src) {
-                Some(p) => {
-                    let op = self.carve(sh, p, 0, false);
-                    context = op.context;
-                    let _ = self.mrecv_finish(&op);
-                }
-                None => {
-                    // Counted against the budget (its sender's writes are
-                    // not paused: they were applied already).
-                    let peer_uid = self.peer_uid(pi);
-                    self.msg.push_unexpected(
-                        0,
-                        src,
-                        Unexp {
-                            len: 0,
-                            data: Some(data),
-                            kind: UnexpKind::RmaData,
-                            peer: pi,
-                            peer_uid,
-                            cost: UNEXP_COST,
-                        },
-                    );
-                    self.charge(sh, pi, UNEXP_COST);
-                    return;
-                }
-            }
-        }
-        let e = CqEntry {
-            context,
-            flags,
-            data,
-            ..CqEntry::default()
-        };
-        b.rx_done(e, src, true);
+        let consume = sh.info.mode.contains(Mode::RX_CQ_DATA);
+        let peer = (pi, self.peer_uid(pi));
+        self.rx.remote_cq_data(b, data, src, peer, consume);
     }
 
     // -----------------------------------------------------------------
@@ -1539,9 +1139,9 @@ impl RxState {
         }
         let n = m.len;
         let ok = match &x.dest {
-            XferDest::Recv { op, .. } => {
+            XferDest::Recv { buf, .. } => {
                 // SAFETY: the matched receive's buffer (receive contract).
-                unsafe { op.buf.fill_from(off, p, 0, n) };
+                unsafe { buf.fill_from(off, p, 0, n) };
                 Ok(())
             }
             XferDest::Write { rma, n: nr, .. } => write_ranges(sh, &rma[..*nr], off, p, n),
@@ -1568,11 +1168,11 @@ impl RxState {
         err: Option<ErrorKind>,
     ) {
         match x.dest {
-            XferDest::Recv { op, meta } => match err {
-                None => self.complete_recv(b, op, meta),
+            XferDest::Recv { id, meta, .. } => match err {
+                None => self.rx.complete(b, id, meta),
                 Some(k) => {
                     let e = Error::new(k, "shm: receiving the pushed message failed");
-                    self.fail_recv(b, op, meta.tagged, &e);
+                    self.rx.fail(b, id, meta.tagged, &e);
                 }
             },
             XferDest::Write { data, .. } => {

@@ -31,11 +31,9 @@ use fabric_core::{Address, Error, ErrorKind, Info, OpFlags, Result};
 
 use self::binds::{TxDone, TxReport, msg_flags};
 use self::engine::{EpRx, MAX_ATOMIC_COUNT};
-use self::shared::{
-    EpShared, RecvOp, RmaList, RxReq, TxKind, TxReq, lock, region_of, register_own,
-};
+use self::shared::{EpShared, RmaList, RxReq, TxKind, TxReq, lock, region_of, register_own};
 use crate::getinfo::INJECT_SIZE;
-use crate::pieces::Pieces;
+use crate::pieces::{Pieces, RxPieces};
 use crate::progress::Engine;
 use crate::proto::{DESC_MAX, Desc, INJECT_ID, RMA_IOV_LIMIT, flag, op};
 use crate::region::{self, Region, RegionConfig};
@@ -270,27 +268,25 @@ impl ShmEndpoint {
                 "FI_MULTI_RECV applies to untagged receives only",
             ));
         }
-        let op = RecvOp {
-            buf: Pieces::new(msg.iov)?,
+        // Checks the pieces (count, no wrap-around).
+        Pieces::new(msg.iov)?;
+        let buf = RxPieces::new(msg.iov)?;
+        if tagged && flags.intersects(OpFlags::PEEK | OpFlags::CLAIM | OpFlags::DISCARD) {
+            // At once, under the engine's lock: a claim with nothing
+            // claimed is refused by the call.
+            return self
+                .engine
+                .with_ep(sh.id, |ep| ep.peek(msg, flags))
+                .unwrap_or_else(|| Err(Error::from_kind(ErrorKind::OpBadState)));
+        }
+        let req = RxReq {
+            tagged,
+            tag: if tagged { msg.tag } else { 0 },
+            ignore: if tagged { msg.ignore } else { 0 },
+            src: msg.addr,
+            buf,
             context: msg.context,
             flags,
-            mrecv: None,
-        };
-        let req = if tagged && flags.intersects(OpFlags::PEEK | OpFlags::CLAIM | OpFlags::DISCARD) {
-            RxReq::Peek {
-                tag: msg.tag,
-                ignore: msg.ignore,
-                src: msg.addr,
-                op,
-            }
-        } else {
-            RxReq::Post {
-                tagged,
-                tag: if tagged { msg.tag } else { 0 },
-                ignore: if tagged { msg.ignore } else { 0 },
-                src: msg.addr,
-                op,
-            }
         };
         sh.posted.push(req).map_err(|_| Error::again())?;
         self.engine.nudge();
@@ -310,6 +306,10 @@ impl ShmEndpoint {
         let b = sh.bound()?;
         let peer = sh.peer(b, dest)?;
         if sh.queued.load(Ordering::Acquire) != 0 {
+            return Err(Error::again());
+        }
+        if cmd.flags & flag::CQ_DATA != 0 && peer.paused.load(Ordering::Relaxed) {
+            // The peer's receive CQ is full (flow control).
             return Err(Error::again());
         }
         let mut raw = [0u8; DESC_MAX];
@@ -667,22 +667,15 @@ impl Endpoint for ShmEndpoint {
 
     fn cancel(&self, context: u64) -> Result<()> {
         let sh = &*self.shared;
-        let b = sh.bound()?;
-        let found = self
-            .engine
-            .with_ep(sh.id, |ep| {
-                ep.st.drain_posted(sh, b);
-                ep.st.cancel(b, context)
+        sh.bound()?;
+        self.engine
+            .with_ep(sh.id, |ep| ep.cancel(context))
+            .unwrap_or_else(|| {
+                Err(Error::new(
+                    ErrorKind::NoEnt,
+                    "no posted receive has this context",
+                ))
             })
-            .unwrap_or(false);
-        if found {
-            Ok(())
-        } else {
-            Err(Error::new(
-                ErrorKind::NoEnt,
-                "no posted receive has this context",
-            ))
-        }
     }
 
     fn min_multi_recv(&self) -> Result<usize> {

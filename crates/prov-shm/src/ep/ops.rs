@@ -219,9 +219,12 @@ impl RxState {
                 b.tx_failed(&req.done, &peer_gone());
                 continue;
             }
-            if matches!(req.kind, TxKind::Send { .. }) && req.peer.paused.load(Ordering::Relaxed) {
+            let flowed = matches!(req.kind, TxKind::Send { .. })
+                || req.flags.contains(OpFlags::REMOTE_CQ_DATA);
+            if flowed && req.peer.paused.load(Ordering::Relaxed) {
                 // The peer paused our messages (unexpected-message flow
-                // control): wait for its `RESUME`, which arrives in our
+                // control) or our remote CQ data (its receive CQ is
+                // full): wait for its `RESUME`, which arrives in our
                 // ring and so wakes a sleeper; later operations queue
                 // behind (send-after-send order).
                 self.pending.push_front(req);

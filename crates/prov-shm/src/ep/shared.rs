@@ -15,7 +15,7 @@ use fabric_core::{Address, Error, ErrorKind, Info, OpFlags, Result};
 
 use super::binds::{Binds, TxDone};
 use super::choice::Choice;
-use crate::pieces::Pieces;
+use crate::pieces::{Pieces, RxPieces};
 use crate::proto::RMA_IOV_LIMIT;
 use crate::region::{OwnerStatus, PeerRegion};
 use crate::ring::{Command, Sender};
@@ -220,34 +220,17 @@ impl PeerTable {
     }
 }
 
-/// A posted receive as the engine keeps it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct RecvOp {
-    pub buf: Pieces,
+/// A receive on its way to the engine (posted without taking the
+/// engine's lock; FI_PEEK / FI_CLAIM / FI_DISCARD take it at once).
+#[derive(Debug)]
+pub(crate) struct RxReq {
+    pub tagged: bool,
+    pub tag: u64,
+    pub ignore: u64,
+    pub src: FiAddr,
+    pub buf: RxPieces,
     pub context: u64,
     pub flags: OpFlags,
-    /// The multi-receive buffer this is (a slice of).
-    pub mrecv: Option<u32>,
-}
-
-/// A receive-side request handed to the engine.
-#[derive(Debug)]
-pub(crate) enum RxReq {
-    /// Post a receive.
-    Post {
-        tagged: bool,
-        tag: u64,
-        ignore: u64,
-        src: FiAddr,
-        op: RecvOp,
-    },
-    /// FI_PEEK / FI_CLAIM / FI_DISCARD on the tagged unexpected queue.
-    Peek {
-        tag: u64,
-        ignore: u64,
-        src: FiAddr,
-        op: RecvOp,
-    },
 }
 
 /// Remote ranges of an RMA or atomic operation.
@@ -368,7 +351,7 @@ impl EpShared {
             mr,
             directed: info.caps.contains(fabric_core::Caps::DIRECTED_RECV),
             by_region: Mutex::new(HashMap::new()),
-            min_multi_recv: AtomicUsize::new(super::engine::MIN_MULTI_RECV),
+            min_multi_recv: AtomicUsize::new(fabric_core::kit::rx::MIN_MULTI_RECV),
         }
     }
 
