@@ -19,8 +19,9 @@ use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsFd, BorrowedFd};
 
 use fabric_core::kit::mr::MrTable;
+use fabric_core::kit::rx::{Meta, RecvId, RxEngine, Transport};
 use fabric_core::objects::{CompletionFlags, FiAddr, IoVec, MrAccess};
-use fabric_core::{Error, ErrorKind, OpFlags, Result};
+use fabric_core::{Error, ErrorKind, Result};
 
 use crate::getinfo::IOV_LIMIT;
 use crate::sys::{self, MAX_IOV, NO_IOV};
@@ -223,51 +224,6 @@ impl Pieces {
         }
         n
     }
-}
-
-/// A posted receive (or the part of a multi-receive buffer one message
-/// takes).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct RecvOp {
-    pub buf: Pieces,
-    pub context: u64,
-    pub flags: OpFlags,
-    /// The multi-receive buffer this is a slice of.
-    pub mrecv: Option<usize>,
-}
-
-/// What completing a receive needs of it once its data is in place: a
-/// few words, where the receive itself carries its iovec array.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct RecvDone {
-    /// The buffer's size.
-    pub cap: u64,
-    /// The buffer's first byte (reported for multi-receive slices).
-    pub base: u64,
-    pub context: u64,
-    pub flags: OpFlags,
-    pub mrecv: Option<usize>,
-}
-
-impl RecvOp {
-    /// What its completion needs.
-    pub(crate) fn done(&self) -> RecvDone {
-        RecvDone {
-            cap: self.buf.len() as u64,
-            base: self.buf.base(),
-            context: self.context,
-            flags: self.flags,
-            mrecv: self.mrecv,
-        }
-    }
-
-    /// A receive with no buffer.
-    pub(crate) const EMPTY: RecvOp = RecvOp {
-        buf: Pieces::EMPTY,
-        context: 0,
-        flags: OpFlags::empty(),
-        mrecv: None,
-    };
 }
 
 /// What a finished transmit operation reports.
@@ -731,13 +687,12 @@ impl Pending {
 /// A rendezvous message this side accepted and is receiving.
 #[derive(Debug)]
 pub(crate) struct RndvRecv {
-    pub op: RecvOp,
-    pub tagged: bool,
-    pub tag: u64,
-    pub msg_len: u64,
+    /// The receive it goes into.
+    pub recv: RecvId,
+    /// What its completion says.
+    pub meta: Meta,
     pub accept: u64,
     pub got: u64,
-    pub data: Option<u64>,
     pub ack: Flags,
     /// Message offset of the `RndvData` frame being read.
     pub frame_off: u64,
@@ -748,8 +703,8 @@ pub(crate) struct RndvRecv {
 pub(crate) enum Sink {
     /// Read and dropped (a refused request, bytes past a truncated buffer).
     Discard,
-    /// Into a matched receive.
-    Recv(RecvOp),
+    /// Into a matched receive (held by the receive engine).
+    Recv(RecvId),
     /// Buffered: an unexpected message within the endpoint's budget.
     Unexp(Vec<u8>),
     /// Left in the socket until a receive matches the message (the
@@ -776,7 +731,7 @@ pub(crate) enum Sink {
 #[derive(Debug)]
 pub(crate) enum Landed {
     /// Into a matched receive.
-    Recv(RecvDone),
+    Recv(RecvId),
     /// Buffered as unexpected.
     Unexp(Vec<u8>),
     /// Nowhere (dropped, or left in the socket).
@@ -787,28 +742,32 @@ impl Sink {
     /// Where the payload went, for a message frame.
     pub(crate) fn landed(self) -> Landed {
         match self {
-            Sink::Recv(op) => Landed::Recv(op.done()),
+            Sink::Recv(id) => Landed::Recv(id),
             Sink::Unexp(v) => Landed::Unexp(v),
             _ => Landed::Elsewhere,
         }
     }
 
     /// Stores payload bytes that arrived at offset `at` of the payload.
-    pub(crate) fn write(&mut self, at: u64, data: &[u8], mr: &MrTable) {
+    pub(crate) fn write(&mut self, at: u64, data: &[u8], mr: &MrTable, rx: &Engine) {
         let at = usize::try_from(at).unwrap_or(usize::MAX);
         match self {
             Sink::Discard | Sink::Stalled => {}
-            Sink::Recv(op) => {
-                // SAFETY: the receive contract keeps the buffer valid and
-                // unaliased until its completion.
-                unsafe { op.buf.write_at(at, data) };
+            Sink::Recv(id) => {
+                if let Some(r) = rx.recv(*id) {
+                    // SAFETY: the receive contract keeps the buffer valid
+                    // and unaliased until its completion.
+                    unsafe { r.buf.write_at(at, data) };
+                }
             }
             Sink::Rndv(r) => {
                 let at = usize::try_from(r.frame_off)
                     .unwrap_or(usize::MAX)
                     .saturating_add(at);
-                // SAFETY: as above.
-                unsafe { r.op.buf.write_at(at, data) };
+                if let Some(recv) = rx.recv(r.recv) {
+                    // SAFETY: as above.
+                    unsafe { recv.buf.write_at(at, data) };
+                }
             }
             Sink::Read { buf, .. } | Sink::Fetch { buf, .. } => {
                 // SAFETY: the read / atomic contract keeps the result buffer
@@ -850,14 +809,14 @@ impl Sink {
 
     /// Where bytes at payload offset `at` can be read straight from the
     /// socket (user buffers only; `None`: through the read buffer).
-    pub(crate) fn span_at(&self, at: u64) -> Option<(*mut u8, usize)> {
+    pub(crate) fn span_at(&self, at: u64, rx: &Engine) -> Option<(*mut u8, usize)> {
         let at = usize::try_from(at).ok()?;
         match self {
-            Sink::Recv(op) => op.buf.span_at(at),
-            Sink::Rndv(r) => {
-                r.op.buf
-                    .span_at(usize::try_from(r.frame_off).ok()?.checked_add(at)?)
-            }
+            Sink::Recv(id) => rx.recv(*id)?.buf.span_at(at),
+            Sink::Rndv(r) => rx
+                .recv(r.recv)?
+                .buf
+                .span_at(usize::try_from(r.frame_off).ok()?.checked_add(at)?),
             Sink::Read { buf, .. } | Sink::Fetch { buf, .. } => buf.span_at(at),
             _ => None,
         }
@@ -894,8 +853,10 @@ pub(crate) struct Rx {
     pub pos: usize,
     pub len: usize,
     pub cur: Option<Cur>,
-    /// Reading paused (the unexpected budget is spent).
-    pub stalled: bool,
+    /// The receive engine paused this sender (the unexpected budget is
+    /// spent, or its remote CQ data fills the receive CQ): no new frame
+    /// is read (the current one's payload still is).
+    pub paused: bool,
     /// Reading paused: this connection's transmit queue is over its cap
     /// ([`Tx::over_cap`]), a peer that sends requests and does not read
     /// the answers.
@@ -903,6 +864,54 @@ pub(crate) struct Rx {
     /// The last frame carried a large payload.
     pub last_large: bool,
 }
+
+impl Rx {
+    /// Whether reading stops here: paused between frames, over the
+    /// transmit cap, or the current frame's payload left in the socket
+    /// until a receive fetches it ([`Sink::Stalled`], whatever the engine
+    /// says about pausing).
+    pub(crate) fn blocked(&self) -> bool {
+        match &self.cur {
+            Some(c) => matches!(c.sink, Sink::Stalled),
+            None => self.paused || self.tx_full,
+        }
+    }
+}
+
+/// The receive engine's view of tcp ([`fabric_core::kit::rx`]): kept
+/// messages whose data is not here are rendezvous requests or payloads
+/// left in a paused socket, buffered messages are acknowledged by
+/// connection and request id, and senders are connections.
+#[derive(Debug)]
+pub(crate) struct TcpWire;
+
+/// A kept message whose data is not here.
+#[derive(Debug)]
+pub(crate) enum Remote {
+    /// Announced by a rendezvous request; the data stays with the sender
+    /// until a clear-to-send.
+    Rndv {
+        conn: u32,
+        /// The sender's request id.
+        id: u64,
+        /// The acknowledgement the sender asked for.
+        ack: Flags,
+    },
+    /// Its payload is still in the socket of `conn`, which reads nothing
+    /// else until a receive takes it or it is discarded.
+    Stalled { conn: u32 },
+}
+
+impl Transport for TcpWire {
+    type Remote = Remote;
+    /// Connection and request id.
+    type Ack = (u32, u64);
+    /// Connection number.
+    type Peer = u32;
+}
+
+/// An endpoint's receive engine.
+pub(crate) type Engine = RxEngine<TcpWire, IOV_LIMIT>;
 
 /// Where a connection is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -977,7 +986,7 @@ impl Conn {
                 pos: 0,
                 len: 0,
                 cur: None,
-                stalled: false,
+                paused: false,
                 tx_full: false,
                 last_large: false,
             },

@@ -81,9 +81,17 @@
 //!   RMA target, a read's buffer) is read straight into it; after such a
 //!   payload the next read is small, so that the next large payload skips
 //!   the read buffer too.
+//! - **Matching.** Posted receives, unexpected messages, tag matching,
+//!   FI_PEEK / FI_CLAIM / FI_DISCARD, multi-receive carving, cancel and
+//!   remote CQ data are the kit's receive engine
+//!   ([`fabric_core::kit::rx::RxEngine`]); this provider feeds it what the
+//!   decoder reads and does what it asks back (a clear-to-send for a
+//!   rendezvous message a receive takes, an acknowledgement once a
+//!   buffered message is delivered, pausing and resuming a connection).
 //! - **Unexpected messages.** An eager message that matches no receive is
 //!   kept in a buffer; an endpoint keeps at most 8 MiB of them (payloads
-//!   plus 64 bytes per entry, rendezvous announcements included). Beyond
+//!   plus 64 bytes per entry, rendezvous announcements and remote CQ data
+//!   waiting for a receive in `FI_RX_CQ_DATA` mode included). Beyond
 //!   that, the connection that brings the next unexpected message stops
 //!   being read: its payload stays in the socket until a receive takes it
 //!   (or the budget has room again), TCP flow control pushes back on the
@@ -91,6 +99,8 @@
 //!   `FI_EAGAIN` once `tx_attr.size` are outstanding. A peer can therefore
 //!   never make an endpoint buffer more than the budget; the price is that
 //!   a paused connection delivers nothing else until its message is taken.
+//!   Remote CQ data reported at once fills only the receive CQ: a sender
+//!   that fills it stops being read until the application has read half.
 //! - **Answers a peer does not read.** A connection whose transmit queue
 //!   holds 4096 frames or 8 MiB of copied bytes is not read until the
 //!   queue drains to half: a peer that sends requests (RMA reads, writes

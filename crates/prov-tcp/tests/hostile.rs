@@ -15,7 +15,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
 use common::*;
-use fabric_core::objects::{CqErrEntry, FiAddr, Msg};
+use fabric_core::objects::{CompletionFlags, CqErrEntry, FiAddr, Msg};
 use fabric_core::*;
 use prov_tcp::wire::{CmHeader, Frame, HEADER_LEN, Limits, Op, decode_header};
 
@@ -272,4 +272,207 @@ fn rma_and_atomics_reach_only_endpoints_that_asked_for_them() {
     );
     drop(mr);
     assert!(mem.iter().all(|&x| x == 0));
+}
+
+/// RMA writes of 8 bytes from `a` into key 9 at `to`, with remote CQ data
+/// `first..first + n` (also their contexts), from the caller's `siov`;
+/// `a`'s CQ is read meanwhile (counted in `done`). Stops once all are
+/// posted or nothing moved for `idle` (one try at least); returns how many
+/// were posted.
+fn writes_with_data(
+    a: &Side,
+    to: FiAddr,
+    siov: &[fabric_core::objects::IoVec],
+    first: u64,
+    n: u64,
+    idle: Duration,
+    done: &mut u64,
+) -> u64 {
+    use fabric_core::objects::{CqEntry, RmaIov, RmaMsg};
+    use std::time::Instant;
+    let remote = [RmaIov {
+        addr: 0,
+        len: 8,
+        key: 9,
+    }];
+    let mut out = [CqEntry::default(); 64];
+    let mut posted = 0;
+    let mut last = Instant::now();
+    loop {
+        let m = RmaMsg {
+            iov: siov,
+            desc: &[],
+            addr: to,
+            rma_iov: &remote,
+            context: first + posted,
+            data: first + posted,
+        };
+        // SAFETY: the caller's buffer outlives the completions it awaits.
+        match unsafe { a.ep.writemsg(&m, OpFlags::REMOTE_CQ_DATA) } {
+            Ok(()) => {
+                posted += 1;
+                last = Instant::now();
+            }
+            Err(e) if e.kind() == ErrorKind::Again => {}
+            Err(e) => panic!("{e}"),
+        }
+        if let Ok(k) = a.cq.read(&mut out) {
+            *done += k as u64;
+            if k > 0 {
+                last = Instant::now();
+            }
+        }
+        if posted == n || last.elapsed() >= idle {
+            return posted;
+        }
+    }
+}
+
+/// How long a writer tries before it counts as stopped.
+const IDLE: Duration = Duration::from_millis(300);
+
+/// A writer endpoint (manual progress) and a target whose domain
+/// progresses by itself, with 64 bytes registered under key 9; the
+/// writer's handle for the target.
+fn writer_and_target(
+    target: &Info,
+) -> (
+    Side,
+    Side,
+    FiAddr,
+    Box<dyn fabric_core::objects::MemoryRegion>,
+) {
+    use fabric_core::objects::MrAccess;
+    let a = side(&rdm_info());
+    let b = side(target);
+    let b_at_a = insert(&a, &b.ep.getname().unwrap());
+    insert(&b, &a.ep.getname().unwrap());
+    let mem: &'static mut [u8] = Box::leak(vec![0u8; 64].into_boxed_slice());
+    // SAFETY: the memory is leaked: it outlives the region.
+    let mr = unsafe { reg(b.domain.as_ref(), mem, MrAccess::REMOTE_WRITE, 9) };
+    (a, b, b_at_a, mr)
+}
+
+#[test]
+fn remote_cq_data_into_a_cq_nobody_reads_pauses_the_writer() {
+    use fabric_core::objects::CqEntry;
+    let n = 20_000u64;
+    let (a, b, b_at_a, _mr) = writer_and_target(&auto_info_with(Caps::MSG | Caps::RMA));
+    let mut src = [1u8; 8];
+    let siov = iov(&mut src);
+    let mut done = 0;
+    // b's application reads nothing: once its CQ (1024 entries) is full,
+    // b stops reading a's writes, whose acks then stop too.
+    let posted = writes_with_data(&a, b_at_a, &siov, 0, n, IDLE, &mut done);
+    assert!(posted < n, "all {n} writes went through a full CQ");
+    assert!(
+        done <= 2 * 1024,
+        "{done} writes completed into a CQ of 1024 nobody reads"
+    );
+    // Once b reads, every write arrives, each once.
+    let mut seen = vec![false; n as usize];
+    let mut got = 0u64;
+    let mut posted = posted;
+    let mut out = [CqEntry::default(); 64];
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while got < n || done < n {
+        assert!(std::time::Instant::now() < deadline, "{got} of {n} arrived");
+        if let Ok(k) = b.cq.read(&mut out) {
+            for e in &out[..k] {
+                assert!(e.flags.contains(CompletionFlags::REMOTE_CQ_DATA));
+                assert!(!std::mem::replace(&mut seen[e.data as usize], true));
+                got += 1;
+            }
+        }
+        if posted < n {
+            posted += writes_with_data(&a, b_at_a, &siov, posted, 1, Duration::ZERO, &mut done);
+        } else if let Ok(k) = a.cq.read(&mut out) {
+            done += k as u64;
+        }
+    }
+    assert!(seen.iter().all(|&s| s));
+}
+
+#[test]
+fn kept_remote_cq_data_counts_against_the_budget_and_pauses_its_sender() {
+    use fabric_core::objects::CqEntry;
+    const MSGS: usize = 250;
+    const LEN: usize = 32 << 10;
+    let n = 20_000u64;
+    let mut target = auto_info_with(Caps::MSG | Caps::RMA);
+    target.mode |= Mode::RX_CQ_DATA;
+    let (a, b, b_at_a, _mr) = writer_and_target(&target);
+    // 250 unexpected messages of 32 KiB: most of b's 8 MiB budget.
+    let mut payload: Vec<u8> = (0..LEN).map(|i| (i * 7 % 251) as u8).collect();
+    let piov = iov(&mut payload);
+    for i in 0..MSGS {
+        // SAFETY: `payload` outlives the completions awaited below.
+        unsafe {
+            a.ep.sendmsg(&msg(&piov, b_at_a, i as u64), OpFlags::empty())
+        }
+        .unwrap();
+    }
+    for _ in 0..MSGS {
+        next(a.cq.as_ref(), &[]).unwrap();
+    }
+    // FI_RX_CQ_DATA: each write's data waits for a receive, charged an
+    // entry: the rest of the budget holds a few thousand, then b stops
+    // reading a.
+    let mut src = [1u8; 8];
+    let siov = iov(&mut src);
+    let mut done = 0;
+    let posted = writes_with_data(&a, b_at_a, &siov, 0, n, IDLE, &mut done);
+    assert!(posted < n, "all {n} writes were kept");
+    assert!(done < 8_000, "{done} writes were kept");
+    // Receives take the messages, then the data; nothing is lost.
+    let mut bufs = vec![vec![0u8; LEN]; MSGS];
+    let mut small = [0u8; 8];
+    let small_iov = iov(&mut small);
+    let mut seen = vec![false; n as usize];
+    let (mut msgs, mut datas, mut recvs) = (0usize, 0u64, 0u64);
+    let mut posted = posted;
+    let mut out = [CqEntry::default(); 64];
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while msgs < MSGS || datas < n || done < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{msgs} messages and {datas} of {n} data arrived"
+        );
+        if recvs < MSGS as u64 + n && recvs < msgs as u64 + datas + 256 {
+            let r = match bufs.get_mut(recvs as usize) {
+                Some(buf) => {
+                    let v = iov(buf);
+                    // SAFETY: `bufs` outlives the completions read below.
+                    unsafe {
+                        b.ep.recvmsg(&msg(&v, FiAddr::UNSPEC, recvs), OpFlags::empty())
+                    }
+                }
+                // SAFETY: nothing is written into `small` (the data
+                // completions carry no bytes).
+                None => unsafe {
+                    b.ep.recvmsg(&msg(&small_iov, FiAddr::UNSPEC, recvs), OpFlags::empty())
+                },
+            };
+            r.unwrap();
+            recvs += 1;
+        }
+        if let Ok(k) = b.cq.read(&mut out) {
+            for e in &out[..k] {
+                if e.flags.contains(CompletionFlags::REMOTE_CQ_DATA) {
+                    assert!(!std::mem::replace(&mut seen[e.data as usize], true));
+                    datas += 1;
+                } else {
+                    assert_eq!(e.len, LEN);
+                    msgs += 1;
+                }
+            }
+        }
+        if posted < n {
+            posted += writes_with_data(&a, b_at_a, &siov, posted, 1, Duration::ZERO, &mut done);
+        } else if let Ok(k) = a.cq.read(&mut out) {
+            done += k as u64;
+        }
+    }
+    assert!(bufs.iter().all(|b| b[..] == payload[..]));
+    assert!(seen.iter().all(|&s| s));
 }

@@ -420,3 +420,89 @@ fn a_fenced_write_waits_for_the_read_before_it() {
     );
     assert!(target.iter().all(|&x| x == 2));
 }
+
+/// FI_RX_CQ_DATA: remote CQ data takes a part (of no bytes) of a
+/// multi-receive buffer, whether it was kept before the buffer was posted
+/// or found the buffer posted; the buffer is still released exactly once
+/// (its last completion carries FI_MULTI_RECV).
+#[test]
+fn rx_cq_data_takes_parts_of_a_multi_receive_buffer_that_is_still_released() {
+    use fabric_core::objects::Msg;
+    let mut info = rdm_info();
+    info.mode |= Mode::RX_CQ_DATA;
+    let (a, b, b_at_a, _) = pair_of(&info);
+    let mut target = vec![0u8; 64];
+    // SAFETY: the buffer is declared before the region, so it outlives it.
+    let _mr = unsafe { reg(b.domain.as_ref(), &mut target, MrAccess::REMOTE_WRITE, 5) };
+    let mut src = *b"12345678";
+    let siov = iov(&mut src);
+    let remote = [at(0, 8, 5)];
+    let recv = |buf: &mut [u8], ctx: u64| {
+        let v = iov(buf);
+        let m = Msg {
+            iov: &v,
+            desc: &[],
+            addr: FiAddr::UNSPEC,
+            tag: 0,
+            ignore: 0,
+            context: ctx,
+            data: 0,
+        };
+        // SAFETY: the caller's buffer outlives the completions awaited.
+        unsafe { b.ep.recvmsg(&m, OpFlags::MULTI_RECV) }.unwrap();
+    };
+    let write = |ctx: u64, data: u64| {
+        // SAFETY: src outlives the completion awaited.
+        unsafe {
+            a.ep.writemsg(
+                &rma(&siov, b_at_a, &remote, ctx, data),
+                OpFlags::REMOTE_CQ_DATA,
+            )
+        }
+        .unwrap();
+        assert_eq!(next(a.cq.as_ref(), &[b.cq.as_ref()]).unwrap().context, ctx);
+    };
+    // Kept first: the write completes (b kept its data), then a buffer of
+    // 128 bytes takes it as a part of no bytes and stays posted.
+    write(1, 0xd1);
+    let mut big = vec![0u8; 128];
+    recv(&mut big, 10);
+    let e = next(b.cq.as_ref(), &[a.cq.as_ref()]).unwrap();
+    assert_eq!((e.context, e.data, e.len), (10, 0xd1, 0));
+    assert!(!e.flags.contains(CompletionFlags::MULTI_RECV));
+    // A message of 100 bytes leaves 28, under the minimum: the buffer is
+    // released with this completion, nothing of it still in flight.
+    let pattern: Vec<u8> = (0..100u8).map(|i| i.wrapping_mul(37)).collect();
+    let mut m = pattern.clone();
+    let miov = iov(&mut m);
+    // SAFETY: m outlives the completion awaited.
+    unsafe {
+        a.ep.sendmsg(
+            &Msg {
+                iov: &miov,
+                desc: &[],
+                addr: b_at_a,
+                tag: 0,
+                ignore: 0,
+                context: 2,
+                data: 0,
+            },
+            OpFlags::empty(),
+        )
+    }
+    .unwrap();
+    let e = next(b.cq.as_ref(), &[a.cq.as_ref()]).unwrap();
+    assert_eq!((e.context, e.len), (10, 100));
+    assert!(e.flags.contains(CompletionFlags::MULTI_RECV), "{e:?}");
+    assert_eq!(&big[..100], &pattern[..]);
+    assert_eq!(next(a.cq.as_ref(), &[b.cq.as_ref()]).unwrap().context, 2);
+    // Posted first, with a minimum above the buffer's size: the part of
+    // no bytes releases it at once.
+    b.ep.set_min_multi_recv(200).unwrap();
+    let mut small = vec![0u8; 128];
+    recv(&mut small, 11);
+    write(3, 0xd3);
+    let e = next(b.cq.as_ref(), &[a.cq.as_ref()]).unwrap();
+    assert_eq!((e.context, e.data, e.len), (11, 0xd3, 0));
+    assert!(e.flags.contains(CompletionFlags::MULTI_RECV), "{e:?}");
+}

@@ -15,9 +15,9 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
 use fabric_core::kit::mr::MrTable;
-use fabric_core::kit::tag::{Matcher, Posted, Unexpected};
+use fabric_core::kit::rx::{Action, Budget, Entry, Held, Meta, RecvId};
 use fabric_core::objects::{
-    AtomicMsg, AtomicOp, CompletionFlags, CqEntry, FiAddr, IoVec, MrAccess, Msg, RmaIov, RmaMsg,
+    AtomicMsg, AtomicOp, CompletionFlags, CqEntry, FiAddr, MrAccess, Msg, RmaIov, RmaMsg,
 };
 use fabric_core::{Address, Caps, Error, ErrorKind, Info, Mode, OpFlags, Result};
 
@@ -26,7 +26,7 @@ use super::{Binds, msg_flags};
 use crate::atomic;
 use crate::backoff::AcceptBackoff;
 use crate::conn::{
-    Conn, Cur, DIRECT_READ_MIN, Done, Landed, Pending, Phase, Pieces, RecvDone, RecvOp, RndvRecv,
+    Conn, Cur, DIRECT_READ_MIN, Done, Engine, Landed, Pending, Phase, Pieces, Remote, RndvRecv,
     Sink, Src, TxDone, TxItem, locate,
 };
 use crate::progress::{EpProgress, Poller, conn_of, ep_of, token};
@@ -55,9 +55,20 @@ pub(crate) const UNEXP_BUDGET: usize = 8 << 20;
 /// payload.
 pub(crate) const UNEXP_COST: usize = 64;
 
-/// A multi-receive buffer is released once less than this is left (the
-/// default of `FI_OPT_MIN_MULTI_RECV`; [`EpInner::min_multi_recv`]).
-pub(crate) const MIN_MULTI_RECV: usize = 64;
+/// The receive engine's limits: [`UNEXP_BUDGET`] of unexpected messages
+/// at [`UNEXP_COST`] an entry, a sender paused as soon as it is spent;
+/// spare buffers kept up to the largest eager message.
+const RX_BUDGET: Budget = Budget {
+    total: UNEXP_BUDGET,
+    hard: UNEXP_BUDGET,
+    reserve: 0,
+    entry_cost: UNEXP_COST,
+    spare_max: if EAGER_LONE_MAX > 2 * EAGER_MAX {
+        EAGER_LONE_MAX
+    } else {
+        2 * EAGER_MAX
+    },
+};
 
 /// Bytes read when the next frame is expected to carry a large payload:
 /// enough for its headers and a little more.
@@ -122,229 +133,6 @@ pub(crate) struct Peer {
     pub orphaned: Option<Instant>,
 }
 
-/// A message that arrived before a matching receive.
-#[derive(Debug)]
-pub(crate) struct Unexp {
-    /// Message length.
-    pub len: u64,
-    /// Remote CQ data.
-    pub data: Option<u64>,
-    pub kind: UnexpKind,
-}
-
-#[derive(Debug)]
-pub(crate) enum UnexpKind {
-    /// Buffered; `ack`: the connection and request id to acknowledge on
-    /// delivery (FI_DELIVERY_COMPLETE).
-    Data {
-        bytes: Vec<u8>,
-        ack: Option<(u32, u64)>,
-    },
-    /// Announced by a rendezvous request; the data stays with the sender.
-    Rndv { conn: u32, id: u64, ack: Flags },
-    /// Its payload is still in the socket of `conn`, which is paused.
-    Stalled { conn: u32 },
-    /// Remote CQ data of an RMA write (FI_RX_CQ_DATA mode only).
-    RmaData,
-}
-
-impl UnexpKind {
-    fn conn(&self) -> Option<u32> {
-        match self {
-            UnexpKind::Rndv { conn, .. } | UnexpKind::Stalled { conn } => Some(*conn),
-            _ => None,
-        }
-    }
-
-    /// What the entry counts against the budget.
-    fn cost(&self) -> usize {
-        match self {
-            UnexpKind::Data { bytes, .. } => bytes.capacity() + UNEXP_COST,
-            _ => UNEXP_COST,
-        }
-    }
-}
-
-/// A multi-receive buffer being filled.
-#[derive(Debug)]
-struct MultiRecv {
-    /// Messages placed and not completed yet.
-    inflight: usize,
-    /// No more messages go in.
-    released: bool,
-}
-
-/// Posted receives, kept in place while they wait: the matchers queue
-/// their slot numbers, so posting and matching move a few words instead of
-/// a receive's iovec array. A freed slot keeps its (stale) receive, so
-/// that posting fills the slot's fields where they are.
-#[derive(Debug, Default)]
-pub(crate) struct RecvSlab {
-    slots: Vec<RecvSlot>,
-    free: Vec<u32>,
-}
-
-/// One slot of a [`RecvSlab`]: a receive, and whether it is posted.
-#[derive(Debug)]
-struct RecvSlot {
-    live: bool,
-    op: RecvOp,
-}
-
-impl RecvSlab {
-    /// A free slot, marked live (grown when none is free), and its number.
-    fn vacant(&mut self) -> (&mut RecvOp, u32) {
-        let i = match self.free.pop() {
-            Some(i) => i as usize,
-            None => {
-                self.slots.push(RecvSlot {
-                    live: false,
-                    op: RecvOp::EMPTY,
-                });
-                self.slots.len() - 1
-            }
-        };
-        let n = u32::try_from(i).unwrap_or(u32::MAX);
-        // `i` is a free slot's number or the one just pushed.
-        let slot = &mut self.slots[i];
-        slot.live = true;
-        (&mut slot.op, n)
-    }
-
-    /// Keeps `op`; its slot number.
-    fn put(&mut self, op: RecvOp) -> u32 {
-        let (slot, n) = self.vacant();
-        *slot = op;
-        n
-    }
-
-    /// Keeps a receive into `iov`, written in place; its slot number.
-    /// `iov` must hold at most `IOV_LIMIT` pieces (else the receive has
-    /// none).
-    fn post(&mut self, iov: &[IoVec], context: u64, flags: OpFlags, mrecv: Option<usize>) -> u32 {
-        let (op, n) = self.vacant();
-        op.buf.set(iov);
-        op.context = context;
-        op.flags = flags;
-        op.mrecv = mrecv;
-        n
-    }
-
-    /// The receive in slot `i`.
-    fn get(&self, i: u32) -> Option<&RecvOp> {
-        self.slots.get(i as usize).filter(|s| s.live).map(|s| &s.op)
-    }
-
-    /// Frees slot `i`, whose data is in place: what its completion needs.
-    fn finish(&mut self, i: u32) -> RecvDone {
-        self.vacate(i).map_or(RecvOp::EMPTY.done(), RecvOp::done)
-    }
-
-    /// Takes the receive out of slot `i`. Every queued slot number holds
-    /// one; an empty slot (a bug) gives an empty receive, which completes
-    /// as truncated rather than writing anywhere.
-    pub(crate) fn take(&mut self, i: u32) -> RecvOp {
-        self.vacate(i).copied().unwrap_or(RecvOp::EMPTY)
-    }
-
-    /// Frees slot `i`; the receive it held, readable until the slot is
-    /// used again, or `None` (a bug) when it held none.
-    fn vacate(&mut self, i: u32) -> Option<&RecvOp> {
-        match self.slots.get_mut(i as usize) {
-            Some(slot) if slot.live => {
-                slot.live = false;
-                self.free.push(i);
-                Some(&slot.op)
-            }
-            _ => {
-                debug_assert!(false, "posted receive slot {i} is empty");
-                None
-            }
-        }
-    }
-}
-
-/// Receive queues of an endpoint.
-#[derive(Debug)]
-pub(crate) struct RxQueues {
-    pub msg: Matcher<u32, Unexp>,
-    pub tagged: Matcher<u32, Unexp>,
-    /// The posted receives the matchers' slot numbers name.
-    pub ops: RecvSlab,
-    pub unexp_bytes: usize,
-    mrecv: Vec<Option<MultiRecv>>,
-    spare: Vec<Vec<u8>>,
-}
-
-/// Spare buffers for unexpected messages kept for reuse.
-const SPARE_BUFS: usize = 64;
-
-impl RxQueues {
-    /// A message placed in multi-receive buffer `slot` completes: once the
-    /// buffer is released and none of its messages is left in flight, it
-    /// is freed and the completion carries FI_MULTI_RECV.
-    fn slice_done(&mut self, slot: usize) -> CompletionFlags {
-        let Some(entry) = self.mrecv.get_mut(slot) else {
-            return CompletionFlags::empty();
-        };
-        let Some(mr) = entry.as_mut() else {
-            return CompletionFlags::empty();
-        };
-        mr.inflight = mr.inflight.saturating_sub(1);
-        if mr.released && mr.inflight == 0 {
-            *entry = None;
-            return CompletionFlags::MULTI_RECV;
-        }
-        CompletionFlags::empty()
-    }
-
-    fn matcher(&mut self, tagged: bool) -> &mut Matcher<u32, Unexp> {
-        if tagged {
-            &mut self.tagged
-        } else {
-            &mut self.msg
-        }
-    }
-
-    /// Takes the oldest posted receive for which `pred` holds out of a
-    /// matcher (its slot stays filled).
-    fn cancel_where(
-        &mut self,
-        tagged: bool,
-        pred: impl Fn(&RecvOp) -> bool,
-    ) -> Option<Posted<u32>> {
-        let RxQueues {
-            msg,
-            tagged: t,
-            ops,
-            ..
-        } = self;
-        let m = if tagged { t } else { msg };
-        m.cancel(|i| ops.get(*i).is_some_and(&pred))
-    }
-
-    /// An empty buffer for `len` bytes of an unexpected message: a spare
-    /// one of a fitting size, or a new one.
-    fn take_buf(&mut self, len: usize) -> Vec<u8> {
-        let fits = |v: &Vec<u8>| v.capacity() >= len && v.capacity() <= len.max(1024) * 4;
-        match self.spare.iter().rposition(fits) {
-            Some(i) => self.spare.swap_remove(i),
-            None => Vec::with_capacity(len),
-        }
-    }
-
-    /// Keeps a buffer for reuse.
-    fn give_buf(&mut self, mut v: Vec<u8>) {
-        if self.spare.len() < SPARE_BUFS
-            && v.capacity() <= EAGER_LONE_MAX.max(2 * EAGER_MAX)
-            && v.capacity() > 0
-        {
-            v.clear();
-            self.spare.push(v);
-        }
-    }
-}
-
 /// MSG endpoint connection state.
 #[derive(Debug, Default)]
 pub(crate) struct MsgState {
@@ -369,16 +157,19 @@ pub(crate) struct MsgState {
 pub(crate) struct State {
     pub conns: Conns<Conn>,
     next_op: u64,
-    pub rx: RxQueues,
+    /// Posted receives, unexpected messages, matching and the budget.
+    pub rx: Engine,
+    /// Bytes of unexpected payloads being read into buffers (admitted,
+    /// not kept yet): counted with what the engine keeps, so that many
+    /// connections cannot each fill a budget at once.
+    unexp_reading: usize,
     pub peers: HashMap<SocketAddr, Peer>,
     /// AV handle to peer key (RDM), filled on first use.
     pub by_fi: IdMap<u64, SocketAddr>,
     pub listener: Option<TcpListener>,
     pub msg: MsgState,
-    /// Connections paused by the unexpected budget, read again once it
-    /// has room.
-    budget_stalled: Vec<u32>,
-    /// Connections to read again now (a paused one whose message matched).
+    /// Connections to read again now (a paused one whose message matched,
+    /// or that the engine resumed).
     resume: Vec<u32>,
     /// Peers whose backlog waits for the peer's connection.
     pub orphans: usize,
@@ -396,19 +187,12 @@ impl State {
         State {
             conns: Conns::default(),
             next_op: 0,
-            rx: RxQueues {
-                msg: Matcher::new(directed),
-                tagged: Matcher::new(directed),
-                ops: RecvSlab::default(),
-                unexp_bytes: 0,
-                mrecv: Vec::new(),
-                spare: Vec::new(),
-            },
+            rx: Engine::new(directed, RX_BUDGET),
+            unexp_reading: 0,
             peers: HashMap::new(),
             by_fi: IdMap::default(),
             listener: None,
             msg: MsgState::default(),
-            budget_stalled: Vec::new(),
             resume: Vec::new(),
             orphans: 0,
             hello_due: None,
@@ -464,18 +248,11 @@ pub(crate) struct EpInner {
     pub ep_no: u32,
     pub limits: Limits,
     /// A multi-receive buffer is released once less than this is left
-    /// (`FI_OPT_MIN_MULTI_RECV`).
+    /// (`FI_OPT_MIN_MULTI_RECV`; the engine holds it too).
     pub min_multi_recv: AtomicUsize,
-}
-
-/// Where a received message's completion comes from.
-#[derive(Debug, Clone, Copy)]
-struct RecvMeta {
-    tagged: bool,
-    tag: u64,
-    len: u64,
-    data: Option<u64>,
-    src: FiAddr,
+    /// The receive engine paused senders until the receive CQ has room:
+    /// progress checks it ([`Engine::cq_read`]) even with nothing to read.
+    pub cq_wait: AtomicBool,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -569,7 +346,8 @@ impl EpInner {
             mr,
             ep_no,
             limits,
-            min_multi_recv: AtomicUsize::new(MIN_MULTI_RECV),
+            min_multi_recv: AtomicUsize::new(fabric_core::kit::rx::MIN_MULTI_RECV),
+            cq_wait: AtomicBool::new(false),
         });
         let weak: std::sync::Weak<dyn EpProgress> =
             Arc::downgrade(&(inner.clone() as Arc<dyn EpProgress>));
@@ -645,7 +423,7 @@ impl EpInner {
     /// paused, writing while frames wait.
     fn rewatch(&self, c: &Conn, cid: u32) {
         if c.watched {
-            let read = !c.rx.stalled && !c.rx.tx_full;
+            let read = !c.rx.blocked();
             let _ = self
                 .poller
                 .interest(c.fd(), self.token(cid), read, c.want_write);
@@ -685,102 +463,6 @@ impl EpInner {
         if let Some((_, p)) = q.pending {
             self.tx_complete(b, p.done(), Some(err));
         }
-    }
-
-    /// Completes a receive whose data is in its buffer (or fails it with
-    /// `Trunc` when the message was longer).
-    fn complete_recv(&self, st: &mut State, b: &Binds, op: RecvDone, m: RecvMeta) {
-        let cap = op.cap;
-        let mut flags = msg_flags(m.tagged, true);
-        if m.data.is_some() {
-            flags |= CompletionFlags::REMOTE_CQ_DATA;
-        }
-        let mut buf = 0;
-        if let Some(slot) = op.mrecv {
-            buf = op.base;
-            flags |= st.rx.slice_done(slot);
-        }
-        let e = CqEntry {
-            context: op.context,
-            flags,
-            len: usize_of(m.len.min(cap)),
-            buf,
-            data: m.data.unwrap_or(0),
-            tag: if m.tagged { m.tag } else { 0 },
-        };
-        if m.len > cap {
-            let err = Error::new(
-                ErrorKind::Trunc,
-                format!("tcp: message of {} bytes truncated to {cap}", m.len),
-            );
-            b.failed(true, e, &err, usize_of(m.len - cap));
-        } else {
-            let report = !b.rx_selective
-                || op.flags.contains(OpFlags::COMPLETION)
-                || flags.contains(CompletionFlags::MULTI_RECV);
-            b.rx_done(e, m.src, report);
-        }
-    }
-
-    /// Fails a receive.
-    fn fail_recv(&self, st: &mut State, b: &Binds, op: RecvOp, tagged: bool, err: &Error) {
-        let mut flags = msg_flags(tagged, true);
-        if let Some(slot) = op.mrecv {
-            flags |= st.rx.slice_done(slot);
-        }
-        let e = CqEntry {
-            context: op.context,
-            flags,
-            ..CqEntry::default()
-        };
-        b.failed(true, e, err, 0);
-    }
-
-    /// The part of a posted receive a message of `len` bytes takes: the
-    /// whole receive, or for a multi-receive buffer the next `len` bytes
-    /// (the rest goes back to the head of the posted queue while at least
-    /// [`min_multi_recv`](EpInner::min_multi_recv) bytes are left).
-    fn carve(&self, st: &mut State, p: Posted<u32>, len: u64, tagged: bool) -> RecvOp {
-        let slot = self.carve_slot(st, p, len, tagged);
-        st.rx.ops.take(slot)
-    }
-
-    /// [`carve`](Self::carve), leaving the part in the receive slab: its
-    /// slot number. A whole receive stays where it is (nothing moves).
-    fn carve_slot(&self, st: &mut State, p: Posted<u32>, len: u64, tagged: bool) -> u32 {
-        let Some(slot) = st.rx.ops.get(p.recv).and_then(|r| r.mrecv) else {
-            return p.recv;
-        };
-        let recv = st.rx.ops.take(p.recv);
-        let cap = recv.buf.len();
-        let take = usize_of(len).min(cap);
-        let slice = st.rx.ops.put(RecvOp {
-            buf: recv.buf.sub(0, take),
-            context: recv.context,
-            flags: recv.flags,
-            mrecv: Some(slot),
-        });
-        let rest = cap - take;
-        let released = rest < self.min_multi_recv.load(Ordering::Relaxed);
-        if let Some(Some(mr)) = st.rx.mrecv.get_mut(slot) {
-            mr.inflight += 1;
-            mr.released = released;
-        }
-        if !released {
-            let again = Posted {
-                tag: p.tag,
-                ignore: p.ignore,
-                src: p.src,
-                recv: st.rx.ops.put(RecvOp {
-                    buf: recv.buf.sub(take, rest),
-                    context: recv.context,
-                    flags: recv.flags,
-                    mrecv: Some(slot),
-                }),
-            };
-            st.rx.matcher(tagged).repost_front(again);
-        }
-        slice
     }
 
     // ---------------------------------------------------------------
@@ -1406,19 +1088,13 @@ impl EpInner {
     }
 
     // ---------------------------------------------------------------
-    // Receiving: posting, matching, unexpected messages.
+    // Receiving: posting, matching, unexpected messages (the engine), and
+    // what the transport does for it.
 
     /// Posts a receive (untagged or tagged), with FI_PEEK / FI_CLAIM /
     /// FI_DISCARD and FI_MULTI_RECV.
     pub(crate) fn post_recv(&self, msg: &Msg<'_>, flags: OpFlags, tagged: bool) -> Result<()> {
         let b = self.bound()?;
-        let multi = flags.contains(OpFlags::MULTI_RECV);
-        if multi && tagged {
-            return Err(Error::bad_flags(
-                "FI_MULTI_RECV applies to untagged receives only",
-            ));
-        }
-        Pieces::check(msg.iov)?;
         let mut guard = self.lock();
         let st = &mut *guard;
         if st.msg.closed && self.kind == Kind::Msg {
@@ -1427,171 +1103,93 @@ impl EpInner {
                 "tcp: the connection is shut down",
             ));
         }
-        let mrecv = if multi {
-            let slot = st.rx.mrecv.iter().position(Option::is_none);
-            let m = MultiRecv {
-                inflight: 0,
-                released: false,
-            };
-            Some(match slot {
-                Some(i) => {
-                    if let Some(s) = st.rx.mrecv.get_mut(i) {
-                        *s = Some(m);
-                    }
-                    i
-                }
-                None => {
-                    st.rx.mrecv.push(Some(m));
-                    st.rx.mrecv.len() - 1
-                }
-            })
-        } else {
-            None
-        };
-        if tagged && flags.intersects(OpFlags::PEEK | OpFlags::CLAIM | OpFlags::DISCARD) {
-            let op = RecvOp {
-                buf: Pieces::new(msg.iov)?,
-                context: msg.context,
-                flags,
-                mrecv,
-            };
-            let r = self.peek_claim(st, b, msg, op, flags);
-            self.finish_pass(st, b);
-            return r;
-        }
-        let (tag, ignore) = if tagged {
-            (msg.tag, msg.ignore)
-        } else {
-            (0, 0)
-        };
-        let mut posted = Posted {
-            tag,
-            ignore,
-            src: msg.addr,
-            recv: st.rx.ops.post(msg.iov, msg.context, flags, mrecv),
-        };
-        while let Some((p, u)) = st.rx.matcher(tagged).post(posted) {
-            let len = u.msg.len;
-            let slot = st.rx.ops.get(p.recv).and_then(|r| r.mrecv);
-            let (ptag, pignore, psrc) = (p.tag, p.ignore, p.src);
-            let op = self.carve(st, p, len, tagged);
-            self.deliver(st, b, op, u, tagged);
-            // A multi-receive buffer with room left takes more: carve put
-            // the rest back at the head of the posted queue; take it out to
-            // match it against the unexpected queue again.
-            let Some(slot) = slot else { break };
-            let open = matches!(st.rx.mrecv.get(slot), Some(Some(m)) if !m.released);
-            if !open {
-                break;
-            }
-            let Some(rest) = st.rx.cancel_where(tagged, |r| r.mrecv == Some(slot)) else {
-                break;
-            };
-            posted = Posted {
-                tag: ptag,
-                ignore: pignore,
-                src: psrc,
-                recv: rest.recv,
-            };
-        }
+        let r = st.rx.post(b, msg, flags, tagged);
         self.finish_pass(st, b);
-        Ok(())
+        r
     }
 
-    /// Hands an unexpected message to a receive that matched it.
-    fn deliver(&self, st: &mut State, b: &Binds, op: RecvOp, u: Unexpected<Unexp>, tagged: bool) {
-        let cost = u.msg.kind.cost();
-        st.rx.unexp_bytes = st.rx.unexp_bytes.saturating_sub(cost);
-        let meta = RecvMeta {
-            tagged,
-            tag: u.tag,
-            len: u.msg.len,
-            data: u.msg.data,
-            src: u.src,
+    /// Cancels a posted receive by context.
+    pub(crate) fn cancel(&self, context: u64) -> Result<()> {
+        let b = self.bound()?;
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let r = st.rx.cancel(b, context);
+        self.finish_pass(st, b);
+        r
+    }
+
+    /// Sets `FI_OPT_MIN_MULTI_RECV`.
+    pub(crate) fn set_min_multi_recv(&self, bytes: usize) {
+        self.min_multi_recv.store(bytes, Ordering::Relaxed);
+        self.lock().rx.set_min_multi_recv(bytes);
+    }
+
+    /// Does what the receive engine asks of the transport: fetch a
+    /// rendezvous message or a stalled payload into a receive, release
+    /// one nobody wants, acknowledge a delivered message, pause or resume
+    /// a connection.
+    fn rx_actions(&self, st: &mut State, b: &Binds) {
+        while let Some(a) = st.rx.next_action() {
+            match a {
+                Action::Fetch { recv, meta, remote } => match remote {
+                    Remote::Rndv { conn, id, ack } => {
+                        self.accept_rndv(st, b, conn, id, recv, meta, ack);
+                    }
+                    Remote::Stalled { conn } => {
+                        if !self.unstall(st, conn, Sink::Recv(recv)) {
+                            let err = Error::new(ErrorKind::ConnReset, "tcp: the sender went away");
+                            st.rx.fail(b, recv, meta.tagged, &err);
+                        }
+                    }
+                },
+                Action::Release(Remote::Rndv { conn, id, .. }) => {
+                    self.push_frame(st, b, conn, &Frame::cts(id, 0, None), Src::None, Done::None);
+                }
+                Action::Release(Remote::Stalled { conn }) => {
+                    self.unstall(st, conn, Sink::Discard);
+                }
+                Action::Ack((conn, id)) => {
+                    self.push_frame(st, b, conn, &Frame::ack(id, None), Src::None, Done::None);
+                }
+                Action::Pause(conn) => {
+                    if let Some(c) = st.conns.get_mut(&conn) {
+                        c.rx.paused = true;
+                        self.rewatch(c, conn);
+                    }
+                }
+                Action::Resume(conn) => {
+                    if let Some(c) = st.conns.get_mut(&conn) {
+                        c.rx.paused = false;
+                        st.resume.push(conn);
+                    }
+                }
+            }
+        }
+        self.cq_wait.store(st.rx.waits_for_cq(), Ordering::Relaxed);
+    }
+
+    /// Gives the payload a stalled connection left in its socket a
+    /// destination (a receive, or none), so that reading goes on; `false`
+    /// when the connection is gone or not stalled.
+    fn unstall(&self, st: &mut State, cid: u32, sink: Sink) -> bool {
+        let Some(c) = st.conns.get_mut(&cid) else {
+            return false;
         };
-        match u.msg.kind {
-            UnexpKind::Data { bytes, ack } => {
-                // SAFETY: the receive contract of recvmsg / trecvmsg.
-                unsafe { op.buf.write_at(0, &bytes) };
-                st.rx.give_buf(bytes);
-                self.complete_recv(st, b, op.done(), meta);
-                if let Some((cid, id)) = ack {
-                    self.push_frame(st, b, cid, &Frame::ack(id, None), Src::None, Done::None);
-                }
+        match c.rx.cur.as_mut() {
+            Some(cur) if matches!(cur.sink, Sink::Stalled) => {
+                cur.sink = sink;
+                st.resume.push(cid);
+                true
             }
-            UnexpKind::Rndv { conn, id, ack } => {
-                self.accept_rndv(st, b, conn, id, op, meta, ack);
-            }
-            UnexpKind::Stalled { conn } => match st.conns.get_mut(&conn) {
-                Some(c) => {
-                    if let Some(cur) = c.rx.cur.as_mut() {
-                        cur.sink = Sink::Recv(op);
-                    }
-                    c.rx.stalled = false;
-                    st.resume.push(conn);
-                }
-                None => {
-                    let err = Error::new(ErrorKind::ConnReset, "tcp: the sender went away");
-                    self.fail_recv(st, b, op, tagged, &err);
-                }
-            },
-            UnexpKind::RmaData => {
-                let e = CqEntry {
-                    context: op.context,
-                    flags: CompletionFlags::RMA
-                        | CompletionFlags::REMOTE_WRITE
-                        | CompletionFlags::REMOTE_CQ_DATA,
-                    data: meta.data.unwrap_or(0),
-                    ..CqEntry::default()
-                };
-                b.rx_done(e, meta.src, true);
-            }
-        }
-        self.budget_freed(st);
-    }
-
-    /// Drops an unexpected message (FI_DISCARD).
-    fn discard(&self, st: &mut State, b: &Binds, u: Unexpected<Unexp>) {
-        st.rx.unexp_bytes = st.rx.unexp_bytes.saturating_sub(u.msg.kind.cost());
-        match u.msg.kind {
-            UnexpKind::Data { bytes, ack } => {
-                st.rx.give_buf(bytes);
-                if let Some((cid, id)) = ack {
-                    self.push_frame(st, b, cid, &Frame::ack(id, None), Src::None, Done::None);
-                }
-            }
-            UnexpKind::Rndv { conn, id, .. } => {
-                self.push_frame(st, b, conn, &Frame::cts(id, 0, None), Src::None, Done::None);
-            }
-            UnexpKind::Stalled { conn } => {
-                if let Some(c) = st.conns.get_mut(&conn) {
-                    if let Some(cur) = c.rx.cur.as_mut() {
-                        cur.sink = Sink::Discard;
-                    }
-                    c.rx.stalled = false;
-                    st.resume.push(conn);
-                }
-            }
-            UnexpKind::RmaData => {}
-        }
-        self.budget_freed(st);
-    }
-
-    /// The budget has room again: paused connections resume.
-    fn budget_freed(&self, st: &mut State) {
-        if st.rx.unexp_bytes < UNEXP_BUDGET && !st.budget_stalled.is_empty() {
-            let list = std::mem::take(&mut st.budget_stalled);
-            for cid in list {
-                if let Some(c) = st.conns.get_mut(&cid) {
-                    c.rx.stalled = false;
-                    st.resume.push(cid);
-                }
+            _ => {
+                debug_assert!(false, "connection {cid} holds no stalled payload");
+                false
             }
         }
     }
 
-    /// Accepts a rendezvous message into `op`: clear to send, or complete
-    /// at once when nothing is taken.
+    /// Accepts a rendezvous message into receive `recv`: clear to send,
+    /// or complete at once when nothing is taken.
     #[allow(clippy::too_many_arguments)]
     fn accept_rndv(
         &self,
@@ -1599,16 +1197,17 @@ impl EpInner {
         b: &Binds,
         cid: u32,
         id: u64,
-        op: RecvOp,
-        meta: RecvMeta,
+        recv: RecvId,
+        meta: Meta,
         ack: Flags,
     ) {
         if !st.conns.contains_key(&cid) {
             let err = Error::new(ErrorKind::ConnReset, "tcp: the sender went away");
-            self.fail_recv(st, b, op, meta.tagged, &err);
+            st.rx.fail(b, recv, meta.tagged, &err);
             return;
         }
-        let accept = meta.len.min(u64_of(op.buf.len()));
+        let room = st.rx.recv(recv).map_or(0, |r| u64_of(r.buf.len()));
+        let accept = meta.len.min(room);
         self.push_frame(
             st,
             b,
@@ -1618,7 +1217,7 @@ impl EpInner {
             Done::None,
         );
         if accept == 0 {
-            self.complete_recv(st, b, op.done(), meta);
+            st.rx.complete(b, recv, meta);
             if !ack.is_empty() {
                 self.push_frame(st, b, cid, &Frame::ack(id, None), Src::None, Done::None);
             }
@@ -1628,13 +1227,10 @@ impl EpInner {
             c.rndv.insert(
                 id,
                 RndvRecv {
-                    op,
-                    tagged: meta.tagged,
-                    tag: meta.tag,
-                    msg_len: meta.len,
+                    recv,
+                    meta,
                     accept,
                     got: 0,
-                    data: meta.data,
                     ack,
                     frame_off: 0,
                 },
@@ -1642,124 +1238,11 @@ impl EpInner {
         }
     }
 
-    fn peek_claim(
-        &self,
-        st: &mut State,
-        b: &Binds,
-        msg: &Msg<'_>,
-        op: RecvOp,
-        flags: OpFlags,
-    ) -> Result<()> {
-        let report = |len: u64, tag: u64, data: Option<u64>, src: FiAddr| {
-            let mut f = msg_flags(true, true);
-            if data.is_some() {
-                f |= CompletionFlags::REMOTE_CQ_DATA;
-            }
-            let e = CqEntry {
-                context: op.context,
-                flags: f,
-                len: usize_of(len),
-                buf: 0,
-                data: data.unwrap_or(0),
-                tag,
-            };
-            b.rx_done(e, src, true);
-        };
-        let missing = || {
-            let e = CqEntry {
-                context: op.context,
-                flags: msg_flags(true, true),
-                ..CqEntry::default()
-            };
-            b.failed(
-                true,
-                e,
-                &Error::new(ErrorKind::NoMsg, "FI_PEEK: no matching message"),
-                0,
-            );
-        };
-        if flags.contains(OpFlags::PEEK) {
-            if flags.contains(OpFlags::DISCARD) {
-                match st.rx.tagged.take_unexpected(msg.tag, msg.ignore, msg.addr) {
-                    Some(u) => {
-                        report(u.msg.len, u.tag, u.msg.data, u.src);
-                        self.discard(st, b, u);
-                    }
-                    None => missing(),
-                }
-            } else {
-                let claim = flags.contains(OpFlags::CLAIM).then_some(op.context);
-                match st.rx.tagged.peek(msg.tag, msg.ignore, msg.addr, claim) {
-                    Some(u) => report(u.msg.len, u.tag, u.msg.data, u.src),
-                    None => missing(),
-                }
-            }
-            return Ok(());
-        }
-        // FI_CLAIM (with or without FI_DISCARD): the message reserved by an
-        // earlier FI_PEEK|FI_CLAIM with this context.
-        let u = st.rx.tagged.claim(op.context).ok_or_else(|| {
-            Error::new(
-                ErrorKind::NoMsg,
-                "FI_CLAIM: no message was claimed with this context",
-            )
-        })?;
-        if flags.contains(OpFlags::DISCARD) {
-            report(0, u.tag, u.msg.data, u.src);
-            self.discard(st, b, u);
-        } else {
-            self.deliver(st, b, op, u, true);
-        }
-        Ok(())
-    }
-
-    /// Cancels a posted receive by context.
-    pub(crate) fn cancel(&self, context: u64) -> Result<()> {
-        let b = self.bound()?;
-        let mut guard = self.lock();
-        let st = &mut *guard;
-        let (found, tagged) = match st.rx.cancel_where(false, |op| op.context == context) {
-            Some(p) => (Some(p), false),
-            None => (st.rx.cancel_where(true, |op| op.context == context), true),
-        };
-        let Some(p) = found else {
-            return Err(Error::new(
-                ErrorKind::NoEnt,
-                "no posted receive has this context",
-            ));
-        };
-        let recv = st.rx.ops.take(p.recv);
-        let mut flags = msg_flags(tagged, true);
-        if let Some(slot) = recv.mrecv {
-            if let Some(Some(m)) = st.rx.mrecv.get_mut(slot) {
-                m.released = true;
-                if m.inflight == 0 {
-                    flags |= CompletionFlags::MULTI_RECV;
-                    if let Some(s) = st.rx.mrecv.get_mut(slot) {
-                        *s = None;
-                    }
-                }
-            }
-        }
-        let e = CqEntry {
-            context: recv.context,
-            flags,
-            ..CqEntry::default()
-        };
-        b.failed(
-            true,
-            e,
-            &Error::new(ErrorKind::Canceled, "receive cancelled"),
-            0,
-        );
-        Ok(())
-    }
-
-    /// Work left from the operation just done: connections to read again,
-    /// failed connections.
+    /// Work left from the operation just done: the receive engine's
+    /// actions, connections to read again, failed connections.
     #[inline]
     pub(crate) fn finish_pass(&self, st: &mut State, b: &Binds) {
-        if !st.resume.is_empty() || !st.dead.is_empty() {
+        if !st.resume.is_empty() || !st.dead.is_empty() || st.rx.has_actions() {
             self.finish_pass_work(st, b);
         }
     }
@@ -1769,7 +1252,8 @@ impl EpInner {
     #[cold]
     #[inline(never)]
     fn finish_pass_work(&self, st: &mut State, b: &Binds) {
-        while !st.resume.is_empty() || !st.dead.is_empty() {
+        while !st.resume.is_empty() || !st.dead.is_empty() || st.rx.has_actions() {
+            self.rx_actions(st, b);
             while let Some(cid) = st.resume.pop() {
                 if let Some(c) = st.conns.get(&cid) {
                     self.rewatch(c, cid);
@@ -1816,7 +1300,7 @@ impl EpInner {
                     conn.rx.tx_full = true;
                     self.rewatch(conn, cid);
                 }
-                if conn.rx.stalled || conn.rx.tx_full || conn.phase == Phase::Closing {
+                if conn.rx.blocked() || conn.phase == Phase::Closing {
                     // Not read now; a reset peer (EPOLLERR and EPOLLHUP,
                     // which epoll always reports) fails the connection
                     // instead of waking its waiter for ever.
@@ -1829,6 +1313,7 @@ impl EpInner {
                 if rx.pos >= rx.len {
                     break;
                 }
+                let engine = &st.rx;
                 let input = rx.buf.get(rx.pos..rx.len).unwrap_or_default();
                 let (used, ev) = rx.dec.feed(input)?;
                 rx.pos += used;
@@ -1842,12 +1327,16 @@ impl EpInner {
                         let Some(cur) = rx.cur.as_mut() else {
                             return Err(proto("tcp: payload without a frame"));
                         };
-                        cur.sink.write(cur.got, data, &self.mr);
+                        cur.sink.write(cur.got, data, &self.mr, engine);
                         cur.got += u64_of(data.len());
                         if remaining == 0 {
                             self.on_payload_done(st, b, cid)?;
                         }
                     }
+                }
+                if st.rx.has_actions() {
+                    // A pause must hold before the next frame is read.
+                    self.rx_actions(st, b);
                 }
             }
             if reads >= READS_PER_CALL || drained {
@@ -1857,6 +1346,7 @@ impl EpInner {
             let Some(conn) = st.conns.get_mut(&cid) else {
                 return Ok(());
             };
+            let engine = &st.rx;
             let Conn { sock, rx, rndv, .. } = conn;
             let fd = sock.as_fd();
             // A large payload with a known destination: straight into it.
@@ -1893,7 +1383,7 @@ impl EpInner {
                                 }
                             }
                         }
-                        sink => sink.span_at(cur.got).map(|(ptr, room)| {
+                        sink => sink.span_at(cur.got, engine).map(|(ptr, room)| {
                             let k = room.min(usize_of(n));
                             // SAFETY: the span is inside a receive or result
                             // buffer that the operation's contract keeps
@@ -2017,12 +1507,11 @@ impl EpInner {
                 let tagged = op == Op::Tagged;
                 let tag = f.header.tag;
                 let src = self.source(st, b, cid);
-                match st.rx.matcher(tagged).arrive(tag, src) {
-                    Some(p) => {
-                        let slot = self.carve_slot(st, p, plen, tagged);
+                match st.rx.arrive(tagged, tag, src, plen) {
+                    Some(id) => {
                         let whole = plen == 0 || {
                             let State { conns, rx, .. } = &mut *st;
-                            let buf = rx.ops.get(slot).map(|r| &r.buf);
+                            let buf = rx.recv(id).map(|r| &r.buf);
                             // SAFETY: the receive contract keeps the buffer
                             // valid and unaliased until its completion.
                             take_inline(conns, cid, plen, |d| unsafe {
@@ -2032,53 +1521,43 @@ impl EpInner {
                             })?
                         };
                         if whole {
-                            let done = st.rx.ops.finish(slot);
-                            self.msg_done(st, b, cid, f, Landed::Recv(done))?;
+                            self.msg_done(st, b, cid, f, Landed::Recv(id))?;
                         } else {
-                            let rop = st.rx.ops.take(slot);
-                            self.set_cur(st, cid, f, Sink::Recv(rop));
+                            self.set_cur(st, cid, f, Sink::Recv(id));
                         }
                     }
                     None => {
-                        let cost = usize_of(plen).saturating_add(UNEXP_COST);
-                        if plen == 0 || st.rx.unexp_bytes.saturating_add(cost) <= UNEXP_BUDGET {
-                            let mut v = st.rx.take_buf(usize_of(plen));
-                            st.rx.unexp_bytes += v.capacity() + UNEXP_COST;
+                        let len = usize_of(plen);
+                        let reading = len.saturating_add(st.unexp_reading);
+                        if plen == 0 || st.rx.admit(cid, reading) {
+                            let mut v = st.rx.take_buf(len);
                             let whole = plen == 0
                                 || take_inline(&mut st.conns, cid, plen, |d| {
                                     v.extend_from_slice(d)
                                 })?;
                             if whole {
                                 self.msg_done(st, b, cid, f, Landed::Unexp(v))?;
-                                if plen == 0 && st.rx.unexp_bytes > UNEXP_BUDGET {
-                                    // Empty messages cost an entry each:
-                                    // pause until the budget has room.
-                                    st.budget_stalled.push(cid);
-                                    self.pause(st, cid);
-                                }
                             } else {
+                                st.unexp_reading += len;
                                 self.set_cur(st, cid, f, Sink::Unexp(v));
                             }
                         } else {
-                            // Over budget: the payload stays in the socket
+                            // Over budget (the engine pauses the
+                            // connection): the payload stays in the socket
                             // until a receive takes it.
-                            st.rx.unexp_bytes += UNEXP_COST;
                             let data = f
                                 .header
                                 .flags
                                 .contains(Flags::REMOTE_CQ_DATA)
                                 .then_some(f.header.data);
-                            st.rx.matcher(tagged).push_unexpected(
-                                tag,
-                                src,
-                                Unexp {
-                                    len: plen,
-                                    data,
-                                    kind: UnexpKind::Stalled { conn: cid },
-                                },
-                            );
+                            let entry = Entry {
+                                len: plen,
+                                data,
+                                peer: cid,
+                                held: Held::Remote(Remote::Stalled { conn: cid }),
+                            };
+                            st.rx.keep(tagged, tag, src, entry);
                             self.set_cur(st, cid, f, Sink::Stalled);
-                            self.pause(st, cid);
                         }
                     }
                 }
@@ -2096,37 +1575,24 @@ impl EpInner {
                     .contains(Flags::REMOTE_CQ_DATA)
                     .then_some(f.header.data);
                 let ack = f.header.flags.difference(Flags::REMOTE_CQ_DATA);
-                let meta = RecvMeta {
+                let meta = Meta {
                     tagged,
                     tag,
                     len: msg_len,
                     data,
                     src,
                 };
-                match st.rx.matcher(tagged).arrive(tag, src) {
-                    Some(p) => {
-                        let rop = self.carve(st, p, msg_len, tagged);
-                        self.accept_rndv(st, b, cid, f.header.id, rop, meta, ack);
-                    }
+                let id = f.header.id;
+                match st.rx.arrive(tagged, tag, src, msg_len) {
+                    Some(recv) => self.accept_rndv(st, b, cid, id, recv, meta, ack),
                     None => {
-                        st.rx.unexp_bytes += UNEXP_COST;
-                        st.rx.matcher(tagged).push_unexpected(
-                            tag,
-                            src,
-                            Unexp {
-                                len: msg_len,
-                                data,
-                                kind: UnexpKind::Rndv {
-                                    conn: cid,
-                                    id: f.header.id,
-                                    ack,
-                                },
-                            },
-                        );
-                        if st.rx.unexp_bytes > UNEXP_BUDGET {
-                            st.budget_stalled.push(cid);
-                            self.pause(st, cid);
-                        }
+                        let entry = Entry {
+                            len: msg_len,
+                            data,
+                            peer: cid,
+                            held: Held::Remote(Remote::Rndv { conn: cid, id, ack }),
+                        };
+                        st.rx.keep(tagged, tag, src, entry);
                     }
                 }
             }
@@ -2310,15 +1776,6 @@ impl EpInner {
         Ok(())
     }
 
-    /// Stops reading a connection until a receive takes its message or
-    /// the budget has room.
-    fn pause(&self, st: &mut State, cid: u32) {
-        if let Some(c) = st.conns.get_mut(&cid) {
-            c.rx.stalled = true;
-            self.rewatch(c, cid);
-        }
-    }
-
     /// The payload of the current frame is complete.
     fn on_payload_done(&self, st: &mut State, b: &Binds, cid: u32) -> Result<()> {
         let Some(cur) = st.conns.get_mut(&cid).and_then(|c| c.rx.cur.take()) else {
@@ -2326,20 +1783,19 @@ impl EpInner {
         };
         let f = cur.frame;
         match (f.header.op, cur.sink) {
-            (Op::Msg | Op::Tagged, sink) => self.msg_done(st, b, cid, &f, sink.landed())?,
+            (Op::Msg | Op::Tagged, sink) => {
+                if matches!(sink, Sink::Unexp(_)) {
+                    let len = usize_of(f.header.payload_len);
+                    st.unexp_reading = st.unexp_reading.saturating_sub(len);
+                }
+                self.msg_done(st, b, cid, &f, sink.landed())?;
+            }
             (Op::RndvData, Sink::Rndv(mut r)) => {
                 r.got = r.got.saturating_add(f.header.payload_len);
                 if r.got >= r.accept {
                     let id = f.header.id;
                     let ack = r.ack;
-                    let meta = RecvMeta {
-                        tagged: r.tagged,
-                        tag: r.tag,
-                        len: r.msg_len,
-                        data: r.data,
-                        src: self.source(st, b, cid),
-                    };
-                    self.complete_recv(st, b, r.op.done(), meta);
+                    st.rx.complete(b, r.recv, r.meta);
                     if !ack.is_empty() {
                         self.push_frame(st, b, cid, &Frame::ack(id, None), Src::None, Done::None);
                     }
@@ -2379,7 +1835,7 @@ impl EpInner {
             .then_some(f.header.data);
         let ack = f.header.flags.difference(Flags::REMOTE_CQ_DATA);
         let src = self.source(st, b, cid);
-        let meta = RecvMeta {
+        let meta = Meta {
             tagged,
             tag: f.header.tag,
             len: f.header.payload_len,
@@ -2389,42 +1845,24 @@ impl EpInner {
         let id = f.header.id;
         let mut acked = false;
         match landed {
-            Landed::Recv(op) => self.complete_recv(st, b, op, meta),
+            Landed::Recv(recv) => st.rx.complete(b, recv, meta),
             Landed::Unexp(bytes) => {
-                // A receive may have been posted while the data arrived.
-                match st.rx.matcher(tagged).arrive(f.header.tag, src) {
-                    Some(p) => {
-                        st.rx.unexp_bytes = st
-                            .rx
-                            .unexp_bytes
-                            .saturating_sub(bytes.capacity() + UNEXP_COST);
-                        let op = self.carve(st, p, meta.len, tagged);
-                        // SAFETY: the receive contract.
-                        unsafe { op.buf.write_at(0, &bytes) };
-                        st.rx.give_buf(bytes);
-                        self.complete_recv(st, b, op.done(), meta);
-                        self.budget_freed(st);
-                    }
-                    None => {
-                        let delivery = ack.contains(Flags::ACK_DELIVERY);
-                        let kind = UnexpKind::Data {
-                            bytes,
-                            ack: delivery.then_some((cid, id)),
-                        };
-                        acked = delivery;
-                        st.rx.matcher(tagged).push_unexpected(
-                            f.header.tag,
-                            src,
-                            Unexp {
-                                len: meta.len,
-                                data,
-                                kind,
-                            },
-                        );
-                    }
-                }
+                // Into a receive posted while the data arrived, or kept;
+                // a delivery acknowledgement waits for the delivery.
+                let delivery = ack.contains(Flags::ACK_DELIVERY);
+                acked = delivery;
+                let entry = Entry {
+                    len: meta.len,
+                    data,
+                    peer: cid,
+                    held: Held::Bytes {
+                        bytes,
+                        ack: delivery.then_some((cid, id)),
+                    },
+                };
+                st.rx.land(b, tagged, meta.tag, src, entry);
             }
-            _ => {}
+            Landed::Elsewhere => {}
         }
         if !ack.is_empty() && !acked {
             self.push_frame(st, b, cid, &Frame::ack(id, None), Src::None, Done::None);
@@ -2446,8 +1884,7 @@ impl EpInner {
                 c.add(1);
             }
             if f.header.flags.contains(Flags::REMOTE_CQ_DATA) {
-                let src = self.source(st, b, cid);
-                self.remote_cq_data(st, b, f.header.data, src);
+                self.remote_cq_data(st, b, cid, f.header.data);
             }
         }
         let ack = f.header.flags.difference(Flags::REMOTE_CQ_DATA);
@@ -2459,43 +1896,13 @@ impl EpInner {
 
     /// Remote CQ data of an RMA or atomic operation: a completion in the
     /// receive CQ; it consumes a posted receive only in FI_RX_CQ_DATA mode.
-    fn remote_cq_data(&self, st: &mut State, b: &Binds, data: u64, src: FiAddr) {
-        let flags =
-            CompletionFlags::RMA | CompletionFlags::REMOTE_WRITE | CompletionFlags::REMOTE_CQ_DATA;
-        let mut context = 0;
-        if self.info.mode.contains(Mode::RX_CQ_DATA) {
-            match st.rx.msg.arrive(0, src) {
-                Some(p) => {
-                    let op = self.carve(st, p, 0, false);
-                    context = op.context;
-                    if let Some(slot) = op.mrecv {
-                        if let Some(Some(m)) = st.rx.mrecv.get_mut(slot) {
-                            m.inflight = m.inflight.saturating_sub(1);
-                        }
-                    }
-                }
-                None => {
-                    st.rx.unexp_bytes += UNEXP_COST;
-                    st.rx.msg.push_unexpected(
-                        0,
-                        src,
-                        Unexp {
-                            len: 0,
-                            data: Some(data),
-                            kind: UnexpKind::RmaData,
-                        },
-                    );
-                    return;
-                }
-            }
-        }
-        let e = CqEntry {
-            context,
-            flags,
-            data,
-            ..CqEntry::default()
-        };
-        b.rx_done(e, src, true);
+    /// A sender that fills the receive CQ with these is paused until the
+    /// application reads; kept ones (FI_RX_CQ_DATA) count against the
+    /// unexpected budget.
+    fn remote_cq_data(&self, st: &mut State, b: &Binds, cid: u32, data: u64) {
+        let src = self.source(st, b, cid);
+        let consume = self.info.mode.contains(Mode::RX_CQ_DATA);
+        st.rx.remote_cq_data(b, data, src, cid, consume);
     }
 
     /// An atomic request is complete: check, execute, answer.
@@ -2536,8 +1943,7 @@ impl EpInner {
                 c.add(1);
             }
             if f.header.flags.contains(Flags::REMOTE_CQ_DATA) {
-                let src = self.source(st, b, cid);
-                self.remote_cq_data(st, b, f.header.data, src);
+                self.remote_cq_data(st, b, cid, f.header.data);
             }
         }
         let id = f.header.id;
@@ -2644,17 +2050,17 @@ impl EpInner {
         }
         if let Some(cur) = conn.rx.cur.take() {
             match cur.sink {
-                Sink::Recv(op) => {
+                Sink::Recv(recv) => {
                     let tagged = cur.frame.header.op == Op::Tagged;
-                    self.fail_recv(st, b, op, tagged, err);
+                    st.rx.fail(b, recv, tagged, err);
                 }
-                Sink::Rndv(r) => self.fail_recv(st, b, r.op, r.tagged, err),
+                Sink::Rndv(r) => st.rx.fail(b, r.recv, r.meta.tagged, err),
                 Sink::Read { done, .. } | Sink::Fetch { done, .. } => {
                     self.tx_complete(b, done, Some(err));
                 }
                 Sink::Unexp(v) => {
-                    let cost = v.capacity() + UNEXP_COST;
-                    st.rx.unexp_bytes = st.rx.unexp_bytes.saturating_sub(cost);
+                    let len = usize_of(cur.frame.header.payload_len);
+                    st.unexp_reading = st.unexp_reading.saturating_sub(len);
                     st.rx.give_buf(v);
                 }
                 _ => {}
@@ -2663,19 +2069,11 @@ impl EpInner {
         let mut rndv: Vec<(u64, RndvRecv)> = conn.rndv.drain().collect();
         rndv.sort_by_key(|(id, _)| *id);
         for (_, r) in rndv {
-            self.fail_recv(st, b, r.op, r.tagged, err);
+            st.rx.fail(b, r.recv, r.meta.tagged, err);
         }
-        for tagged in [false, true] {
-            while let Some(u) = st
-                .rx
-                .matcher(tagged)
-                .remove_unexpected(|u| u.msg.kind.conn() == Some(cid))
-            {
-                st.rx.unexp_bytes = st.rx.unexp_bytes.saturating_sub(u.msg.kind.cost());
-            }
-        }
-        st.budget_stalled.retain(|c| *c != cid);
-        self.budget_freed(st);
+        // Rendezvous requests and stalled payloads of this connection are
+        // gone with it; its buffered messages stay deliverable.
+        st.rx.peer_gone(cid);
         if self.kind == Kind::Msg {
             self.msg_conn_lost(st, b, cid, err);
         }
@@ -2758,7 +2156,7 @@ impl EpInner {
                 c.watched = true;
                 let _ = self
                     .poller
-                    .watch(c.fd(), self.token(cid), !c.rx.stalled, c.want_write);
+                    .watch(c.fd(), self.token(cid), !c.rx.blocked(), c.want_write);
             }
         }
         self.unwatched.store(false, Ordering::Relaxed);
@@ -2808,6 +2206,9 @@ impl EpProgress for EpInner {
             self.read_conn(st, b, *cid);
         }
         st.flush_ids = ids;
+        if st.rx.waits_for_cq() {
+            st.rx.cq_read(b);
+        }
         self.finish_pass(st, b);
         Some(())
     }
@@ -2820,6 +2221,7 @@ impl EpProgress for EpInner {
             && !self.unwatched.load(Ordering::Relaxed)
             && !self.accept_rest.is_paused()
             && !self.hello_waiting.load(Ordering::Relaxed)
+            && !self.cq_wait.load(Ordering::Relaxed)
         {
             return Ok(());
         }
@@ -2893,6 +2295,9 @@ impl EpProgress for EpInner {
         }
         if st.orphans > 0 {
             self.rdm_orphans(st, b);
+        }
+        if st.rx.waits_for_cq() {
+            st.rx.cq_read(b);
         }
         self.finish_pass(st, b);
         if st.orphans > 0 {

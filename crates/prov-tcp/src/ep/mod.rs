@@ -402,7 +402,7 @@ impl Endpoint for TcpEndpoint {
     }
 
     fn set_min_multi_recv(&self, bytes: usize) -> Result<()> {
-        self.inner.min_multi_recv.store(bytes, Ordering::Relaxed);
+        self.inner.set_min_multi_recv(bytes);
         Ok(())
     }
 

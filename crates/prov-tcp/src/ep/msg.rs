@@ -328,24 +328,7 @@ impl EpInner {
         if let Some(key) = st.msg.peer {
             self.fail_backlog(st, b, key, err);
         }
-        for tagged in [false, true] {
-            let m = if tagged {
-                &mut st.rx.tagged
-            } else {
-                &mut st.rx.msg
-            };
-            let posted: Vec<_> = m.drain_posted().collect();
-            for p in posted {
-                let recv = st.rx.ops.take(p.recv);
-                let flags = super::msg_flags(tagged, true);
-                let e = fabric_core::objects::CqEntry {
-                    context: recv.context,
-                    flags,
-                    ..Default::default()
-                };
-                b.failed(true, e, err, 0);
-            }
-        }
+        st.rx.drain(b, err);
         if st.msg.connected && !st.msg.reported {
             st.msg.reported = true;
             st.msg.closed = true;
