@@ -24,7 +24,7 @@ use super::ops::{Push, PushSrc, Queued, Reply, TxOp};
 use super::shared::{EpShared, RxReq, SCHEME, TxReq, attach};
 use super::slab::Slab;
 use crate::cma::{self, CmaError};
-use crate::pieces::{IOV_LIMIT, Pieces};
+use crate::pieces::{IOV_LIMIT, Pieces, PiecesExt};
 use crate::proto::{self, Desc, flag, op};
 use crate::region::{OwnerStatus, PeerRegion, Region};
 use crate::ring::{Message, Payload, Receiver, Sender};
@@ -703,7 +703,7 @@ impl RxState {
             if let Some(r) = self.rx.recv(id) {
                 // SAFETY: the receive contract of recvmsg / trecvmsg: the
                 // buffer is valid and ours until its completion.
-                unsafe { Pieces::of(&r.buf).fill_from(0, p, 0, m.len) };
+                unsafe { r.buf.fill_from(0, p, 0, m.len) };
             }
             let meta = Meta {
                 tagged,
@@ -809,10 +809,7 @@ impl RxState {
     /// Takes an announced message into receive `id`: pulls it with
     /// cross-memory attach, or clears the sender to push it.
     fn accept_rts(&mut self, sh: &EpShared, b: &Binds, id: RecvId, meta: Meta, r: Rts) {
-        let buf = self
-            .rx
-            .recv(id)
-            .map_or(Pieces::EMPTY, |recv| Pieces::of(&recv.buf));
+        let buf = self.rx.recv(id).map_or(Pieces::EMPTY, |recv| recv.buf);
         let accept = r.len.min(buf.len());
         let Some(Some(peer)) = self.peers.get_mut(r.peer as usize) else {
             let err = Error::new(ErrorKind::ConnReset, "shm: the sender went away");
@@ -835,7 +832,7 @@ impl RxState {
             // SAFETY: `local` is the receive buffer (the receive contract);
             // the remote ranges are only interpreted by the kernel, in the
             // sender's address space.
-            let res = unsafe { cma::transfer(peer.pid, local.pieces(), &remote[..k], true) };
+            let res = unsafe { cma::transfer(peer.pid, &local.pairs(), &remote[..k], true) };
             match res {
                 Ok(()) => {
                     peer.cma_ok = true;
@@ -898,7 +895,7 @@ impl RxState {
         let split = split_point(accept);
         let tail = buf.sub(split, accept - split);
         let mut raw = [0u8; IOV_LIMIT * 16];
-        let n = proto::encode_iovs(tail.pieces(), &mut raw);
+        let n = proto::encode_iovs(&tail.pairs(), &mut raw);
         let local = buf.sub(0, split);
         let pid = match self.peers.get(r.peer as usize) {
             Some(Some(p)) => p.pid,
@@ -929,7 +926,7 @@ impl RxState {
         // SAFETY: `local` is the head of the receive buffer (the receive
         // contract; the sender writes only the tail); the remote ranges are
         // interpreted by the kernel in the sender's address space.
-        let res = unsafe { cma::transfer(pid, local.pieces(), &remote[..k], true) };
+        let res = unsafe { cma::transfer(pid, &local.pairs(), &remote[..k], true) };
         if res.is_ok() {
             // Acknowledge now, while waiting for the sender's part: the
             // sender finishes once its own write worked, and the ACK is off
@@ -1000,7 +997,7 @@ impl RxState {
                     // SAFETY: our message buffer, readable until the
                     // operation completes (the send contract); the remote
                     // ranges are the receiver's, interpreted by the kernel.
-                    match unsafe { cma::transfer(op.peer.pid, src.pieces(), &v[..n], false) } {
+                    match unsafe { cma::transfer(op.peer.pid, &src.pairs(), &v[..n], false) } {
                         Ok(()) => None,
                         Err(e) => Some(e.kind()),
                     }
@@ -1059,7 +1056,7 @@ impl RxState {
                 };
                 // SAFETY: the tail of the receive buffer (the receive
                 // contract); the remote ranges are the sender's.
-                unsafe { cma::transfer(pid, tail.pieces(), &remote[..k], true) }.err()
+                unsafe { cma::transfer(pid, &tail.pairs(), &remote[..k], true) }.err()
             }
         };
         self.split_progress(sh, b, c.tag, want - split, err);

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use fabric_core::kit::atomic::{self, AtomicKind};
+use fabric_core::kit::lock;
 use fabric_core::kit::mr::MrTable;
 use fabric_core::objects::{
     AtomicMsg, AtomicOp, AtomicOps, Bind, CmOps, CompletionFlags, Datatype, Endpoint, FiAddr, Msg,
@@ -31,9 +32,9 @@ use fabric_core::{Address, Error, ErrorKind, Info, OpFlags, Result};
 
 use self::binds::{TxDone, TxReport, msg_flags};
 use self::engine::{EpRx, MAX_ATOMIC_COUNT};
-use self::shared::{EpShared, RmaList, RxReq, TxKind, TxReq, lock, region_of, register_own};
+use self::shared::{EpShared, RmaList, RxReq, TxKind, TxReq, region_of, register_own};
 use crate::getinfo::INJECT_SIZE;
-use crate::pieces::{Pieces, RxPieces};
+use crate::pieces::{Pieces, PiecesExt};
 use crate::progress::Engine;
 use crate::proto::{DESC_MAX, Desc, INJECT_ID, RMA_IOV_LIMIT, flag, op};
 use crate::region::{self, Region, RegionConfig};
@@ -250,7 +251,7 @@ impl ShmEndpoint {
             flags |= OpFlags::REMOTE_CQ_DATA;
         }
         self.send(
-            Pieces::new(&iov)?,
+            Pieces::checked(&iov)?,
             dest,
             tagged,
             tag,
@@ -268,9 +269,7 @@ impl ShmEndpoint {
                 "FI_MULTI_RECV applies to untagged receives only",
             ));
         }
-        // Checks the pieces (count, no wrap-around).
-        Pieces::new(msg.iov)?;
-        let buf = RxPieces::new(msg.iov)?;
+        let buf = Pieces::checked(msg.iov)?;
         if tagged && flags.intersects(OpFlags::PEEK | OpFlags::CLAIM | OpFlags::DISCARD) {
             // At once, under the engine's lock: a claim with nothing
             // claimed is refused by the call.
@@ -382,7 +381,7 @@ impl MsgOps for ShmEndpoint {
     }
 
     unsafe fn sendmsg(&self, msg: &Msg<'_>, flags: OpFlags) -> Result<()> {
-        let buf = Pieces::new(msg.iov)?;
+        let buf = Pieces::checked(msg.iov)?;
         self.send(buf, msg.addr, false, 0, flags, msg.data, msg.context)
     }
 
@@ -397,7 +396,7 @@ impl TaggedOps for ShmEndpoint {
     }
 
     unsafe fn tsendmsg(&self, msg: &Msg<'_>, flags: OpFlags) -> Result<()> {
-        let buf = Pieces::new(msg.iov)?;
+        let buf = Pieces::checked(msg.iov)?;
         self.send(buf, msg.addr, true, msg.tag, flags, msg.data, msg.context)
     }
 
@@ -443,7 +442,7 @@ impl RmaOps for ShmEndpoint {
     unsafe fn readmsg(&self, msg: &RmaMsg<'_>, flags: OpFlags) -> Result<()> {
         let sh = &*self.shared;
         let b = sh.bound()?;
-        let buf = Pieces::new(msg.iov)?;
+        let buf = Pieces::checked(msg.iov)?;
         let rma = rma_list(msg.rma_iov)?;
         let len = total(msg.rma_iov)?;
         if len != buf.len() {
@@ -471,7 +470,7 @@ impl RmaOps for ShmEndpoint {
     unsafe fn writemsg(&self, msg: &RmaMsg<'_>, flags: OpFlags) -> Result<()> {
         let sh = &*self.shared;
         let b = sh.bound()?;
-        let buf = Pieces::new(msg.iov)?;
+        let buf = Pieces::checked(msg.iov)?;
         let len = total(msg.rma_iov)?;
         if len != buf.len() {
             return Err(Error::inval(format!(
@@ -541,7 +540,7 @@ impl AtomicOps for ShmEndpoint {
         let bytes = count * size;
         let mut operands = Pieces::EMPTY;
         if msg.op != AtomicOp::AtomicRead {
-            operands.extend(msg.iov)?;
+            operands.extend_checked(msg.iov)?;
             if operands.len() != bytes {
                 return Err(Error::inval(format!(
                     "shm: {} operand bytes for {count} elements of {size} bytes",
@@ -551,7 +550,7 @@ impl AtomicOps for ShmEndpoint {
         }
         let mut compare = Pieces::EMPTY;
         if kind == AtomicKind::Compare {
-            compare = Pieces::new(msg.compare)?;
+            compare = Pieces::checked(msg.compare)?;
             if compare.len() != bytes {
                 return Err(Error::inval(format!(
                     "shm: {} compare bytes for {count} elements of {size} bytes",
@@ -559,7 +558,7 @@ impl AtomicOps for ShmEndpoint {
                 )));
             }
         }
-        let result = Pieces::new(msg.result)?;
+        let result = Pieces::checked(msg.result)?;
         if kind != AtomicKind::Plain && result.len() < bytes {
             return Err(Error::new(
                 ErrorKind::TooSmall,

@@ -15,7 +15,7 @@ use super::binds::{Binds, TxDone, TxReport};
 use super::choice::Probe;
 use super::engine::RxState;
 use super::shared::{EpShared, TxKind, TxPeer, TxReq, peer_gone};
-use crate::pieces::{IOV_LIMIT, Pieces};
+use crate::pieces::{IOV_LIMIT, Pieces, PiecesExt};
 use crate::proto::{self, DESC_MAX, Desc, INJECT_ID, flag, op};
 use crate::ring::{Command, Message, Payload, Sender};
 
@@ -315,7 +315,7 @@ impl RxState {
                 }
                 cmd.aux = [u64_of(len), id];
                 let mut raw = [0u8; IOV_LIMIT * 16];
-                let n = proto::encode_iovs(req.buf.pieces(), &mut raw);
+                let n = proto::encode_iovs(&req.buf.pairs(), &mut raw);
                 self.send_or_forget(peer, &cmd, &[&raw[..n]], id)
             }
             TxKind::Write { rma } => {
@@ -324,10 +324,11 @@ impl RxState {
                 // Inline when the data fits one command after its
                 // descriptor (which, without local ranges, is small).
                 let inline = total <= sh.eager_max && total + DESC_MAX <= cap;
+                let pairs = req.buf.pairs();
                 let local: &[(usize, usize)] = if inline || !use_cma(total) {
                     &[]
                 } else {
-                    req.buf.pieces()
+                    &pairs
                 };
                 let d = Desc::new(rma, local).ok_or_else(|| Error::inval("shm: bad RMA ranges"))?;
                 let mut raw = [0u8; DESC_MAX];
@@ -356,7 +357,8 @@ impl RxState {
                 let rma = &rma.0[..rma.1];
                 let total = req.buf.len();
                 let push = total <= sh.eager_max || !use_cma(total);
-                let local: &[(usize, usize)] = if push { &[] } else { req.buf.pieces() };
+                let pairs = req.buf.pairs();
+                let local: &[(usize, usize)] = if push { &[] } else { &pairs };
                 let d = Desc::new(rma, local).ok_or_else(|| Error::inval("shm: bad RMA ranges"))?;
                 let mut raw = [0u8; DESC_MAX];
                 let n = d.encode(&mut raw);
@@ -643,7 +645,7 @@ fn push_chunk(sh: &EpShared, p: &mut Push) -> Result<()> {
     match p.src {
         PushSrc::User(buf) => {
             let piece = buf.sub(p.off, (p.end - p.off).min(room));
-            let Some(&(a, l)) = piece.pieces().first() else {
+            let Some(&(a, l)) = piece.pairs().first() else {
                 return Err(Error::new(ErrorKind::Io, "shm: push beyond the buffer"));
             };
             // SAFETY: the operation's buffer, readable until it completes

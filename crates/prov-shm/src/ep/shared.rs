@@ -9,13 +9,15 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use crossbeam_queue::ArrayQueue;
 use fabric_core::kit::atomic::AtomicKind;
+use fabric_core::kit::hash::IdMap;
+use fabric_core::kit::lock;
 use fabric_core::kit::mr::MrTable;
 use fabric_core::objects::{AtomicOp, Datatype, FiAddr, RmaIov};
 use fabric_core::{Address, Error, ErrorKind, Info, OpFlags, Result};
 
 use super::binds::{Binds, TxDone};
 use super::choice::Choice;
-use crate::pieces::{Pieces, RxPieces};
+use crate::pieces::Pieces;
 use crate::proto::RMA_IOV_LIMIT;
 use crate::region::{OwnerStatus, PeerRegion};
 use crate::ring::{Command, Sender};
@@ -54,10 +56,6 @@ pub(crate) fn register_own(name: &str) {
 /// Forgets a closed region of this process.
 pub(crate) fn unregister_own(name: &str) {
     lock(own_regions()).remove(name);
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Maps the region `name`, sharing one mapping per region in this process
@@ -176,14 +174,15 @@ type Chunk = Box<[OnceLock<Arc<TxPeer>>]>;
 #[derive(Debug)]
 pub(crate) struct PeerTable {
     chunks: Box<[OnceLock<Chunk>]>,
-    big: Mutex<HashMap<u64, Arc<TxPeer>>>,
+    /// AV handles are our numbers: the kit's fast hasher.
+    big: Mutex<IdMap<u64, Arc<TxPeer>>>,
 }
 
 impl PeerTable {
     pub(crate) fn new() -> PeerTable {
         PeerTable {
             chunks: (0..CHUNKS).map(|_| OnceLock::new()).collect(),
-            big: Mutex::new(HashMap::new()),
+            big: Mutex::new(IdMap::default()),
         }
     }
 
@@ -228,7 +227,7 @@ pub(crate) struct RxReq {
     pub tag: u64,
     pub ignore: u64,
     pub src: FiAddr,
-    pub buf: RxPieces,
+    pub buf: Pieces,
     pub context: u64,
     pub flags: OpFlags,
 }
