@@ -1,31 +1,21 @@
-//! Atomic operations executed at the target: the tcp wire's request kinds
-//! mapped onto the executor shared by all providers
+//! Atomic operations: the checks and the executor shared by all providers
 //! ([`fabric_core::kit::atomic`], which documents what is supported and
-//! how elements are updated).
+//! how elements are updated), with tcp's element limit.
 
-use fabric_core::kit::atomic::{self as exec, AtomicKind as Form};
+use fabric_core::kit::atomic::{self as exec, AtomicKind};
 use fabric_core::kit::mr::MrTable;
 use fabric_core::objects::{AtomicOp, Datatype};
 use fabric_core::{Error, ErrorKind, Result};
 
-use crate::wire::{AtomicHeader, AtomicKind, DEFAULT_MAX_ATOMIC_COUNT};
+use crate::wire::{AtomicHeader, DEFAULT_MAX_ATOMIC_COUNT};
 
 /// Most elements one atomic operation carries.
 pub(crate) const MAX_COUNT: usize = DEFAULT_MAX_ATOMIC_COUNT as usize;
 
-fn form(kind: AtomicKind) -> Form {
-    match kind {
-        AtomicKind::Plain => Form::Plain,
-        AtomicKind::Fetch => Form::Fetch,
-        AtomicKind::Compare => Form::Compare,
-    }
-}
-
 /// `fi_atomicvalid` and its fetch / compare forms: the element count one
 /// operation may carry, or `OpNotSupp`.
 pub(crate) fn valid(dt: Datatype, op: AtomicOp, kind: AtomicKind) -> Result<usize> {
-    exec::valid(dt, op, form(kind))
-        .map_err(|e| Error::new(e.kind(), format!("tcp: {}", e.detail())))?;
+    exec::valid(dt, op, kind).map_err(|e| Error::new(e.kind(), format!("tcp: {}", e.detail())))?;
     Ok(MAX_COUNT)
 }
 
@@ -40,13 +30,5 @@ pub(crate) fn execute(
     payload: &[u8],
     results: &mut Vec<u8>,
 ) -> std::result::Result<(), ErrorKind> {
-    exec::execute(
-        mr,
-        form(kind),
-        a.datatype(),
-        a.op(),
-        a.iov(),
-        payload,
-        results,
-    )
+    exec::execute(mr, kind, a.datatype(), a.op(), a.iov(), payload, results)
 }

@@ -20,7 +20,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 
 use fabric_core::kit::mr::MrTable;
 use fabric_core::kit::rx::{Meta, RecvId, RxEngine, Transport};
-use fabric_core::objects::{CompletionFlags, FiAddr, IoVec, MrAccess};
+use fabric_core::objects::{CompletionFlags, FiAddr, MrAccess};
 use fabric_core::{Error, ErrorKind, Result};
 
 use crate::getinfo::IOV_LIMIT;
@@ -35,195 +35,25 @@ pub(crate) const RBUF: usize = 64 * 1024;
 /// follow may already be.
 pub(crate) const DIRECT_READ_MIN: u64 = 16 * 1024;
 
-/// Pieces of a caller's buffer, kept until the operation completes.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Pieces {
-    iov: [IoVec; IOV_LIMIT],
-    n: usize,
-}
+/// Pieces of a caller's buffer, kept until the operation completes (the
+/// kit's, with tcp's iovec limit).
+pub(crate) type Pieces = fabric_core::kit::rx::Pieces<IOV_LIMIT>;
 
-// SAFETY: the pointers are only dereferenced by the endpoint's progress
-// while the operation is outstanding, which the caller of the unsafe
-// operation promised keeps the memory valid and unaliased; moving the
-// descriptor between threads does not change that.
-unsafe impl Send for Pieces {}
-
-const NULL_IOVEC: IoVec = IoVec {
-    addr: std::ptr::null_mut(),
-    len: 0,
-};
-
-impl Pieces {
-    /// No buffer.
-    pub(crate) const EMPTY: Pieces = Pieces {
-        iov: [NULL_IOVEC; IOV_LIMIT],
-        n: 0,
-    };
-
-    /// Copies up to `IOV_LIMIT` pieces; `Inval` for more.
-    pub(crate) fn new(iov: &[IoVec]) -> Result<Self> {
-        let mut p = Pieces::EMPTY;
-        p.extend(iov)?;
-        Ok(p)
-    }
-
-    /// `Inval` for more than `IOV_LIMIT` pieces.
-    pub(crate) fn check(iov: &[IoVec]) -> Result<()> {
-        if iov.len() > IOV_LIMIT {
-            return Err(Error::inval(format!(
-                "{} iov pieces, more than the limit {IOV_LIMIT}",
-                iov.len()
-            )));
+/// Appends iovecs for the bytes of `p` from `skip` to `out` (at most its
+/// room); returns how many were appended.
+fn push_iov(p: &Pieces, mut skip: usize, out: &mut [libc::iovec]) -> usize {
+    let mut n = 0;
+    for v in p.pieces() {
+        if skip >= v.len {
+            skip -= v.len;
+            continue;
         }
-        Ok(())
+        let Some(slot) = out.get_mut(n) else { break };
+        *slot = sys::iov(v.addr.wrapping_add(skip), v.len - skip);
+        n += 1;
+        skip = 0;
     }
-
-    /// Replaces the pieces with `iov` (in place: only the pieces given are
-    /// written); none when there are more than `IOV_LIMIT`.
-    pub(crate) fn set(&mut self, iov: &[IoVec]) {
-        match self.iov.get_mut(..iov.len()) {
-            Some(dst) => {
-                dst.copy_from_slice(iov);
-                self.n = iov.len();
-            }
-            None => self.n = 0,
-        }
-    }
-
-    /// Appends pieces (atomic operands followed by compare values).
-    pub(crate) fn extend(&mut self, iov: &[IoVec]) -> Result<()> {
-        let end = self.n + iov.len();
-        let Some(dst) = self.iov.get_mut(self.n..end) else {
-            return Err(Error::inval(format!(
-                "{end} iov pieces, more than the limit {IOV_LIMIT}"
-            )));
-        };
-        dst.copy_from_slice(iov);
-        self.n = end;
-        Ok(())
-    }
-
-    fn pieces(&self) -> &[IoVec] {
-        self.iov.get(..self.n).unwrap_or_default()
-    }
-
-    /// Total bytes.
-    pub(crate) fn len(&self) -> usize {
-        self.pieces().iter().map(|v| v.len).sum()
-    }
-
-    /// The address of the first byte (0 without pieces).
-    pub(crate) fn base(&self) -> u64 {
-        self.pieces().first().map_or(0, |v| v.addr as u64)
-    }
-
-    /// The bytes `off..off + len` (clamped to the buffer).
-    pub(crate) fn sub(&self, mut off: usize, mut len: usize) -> Pieces {
-        let mut out = Pieces::EMPTY;
-        for v in self.pieces() {
-            if len == 0 {
-                break;
-            }
-            if off >= v.len {
-                off -= v.len;
-                continue;
-            }
-            let k = (v.len - off).min(len);
-            if let Some(slot) = out.iov.get_mut(out.n) {
-                *slot = IoVec {
-                    addr: v.addr.wrapping_add(off),
-                    len: k,
-                };
-                out.n += 1;
-            }
-            len -= k;
-            off = 0;
-        }
-        out
-    }
-
-    /// Copies `data` into the pieces starting at byte `at`; bytes beyond
-    /// the end are dropped (truncation). Returns how many fit.
-    ///
-    /// # Safety
-    ///
-    /// The pieces must be valid for writes (the receive contract).
-    pub(crate) unsafe fn write_at(&self, mut at: usize, mut data: &[u8]) -> usize {
-        let mut written = 0;
-        for v in self.pieces() {
-            if data.is_empty() {
-                break;
-            }
-            if at >= v.len {
-                at -= v.len;
-                continue;
-            }
-            let k = (v.len - at).min(data.len());
-            // SAFETY: `at + k <= v.len`, and the caller guarantees the
-            // piece is valid for writes and not aliased.
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), v.addr.add(at), k) };
-            written += k;
-            data = data.get(k..).unwrap_or_default();
-            at = 0;
-        }
-        written
-    }
-
-    /// Copies the bytes from `at` into `out`; returns how many.
-    ///
-    /// # Safety
-    ///
-    /// The pieces must be valid for reads (the send contract).
-    pub(crate) unsafe fn read_at(&self, mut at: usize, out: &mut [u8]) -> usize {
-        let mut done = 0;
-        for v in self.pieces() {
-            if done == out.len() {
-                break;
-            }
-            if at >= v.len {
-                at -= v.len;
-                continue;
-            }
-            let k = (v.len - at).min(out.len() - done);
-            if let Some(dst) = out.get_mut(done..done + k) {
-                // SAFETY: `at + k <= v.len`; the piece is readable per the
-                // caller's contract, and `dst` is a distinct Rust buffer.
-                unsafe { std::ptr::copy_nonoverlapping(v.addr.add(at), dst.as_mut_ptr(), k) };
-            }
-            done += k;
-            at = 0;
-        }
-        done
-    }
-
-    /// The contiguous space from byte `at` (pointer and length), if `at`
-    /// is inside the buffer.
-    pub(crate) fn span_at(&self, mut at: usize) -> Option<(*mut u8, usize)> {
-        for v in self.pieces() {
-            if at < v.len {
-                return Some((v.addr.wrapping_add(at), v.len - at));
-            }
-            at -= v.len;
-        }
-        None
-    }
-
-    /// Appends iovecs for the bytes from `skip` to `out` (at most its
-    /// room); returns how many were appended.
-    fn push_iov(&self, mut skip: usize, out: &mut [libc::iovec]) -> usize {
-        let mut n = 0;
-        for v in self.pieces() {
-            if skip >= v.len {
-                skip -= v.len;
-                continue;
-            }
-            let Some(slot) = out.get_mut(n) else { break };
-            *slot = sys::iov(v.addr.wrapping_add(skip), v.len - skip);
-            n += 1;
-            skip = 0;
-        }
-        n
-    }
+    n
 }
 
 /// What a finished transmit operation reports.
@@ -351,7 +181,7 @@ impl TxItem {
             Body::Stage { off, len } => stage.get(off + skip..off + len),
             Body::Owned(v) => v.get(skip..),
             Body::User(p) => {
-                return n + p.push_iov(skip, rest);
+                return n + push_iov(p, skip, rest);
             }
         };
         if let (Some(b), Some(slot)) = (bytes.filter(|b| !b.is_empty()), rest.first_mut()) {
@@ -498,7 +328,7 @@ impl Tx {
                     iov[1] = sys::iov(b.as_ptr(), b.len());
                     2
                 }
-                Src::User(p) => 1 + p.push_iov(0, iov.get_mut(1..).unwrap_or_default()),
+                Src::User(p) => 1 + push_iov(p, 0, iov.get_mut(1..).unwrap_or_default()),
                 Src::None | Src::Region(_) => 1,
             };
             // SAFETY: the iovecs point into `head` and `src`: transient

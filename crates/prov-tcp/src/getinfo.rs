@@ -3,8 +3,9 @@
 //! libfabric's tcp provider does (fabric name = the subnet, domain name =
 //! the interface), loopback last and local-only.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
+use fabric_core::kit::net::{route_source, subnet_name};
 use fabric_core::matching::{Request, select};
 use fabric_core::objects::EnvVar;
 
@@ -183,21 +184,7 @@ pub struct Iface {
 impl Iface {
     /// The fabric name: the subnet, `192.0.2.0/24`.
     pub fn fabric_name(&self) -> String {
-        let net = match self.ip {
-            IpAddr::V4(a) => {
-                let mask = u32::MAX
-                    .checked_shl(32 - u32::from(self.prefix.min(32)))
-                    .unwrap_or(0);
-                IpAddr::V4(Ipv4Addr::from(u32::from(a) & mask))
-            }
-            IpAddr::V6(a) => {
-                let mask = u128::MAX
-                    .checked_shl(128 - u32::from(self.prefix.min(128)))
-                    .unwrap_or(0);
-                IpAddr::V6(Ipv6Addr::from(u128::from(a) & mask))
-            }
-        };
-        format!("{net}/{}", self.prefix)
+        subnet_name(self.ip, self.prefix)
     }
 
     fn is_loopback(&self) -> bool {
@@ -262,22 +249,6 @@ fn family(format: AddrFormat) -> Family {
         AddrFormat::SockaddrIn6 => Family::V6,
         _ => Family::Any,
     }
-}
-
-/// The local address the system would use to reach `dest` (no packet is
-/// sent: a UDP socket is connected and asked for its name).
-fn route_source(dest: &SocketAddr) -> Option<IpAddr> {
-    if dest.ip().is_loopback() {
-        return Some(dest.ip());
-    }
-    let bind: SocketAddr = if dest.is_ipv4() {
-        (Ipv4Addr::UNSPECIFIED, 0).into()
-    } else {
-        (Ipv6Addr::UNSPECIFIED, 0).into()
-    };
-    let s = UdpSocket::bind(bind).ok()?;
-    s.connect(dest).ok()?;
-    s.local_addr().ok().map(|a| a.ip())
 }
 
 fn place(info: &Info, iface: &Iface, port: u16, dest: Option<SocketAddr>) -> Info {

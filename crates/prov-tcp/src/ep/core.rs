@@ -31,7 +31,10 @@ use crate::conn::{
 };
 use crate::progress::{EpProgress, Poller, conn_of, ep_of, token};
 use crate::sys;
-use crate::wire::{AtomicKind, Event, Ext, Flags, Frame, Limits, Op, Want};
+use crate::wire::{Event, Ext, Flags, Frame, Limits, Op, Want, atomic_kind};
+use fabric_core::kit::atomic::AtomicKind;
+use fabric_core::kit::hash::IdMap;
+use fabric_core::kit::lock;
 
 /// Largest message sent eagerly (in one frame, buffered by the receiver
 /// when no receive matches yet); larger messages go by rendezvous.
@@ -77,37 +80,6 @@ const SMALL_READ: usize = 256;
 /// Socket reads per connection per progress call (other connections get
 /// their turn; level-triggered epoll reports the rest).
 const READS_PER_CALL: usize = 16;
-
-/// The hasher of the maps keyed by numbers this side chooses (AV
-/// handles): a multiply-rotate over the key's bytes, a few cycles where
-/// the default SipHash takes tens of nanoseconds, and it is looked up on
-/// every RDM send. Keys a peer chooses (addresses,
-/// request ids) keep the default, keyed hasher.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct IdHasher(u64);
-
-impl std::hash::Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-
-    fn write_u32(&mut self, n: u32) {
-        self.write_u64(u64::from(n));
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-/// A map keyed by AV handles.
-pub(crate) type IdMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<IdHasher>>;
 
 /// A frame waiting for its connection (not established yet, or held
 /// behind a fence), with the request it starts.
@@ -253,10 +225,6 @@ pub(crate) struct EpInner {
     /// The receive engine paused senders until the receive CQ has room:
     /// progress checks it ([`Engine::cq_read`]) even with nothing to read.
     pub cq_wait: AtomicBool,
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn proto(detail: impl Into<std::borrow::Cow<'static, str>>) -> Error {
@@ -979,13 +947,7 @@ impl EpInner {
     /// An atomic operation (plain, fetching or compare).
     pub(crate) fn atomic(&self, msg: &AtomicMsg<'_>, flags: OpFlags) -> Result<()> {
         let b = self.tx_start()?;
-        let kind = if !msg.compare.is_empty() {
-            AtomicKind::Compare
-        } else if !msg.result.is_empty() {
-            AtomicKind::Fetch
-        } else {
-            AtomicKind::Plain
-        };
+        let kind = AtomicKind::of(!msg.compare.is_empty(), !msg.result.is_empty());
         atomic::valid(msg.datatype, msg.op, kind)?;
         let count = msg
             .rma_iov
@@ -1061,13 +1023,13 @@ impl EpInner {
             }
         };
         let copy;
-        let src = if inject && operands.len() > 0 {
+        let src = if inject && !operands.is_empty() {
             let mut v = vec![0u8; operands.len()];
             // SAFETY: the operands are readable now (the inject contract).
             unsafe { operands.read_at(0, &mut v) };
             copy = v;
             Src::Bytes(&copy)
-        } else if operands.len() > 0 {
+        } else if !operands.is_empty() {
             Src::User(operands)
         } else {
             Src::None
@@ -1910,11 +1872,7 @@ impl EpInner {
         let Ext::Atomic(a) = f.ext else {
             return;
         };
-        let kind = match f.header.op {
-            Op::FetchAtomic => AtomicKind::Fetch,
-            Op::CompareAtomic => AtomicKind::Compare,
-            _ => AtomicKind::Plain,
-        };
+        let kind = atomic_kind(f.header.op).unwrap_or(AtomicKind::Plain);
         let mut results = st
             .conns
             .get_mut(&cid)

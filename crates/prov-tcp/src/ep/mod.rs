@@ -22,10 +22,11 @@ use fabric_core::objects::{
 };
 use fabric_core::{Address, Caps, Error, ErrorKind, Info, OpFlags, Result};
 
-use self::core::{EpInner, Kind, State, lock};
+use self::core::{EpInner, Kind, State};
 use crate::conn::{Pieces, Src};
 use crate::progress::{Poller, token};
-use crate::wire::AtomicKind;
+use fabric_core::kit::atomic::AtomicKind;
+use fabric_core::kit::lock;
 
 use fabric_core::kit::binds::Accepts;
 pub(crate) use fabric_core::kit::binds::{Binds, msg_flags};
@@ -283,11 +284,7 @@ impl AtomicOps for TcpEndpoint {
         fetch: bool,
         compare: bool,
     ) -> Result<usize> {
-        let kind = match (fetch, compare) {
-            (_, true) => AtomicKind::Compare,
-            (true, false) => AtomicKind::Fetch,
-            (false, false) => AtomicKind::Plain,
-        };
+        let kind = AtomicKind::of(compare, fetch);
         crate::atomic::valid(datatype, op, kind)
     }
 

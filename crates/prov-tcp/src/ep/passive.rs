@@ -19,10 +19,10 @@ use fabric_core::{Address, Error, ErrorKind, Handle, Info, Result};
 
 use crate::backoff::AcceptBackoff;
 use crate::conn::{HELLO_PENDING_MAX, HELLO_TIMEOUT};
-use crate::ep::core::lock;
 use crate::progress::{EpProgress, Poller, conn_of, ep_of, token};
 use crate::sys;
 use crate::wire::{self, CmHeader, Decoder, Event, Ext, Frame, Limits, Op};
+use fabric_core::kit::lock;
 
 /// A connection request waiting for the application's answer.
 #[derive(Debug)]

@@ -181,11 +181,7 @@ pub(crate) fn check_ext(h: &Header, ext: &Ext, limits: &Limits) -> Result<()> {
                 .count()
                 .ok_or_else(|| proto(format!("tcp wire: rma iov counts of {op} overflow")))?;
             at_most(op, "atomic count", count, limits.max_atomic_count)?;
-            let kind = match op {
-                Op::FetchAtomic => super::AtomicKind::Fetch,
-                Op::CompareAtomic => super::AtomicKind::Compare,
-                _ => super::AtomicKind::Plain,
-            };
+            let kind = super::atomic_kind(op).unwrap_or(super::AtomicKind::Plain);
             if !kind.allows(a.op()) {
                 return Err(proto(format!(
                     "tcp wire: atomic op {} not allowed on {op}",

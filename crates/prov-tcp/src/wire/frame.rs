@@ -1,6 +1,7 @@
 //! A frame's headers (base plus extended) as one value, with constructors
 //! that produce valid frames and the encoder.
 
+use fabric_core::kit::atomic::AtomicKind;
 use fabric_core::objects::{AtomicOp, Datatype, RmaIov};
 use fabric_core::{ErrorKind, Result};
 
@@ -8,60 +9,23 @@ use super::ext::check_ext;
 use super::header::{Flags, HEADER_LEN, Header, Op, PayloadKind, check_header, decode_header};
 use super::{AtomicHeader, CmHeader, Ext, Limits, MAX_FRAME_HEADER_LEN, RmaHeader, local, proto};
 
-/// The three forms of an atomic request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum AtomicKind {
-    /// `fi_atomic`: no result ([`Op::Atomic`]).
-    Plain,
-    /// `fi_fetch_atomic`: the old values come back ([`Op::FetchAtomic`]).
-    Fetch,
-    /// `fi_compare_atomic`: compare values sent, old values come back
-    /// ([`Op::CompareAtomic`]).
-    Compare,
+/// The op that carries an atomic request of `kind` (the codes on the
+/// wire; the kinds are the kit's [`AtomicKind`]).
+pub const fn atomic_op(kind: AtomicKind) -> Op {
+    match kind {
+        AtomicKind::Plain => Op::Atomic,
+        AtomicKind::Fetch => Op::FetchAtomic,
+        AtomicKind::Compare => Op::CompareAtomic,
+    }
 }
 
-impl AtomicKind {
-    /// The op carrying this kind.
-    pub const fn op(self) -> Op {
-        match self {
-            AtomicKind::Plain => Op::Atomic,
-            AtomicKind::Fetch => Op::FetchAtomic,
-            AtomicKind::Compare => Op::CompareAtomic,
-        }
-    }
-
-    /// Whether `op` belongs to this kind: the compare ops (`FI_CSWAP*`,
-    /// `FI_MSWAP`) only to `Compare`, `FI_ATOMIC_READ` only to `Fetch`, the
-    /// others to `Plain` and `Fetch`.
-    pub fn allows(self, op: AtomicOp) -> bool {
-        let compare = matches!(
-            op,
-            AtomicOp::Cswap
-                | AtomicOp::CswapNe
-                | AtomicOp::CswapLe
-                | AtomicOp::CswapLt
-                | AtomicOp::CswapGe
-                | AtomicOp::CswapGt
-                | AtomicOp::Mswap
-        );
-        match self {
-            AtomicKind::Compare => compare,
-            AtomicKind::Fetch => !compare,
-            AtomicKind::Plain => !compare && op != AtomicOp::AtomicRead,
-        }
-    }
-
-    /// Payload bytes of a request of this kind: `count` operands of
-    /// `datatype` (none for `FI_ATOMIC_READ`), then as many compare values
-    /// for `Compare`; `None` on overflow.
-    pub fn payload_len(self, datatype: Datatype, op: AtomicOp, count: u64) -> Option<u64> {
-        let size = u64::try_from(datatype.size()).ok()?;
-        let per_elem = match (self, op) {
-            (AtomicKind::Compare, _) => size.checked_mul(2)?,
-            (AtomicKind::Fetch, AtomicOp::AtomicRead) => 0,
-            _ => size,
-        };
-        count.checked_mul(per_elem)
+/// The kind of atomic request `op` carries; `None` for other ops.
+pub const fn atomic_kind(op: Op) -> Option<AtomicKind> {
+    match op {
+        Op::Atomic => Some(AtomicKind::Plain),
+        Op::FetchAtomic => Some(AtomicKind::Fetch),
+        Op::CompareAtomic => Some(AtomicKind::Compare),
+        _ => None,
     }
 }
 
@@ -203,7 +167,7 @@ impl Frame {
             .count()
             .and_then(|n| kind.payload_len(datatype, op, n))
             .ok_or_else(|| local(ErrorKind::Overflow, "tcp wire: atomic sizes overflow"))?;
-        Ok(Frame::with_ext(kind.op(), id, len, Ext::Atomic(a)))
+        Ok(Frame::with_ext(atomic_op(kind), id, len, Ext::Atomic(a)))
     }
 
     /// The response to fetching or compare atomic `id`: `len` bytes of old
@@ -368,30 +332,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn atomic_kinds() {
-        assert!(AtomicKind::Plain.allows(AtomicOp::Sum));
-        assert!(!AtomicKind::Plain.allows(AtomicOp::AtomicRead));
-        assert!(AtomicKind::Fetch.allows(AtomicOp::AtomicRead));
-        assert!(!AtomicKind::Fetch.allows(AtomicOp::Cswap));
-        assert!(AtomicKind::Compare.allows(AtomicOp::Mswap));
-        assert!(!AtomicKind::Compare.allows(AtomicOp::Sum));
-        let n = AtomicOp::ALL.len();
+    fn atomic_kinds_and_their_ops() {
         for kind in [AtomicKind::Plain, AtomicKind::Fetch, AtomicKind::Compare] {
-            let allowed = AtomicOp::ALL.iter().filter(|&&op| kind.allows(op)).count();
-            assert!(allowed > 0 && allowed < n, "{kind:?}");
+            assert_eq!(atomic_kind(atomic_op(kind)), Some(kind));
         }
-        assert_eq!(
-            AtomicKind::Compare.payload_len(Datatype::Uint64, AtomicOp::Cswap, 3),
-            Some(48)
-        );
-        assert_eq!(
-            AtomicKind::Fetch.payload_len(Datatype::Uint64, AtomicOp::AtomicRead, 3),
-            Some(0)
-        );
-        assert_eq!(
-            AtomicKind::Plain.payload_len(Datatype::Double, AtomicOp::Sum, u64::MAX),
-            None
-        );
+        assert_eq!(atomic_kind(Op::Msg), None);
     }
 
     #[test]

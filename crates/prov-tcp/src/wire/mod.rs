@@ -45,7 +45,8 @@ pub use ext::{
     AtomicHeader, CM_LEN, CmHeader, ConnKey, Ext, RMA_IOV_LEN, RmaHeader, Simultaneous,
     resolve_simultaneous,
 };
-pub use frame::{AtomicKind, Frame};
+pub use fabric_core::kit::atomic::AtomicKind;
+pub use frame::{Frame, atomic_kind, atomic_op};
 pub use header::{Flags, HEADER_LEN, Header, MAGIC, Op, PayloadKind, VERSION, decode_header};
 
 use std::borrow::Cow;
