@@ -24,6 +24,21 @@
 //! completions with the verbs status), and the next operation connects
 //! again.
 //!
+//! A peer process that dies is seen through its kernel: closing its
+//! rdma_cm file destroys its ids, and the CM sends a disconnect request
+//! (DREQ) for each connected one. Both connections to it then report
+//! `DISCONNECTED`, are moved to the error state, and everything aimed at
+//! the peer fails: work requests flush, rendezvous sends waiting for a FIN
+//! fail with `FI_ECONNRESET`. `tests/fault.rs` measures it in the rxe rig
+//! (SIGKILL mid-transfer): 20-50 ms. A peer whose host or link dies sends
+//! no DREQ; its connections fail when the QP exhausts its retries:
+//! `retry_count` 7 times the ACK timeout rdma_cm picks from the path
+//! (for RoCE 4.096 us x 2^(packet life time + 1), about 0.5 s: about 4 s
+//! in all). The ACK timeout is left to rdma_cm: a value short enough to
+//! detect a dead host within 1 s (`RDMA_OPTION_ID_ACK_TIMEOUT` 14, 67 ms)
+//! would retransmit, and after 7 tries fail healthy connections, under
+//! congestion or on large fabrics where the round trip is longer.
+//!
 //! # Protocol (version 1)
 //!
 //! Every message starts with a 56-byte header, little-endian:
