@@ -13,7 +13,12 @@ pub struct IdHasher(u64);
 
 impl Hasher for IdHasher {
     fn finish(&self) -> u64 {
-        self.0
+        // The product's low bits depend only on the key's low bits, and
+        // hash tables index buckets by the low bits: keys that differ
+        // only above them (QP numbers 0x100, 0x200, ...) would share a
+        // bucket. Rotating brings the well-mixed middle bits down (as
+        // rustc-hash 2 does).
+        self.0.rotate_left(26)
     }
 
     fn write(&mut self, bytes: &[u8]) {
@@ -56,5 +61,11 @@ mod tests {
         };
         // Neighbouring keys land far apart in the high bits buckets use.
         assert_ne!(h(1) >> 57, h(2) >> 57);
+        // Keys that differ only in their high bits (QP numbers 256 apart)
+        // spread over the low bits that index buckets.
+        let low: std::collections::HashSet<u64> = (0..64u64).map(|k| h(k << 8) & 63).collect();
+        assert!(low.len() >= 24, "{} of 64 buckets", low.len());
+        let low: std::collections::HashSet<u64> = (0..64u64).map(|k| h(k << 20) & 63).collect();
+        assert!(low.len() >= 24, "{} of 64 buckets", low.len());
     }
 }
