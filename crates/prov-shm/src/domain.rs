@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use fabric_core::kit::mr::{MrTable, Region as MrRegion};
-use fabric_core::kit::objects::{AddressBook, Av, Cntr, Cq, Eq};
+use fabric_core::kit::objects::{AddressBook, Av, Cq, Eq};
 use fabric_core::objects::{
     AddressVector, AvAttr, CntrAttr, CompletionQueue, Counter, CqAttr, Domain, Endpoint, EqAttr,
     EventQueue, Fabric, MemoryRegion, MrAttr, MrDesc, PassiveEndpoint,
@@ -12,8 +12,9 @@ use fabric_core::{
     Address, DomainAttr, EpType, Error, ErrorKind, FabricAttr, Info, MrMode, Progress, Result,
 };
 
+pub use crate::cntr::ShmCntr;
+use crate::config::{SCHEME, region_of};
 use crate::ep::ShmEndpoint;
-use crate::ep::shared::{SCHEME, region_of};
 use crate::progress::Engine;
 
 /// The shm fabric (this node's shared memory).
@@ -111,7 +112,7 @@ impl ShmDomain {
                 basic || m.contains(MrMode::PROV_KEY),
             )),
             cma: crate::cma::detect().enabled,
-            eager_max: crate::getinfo::eager_max(),
+            eager_max: crate::config::eager_max(),
         })
     }
 }
@@ -152,10 +153,7 @@ impl Domain for ShmDomain {
     }
 
     fn cntr(&self, _attr: &CntrAttr) -> Result<Box<dyn Counter>> {
-        Ok(Box::new(ShmCntr {
-            inner: Cntr::new(self.engine.clone())?,
-            engine: self.engine.clone(),
-        }))
+        Ok(Box::new(ShmCntr::new(self.engine.clone())?))
     }
 
     unsafe fn mr_reg(&self, attr: &MrAttr) -> Result<Box<dyn MemoryRegion>> {
@@ -175,61 +173,6 @@ impl Domain for ShmDomain {
             key,
             table: self.mr.clone(),
         }))
-    }
-}
-
-/// A counter: the kit's, with a blocking wait that also wakes when a peer
-/// writes into one of the domain's regions (so `fi_cntr_wait` works
-/// under manual progress).
-#[derive(Debug)]
-pub struct ShmCntr {
-    inner: Cntr,
-    engine: Arc<Engine>,
-}
-
-impl ShmCntr {
-    /// The counter's core, for endpoints to count into.
-    pub(crate) fn core(&self) -> &Arc<fabric_core::kit::cntr::CntrCore> {
-        self.inner.core()
-    }
-}
-
-impl Counter for ShmCntr {
-    fn read(&self) -> u64 {
-        self.inner.read()
-    }
-    fn readerr(&self) -> u64 {
-        self.inner.readerr()
-    }
-    fn add(&self, value: u64) -> Result<()> {
-        self.inner.add(value)
-    }
-    fn set(&self, value: u64) -> Result<()> {
-        self.inner.set(value)
-    }
-    fn adderr(&self, value: u64) -> Result<()> {
-        self.inner.adderr(value)
-    }
-    fn seterr(&self, value: u64) -> Result<()> {
-        self.inner.seterr(value)
-    }
-    fn wait(&self, threshold: u64, timeout: Option<std::time::Duration>) -> Result<()> {
-        use fabric_core::kit::objects::Progress as _;
-        let core = self.inner.core();
-        let errs = core.read_err();
-        let mut fds = fabric_core::kit::wait::FdSet::new(core.signal().fd());
-        self.engine.wait_fds(&mut |fd| fds.push(fd));
-        // Armed while it may block: progress then reads off the wake-ups
-        // on every pass (see `Engine::run`); disarmed on every way out.
-        let _armed = fabric_core::kit::objects::Armed::new(&*self.engine);
-        let r = core.signal().wait(fds.as_slice(), timeout, || {
-            self.engine.progress()?;
-            if core.read_err() != errs {
-                return Err(Error::from_kind(ErrorKind::Avail));
-            }
-            Ok((core.read() >= threshold).then_some(()))
-        })?;
-        r.ok_or_else(|| Error::new(ErrorKind::TimedOut, "counter wait timed out"))
     }
 }
 

@@ -23,9 +23,13 @@ use std::net::{SocketAddr, UdpSocket};
 
 use fabric_core::resolve::{Family, Query, resolve};
 
-use crate::ep::shared::{SCHEME, region_of};
+pub use crate::config::{
+    CMA_MIN, CMA_MIN_VAR, EAGER_MAX, EAGER_MAX_VAR, INJECT_SIZE, SPLIT_MIN, SPLIT_MIN_VAR, cma_min,
+    eager_max, split_min,
+};
+use crate::config::{SCHEME, region_of};
 use crate::pieces::IOV_LIMIT;
-use crate::proto::RMA_IOV_LIMIT;
+use crate::wire::RMA_IOV_LIMIT;
 
 /// The provider's name.
 pub const NAME: &str = "shm";
@@ -38,11 +42,6 @@ pub const PROTOCOL_CMA: u32 = 2;
 
 /// The variable that turns cross-memory attach off.
 pub const DISABLE_CMA_VAR: &str = crate::cma::DISABLE_VAR;
-/// The variable that sets the eager limit (bytes).
-pub const EAGER_MAX_VAR: &str = "FI_SHM_EAGER_MAX";
-/// The variable that sets the smallest transfer copied by cross-memory
-/// attach (bytes).
-pub const CMA_MIN_VAR: &str = "FI_SHM_CMA_MIN";
 
 /// The variables the provider reads.
 pub const ENV_VARS: &[EnvVar] = &[
@@ -113,7 +112,7 @@ pub const MSG_ORDER: MsgOrder = MsgOrder::STRICT
 /// when their command is handled.)
 pub fn max_order_raw_size() -> usize {
     let bounce = crate::region::RegionConfig::default().bounce_size as usize;
-    eager_max().min(bounce.saturating_sub(crate::proto::DESC_MAX))
+    eager_max().min(bounce.saturating_sub(crate::wire::DESC_MAX))
 }
 
 /// `max_order_war_size`: an RMA read up to this size (one ring slot's
@@ -136,62 +135,12 @@ pub const TX_OP_FLAGS: OpFlags = OpFlags::COMPLETION
 /// The default receive flags an endpoint accepts (`rx_attr.op_flags`).
 pub const RX_OP_FLAGS: OpFlags = OpFlags::COMPLETION.union(OpFlags::MULTI_RECV);
 
-/// Largest inject (the data is copied before the call returns).
-pub const INJECT_SIZE: usize = 1024;
 /// Largest message.
 pub const MAX_MSG_SIZE: usize = 1 << 30;
 /// Transmit operations outstanding at most.
 pub const TX_SIZE: usize = 256;
 /// Receives posted at most.
 pub const RX_SIZE: usize = 1024;
-
-/// The default eager limit: messages up to this size travel in the ring
-/// (inline up to 1 KiB) or in one bounce buffer; larger ones by
-/// rendezvous. Chosen by measurement: see the [crate docs](crate#thresholds).
-pub const EAGER_MAX: usize = 32 * 1024;
-
-/// The eager limit in effect: [`EAGER_MAX_VAR`] when set to a number, else
-/// [`EAGER_MAX`]; at most one bounce buffer, and at least the inject size
-/// (an inject must copy its data during the call, so it cannot wait for a
-/// rendezvous; a smaller limit made injects above it fail with `Again`
-/// for ever).
-pub fn eager_max() -> usize {
-    let cap = crate::region::RegionConfig::default().bounce_size as usize;
-    env_bytes(EAGER_MAX_VAR)
-        .unwrap_or(EAGER_MAX)
-        .clamp(INJECT_SIZE, cap)
-}
-
-/// A size in bytes from the variable `var`, when it is set to a number.
-fn env_bytes(var: &str) -> Option<usize> {
-    std::env::var(var).ok()?.trim().parse().ok()
-}
-
-/// The smallest RMA transfer copied by cross-memory attach: a larger one
-/// below it is pushed through bounce buffers, two pipelined copies without
-/// system calls, which measured faster. (Rendezvous messages choose by
-/// measurement, per peer and size.) See the [crate docs](crate#thresholds).
-pub const CMA_MIN: usize = 256 * 1024;
-
-/// [`CMA_MIN_VAR`] when set to a number: then it is the limit for RMA and
-/// for messages alike, and messages no longer choose by measurement.
-pub fn cma_min() -> Option<usize> {
-    env_bytes(CMA_MIN_VAR)
-}
-
-/// The variable that sets the smallest split rendezvous (bytes).
-pub const SPLIT_MIN_VAR: &str = "FI_SHM_SPLIT_MIN";
-
-/// The default smallest split rendezvous: from this size on, a message
-/// pulled with cross-memory attach is copied partly by the receiver and
-/// partly by the sender, at once. See the [crate docs](crate#thresholds).
-pub const SPLIT_MIN: usize = 32 * 1024;
-
-/// The split threshold in effect: [`SPLIT_MIN_VAR`] when set to a number,
-/// else [`SPLIT_MIN`]; never below 8 KiB.
-pub fn split_min() -> usize {
-    env_bytes(SPLIT_MIN_VAR).unwrap_or(SPLIT_MIN).max(8192)
-}
 
 /// The memory registration modes offered: no mode bit is needed (local
 /// buffers need no registration); the legacy FI_MR_BASIC (virtual

@@ -1,7 +1,7 @@
 //! The provider's commands: what the fields of a ring
 //! [`Command`](crate::ring::Command) mean for each op, and the descriptor
 //! that RMA and atomic requests carry in their payload. The tables are in
-//! the [crate docs](crate#commands).
+//! the [crate docs](crate::docs#commands).
 //!
 //! Everything here that reads bytes from a peer checks them and returns
 //! `None` (or an error) for anything malformed; nothing panics.

@@ -79,7 +79,7 @@ const ANALYSED: MsgOrder = MsgOrder::STRICT
 const GUARANTEED: MsgOrder = ANALYSED;
 
 /// Bytes of the descriptor an inline RMA write carries before its data
-/// (`proto::DESC_MAX`: a head word, 4 remote ranges of 24 bytes, 8 local
+/// (`wire::DESC_MAX`: a head word, 4 remote ranges of 24 bytes, 8 local
 /// pieces of 16).
 const WRITE_DESCRIPTOR_MAX: usize = 8 + 4 * 24 + 8 * 16;
 

@@ -18,7 +18,7 @@ const ACCEPTS: Accepts = Accepts {
 /// kit's objects.
 pub(crate) fn bind(b: &mut Binds, what: Bind<'_>) -> Result<()> {
     if let Bind::Cntr(c, events) = what {
-        if let Some(c) = c.as_any().downcast_ref::<crate::domain::ShmCntr>() {
+        if let Some(c) = c.as_any().downcast_ref::<crate::cntr::ShmCntr>() {
             return b.bind_cntr(c.core(), events, ACCEPTS);
         }
     }

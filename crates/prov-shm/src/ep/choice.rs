@@ -3,7 +3,7 @@
 //! cross-memory attach (one copy, split between the cores, with system
 //! calls and page pinning). Which is faster depends on the size and on how
 //! far apart the two cores are, which on a shared host can change from one
-//! second to the next (see the [crate docs](crate#thresholds)), so the
+//! second to the next (see the [crate docs](crate::docs#thresholds)), so the
 //! sender times both and keeps to the faster.
 //!
 //! Sizes fall into power-of-two classes. In each class the sender keeps an

@@ -21,13 +21,14 @@ use fabric_core::{Address, Error, ErrorKind, Mode, OpFlags};
 
 use super::binds::{Binds, msg_flags};
 use super::ops::{Push, PushSrc, Queued, Reply, TxOp};
-use super::shared::{EpShared, RxReq, SCHEME, TxReq, attach};
+use super::shared::{EpShared, RxReq, TxReq, attach};
 use super::slab::Slab;
 use crate::cma::{self, CmaError};
+use crate::config::SCHEME;
 use crate::pieces::{IOV_LIMIT, Pieces, PiecesExt};
-use crate::proto::{self, Desc, flag, op};
 use crate::region::{OwnerStatus, PeerRegion, Region};
 use crate::ring::{Message, Payload, Receiver, Sender};
+use crate::wire::{self, Desc, flag, op};
 
 /// Commands taken from the ring per endpoint and progress call.
 const RING_BUDGET: usize = 64;
@@ -38,12 +39,12 @@ pub(crate) const MAX_ATOMIC_COUNT: usize = 1024;
 /// How many more bytes than the sender the receiver copies in a split
 /// rendezvous: about what it copies while the `SPLIT` travels to the
 /// sender and the `PUT_DONE` comes back. Measured: see the
-/// [crate docs](crate#thresholds).
+/// [crate docs](crate::docs#thresholds).
 pub(crate) const SPLIT_BIAS: usize = 4 * 1024;
 
 /// Bytes of unexpected messages an endpoint keeps before it pauses the
 /// senders that bring more (payloads, plus [`UNEXP_COST`] per entry; the
-/// same budget as tcp's). See the [crate docs](crate#unexpected-messages).
+/// same budget as tcp's). See the [crate docs](crate::docs#unexpected-messages).
 pub(crate) const UNEXP_BUDGET: usize = 8 << 20;
 
 /// What one unexpected entry counts besides its payload.
@@ -126,7 +127,7 @@ pub(crate) enum XferDest {
     Recv { id: RecvId, meta: Meta, buf: Pieces },
     /// Registered memory (an RMA write in push mode).
     Write {
-        rma: [RmaIov; proto::RMA_IOV_LIMIT],
+        rma: [RmaIov; wire::RMA_IOV_LIMIT],
         n: usize,
         data: Option<u64>,
     },
@@ -215,7 +216,7 @@ impl EpRx {
                 pushes: VecDeque::with_capacity(16),
                 xfers: Slab::with_capacity(64),
                 backlogged: 0,
-                scratch: Vec::with_capacity(proto::DESC_MAX),
+                scratch: Vec::with_capacity(wire::DESC_MAX),
                 results: Vec::new(),
                 stuck_since: None,
                 put_done_backlog: VecDeque::new(),
@@ -750,7 +751,7 @@ impl RxState {
         let mut raw = [0u8; IOV_LIMIT * 16];
         let iovs = if p.len() <= raw.len() {
             let n = p.copy_to(&mut raw);
-            proto::decode_iovs(&raw[..n])
+            wire::decode_iovs(&raw[..n])
         } else {
             None
         };
@@ -895,7 +896,7 @@ impl RxState {
         let split = split_point(accept);
         let tail = buf.sub(split, accept - split);
         let mut raw = [0u8; IOV_LIMIT * 16];
-        let n = proto::encode_iovs(&tail.pairs(), &mut raw);
+        let n = wire::encode_iovs(&tail.pairs(), &mut raw);
         let local = buf.sub(0, split);
         let pid = match self.peers.get(r.peer as usize) {
             Some(Some(p)) => p.pid,
@@ -979,7 +980,7 @@ impl RxState {
         let mut raw = [0u8; IOV_LIMIT * 16];
         let iovs = if p.len() <= raw.len() {
             let n = p.copy_to(&mut raw);
-            proto::decode_iovs(&raw[..n])
+            wire::decode_iovs(&raw[..n])
         } else {
             None
         };
@@ -1011,7 +1012,7 @@ impl RxState {
             op: op::PUT_DONE,
             src: sh.id,
             tag: c.data,
-            data: proto::status_of(status),
+            data: wire::status_of(status),
             ..crate::ring::Command::default()
         };
         let peer = op.peer.clone();
@@ -1039,7 +1040,7 @@ impl RxState {
             return tracing::debug!("shm: PUT_DONE out of place dropped");
         };
         let (want, split) = (x.want, split_point(x.want));
-        let err = match proto::kind_of_status(c.data) {
+        let err = match wire::kind_of_status(c.data) {
             None => None,
             Some(_) => {
                 // The sender waits for a final ACK even after an early one.
@@ -1195,7 +1196,7 @@ impl RxState {
     /// Reads and checks the descriptor at the start of a request; answers
     /// `Inval` to the sender when it is malformed.
     fn desc_of(&mut self, sh: &EpShared, pi: u32, m: &Message, p: &Payload<'_>) -> Option<Desc> {
-        let mut raw = [0u8; proto::DESC_MAX];
+        let mut raw = [0u8; wire::DESC_MAX];
         let n = p.copy_to(&mut raw);
         let d = Desc::decode(&raw[..n]).filter(|d| d.len <= m.len && d.rma_total().is_some());
         if d.is_none() {
@@ -1266,7 +1267,7 @@ impl RxState {
                     addr: 0,
                     len: 0,
                     key: 0,
-                }; proto::RMA_IOV_LIMIT];
+                }; wire::RMA_IOV_LIMIT];
                 for (dst, src) in rma.iter_mut().zip(d.rma()) {
                     *dst = *src;
                 }
@@ -1378,7 +1379,7 @@ impl RxState {
             addr: 0,
             len: 0,
             key: 0,
-        }; proto::RMA_IOV_LIMIT];
+        }; wire::RMA_IOV_LIMIT];
         for (dst, src) in rma.iter_mut().zip(d.rma()) {
             *dst = *src;
         }

@@ -32,13 +32,13 @@ use fabric_core::{Address, Error, ErrorKind, Info, OpFlags, Result};
 
 use self::binds::{TxDone, TxReport, msg_flags};
 use self::engine::{EpRx, MAX_ATOMIC_COUNT};
-use self::shared::{EpShared, RmaList, RxReq, TxKind, TxReq, region_of, register_own};
-use crate::getinfo::INJECT_SIZE;
+use self::shared::{EpShared, RmaList, RxReq, TxKind, TxReq, register_own};
+use crate::config::{INJECT_SIZE, region_of};
 use crate::pieces::{Pieces, PiecesExt};
 use crate::progress::Engine;
-use crate::proto::{DESC_MAX, Desc, INJECT_ID, RMA_IOV_LIMIT, flag, op};
 use crate::region::{self, Region, RegionConfig};
 use crate::ring::Command;
+use crate::wire::{DESC_MAX, Desc, INJECT_ID, RMA_IOV_LIMIT, flag, op};
 
 /// An RDM endpoint of the shm provider. Its address (`getname`) is
 /// `fi_shm://<region name>`; dropping it closes the region (peers see it

@@ -16,8 +16,8 @@ use super::choice::Probe;
 use super::engine::RxState;
 use super::shared::{EpShared, TxKind, TxPeer, TxReq, peer_gone};
 use crate::pieces::{IOV_LIMIT, Pieces, PiecesExt};
-use crate::proto::{self, DESC_MAX, Desc, INJECT_ID, flag, op};
 use crate::ring::{Command, Message, Payload, Sender};
+use crate::wire::{self, DESC_MAX, Desc, INJECT_ID, flag, op};
 
 /// An answer to a peer (built on the stack; queued owned when the peer's
 /// ring is full).
@@ -49,7 +49,7 @@ impl Reply<'_> {
     pub(crate) fn ack(id: u64, err: Option<ErrorKind>) -> Reply<'static> {
         Reply::Ack {
             id,
-            status: proto::status_of(err),
+            status: wire::status_of(err),
         }
     }
 
@@ -163,7 +163,7 @@ pub(crate) enum PushSrc {
     /// Checked registered memory (an RMA read in push mode), checked again
     /// chunk by chunk while it is copied.
     Mem {
-        rma: [RmaIov; proto::RMA_IOV_LIMIT],
+        rma: [RmaIov; wire::RMA_IOV_LIMIT],
         n: usize,
     },
 }
@@ -315,7 +315,7 @@ impl RxState {
                 }
                 cmd.aux = [u64_of(len), id];
                 let mut raw = [0u8; IOV_LIMIT * 16];
-                let n = proto::encode_iovs(&req.buf.pairs(), &mut raw);
+                let n = wire::encode_iovs(&req.buf.pairs(), &mut raw);
                 self.send_or_forget(peer, &cmd, &[&raw[..n]], id)
             }
             TxKind::Write { rma } => {
@@ -460,7 +460,7 @@ impl RxState {
     /// `ACK`: the target finished an operation of ours.
     pub(crate) fn on_ack(&mut self, sh: &EpShared, b: &Binds, m: &Message, p: &Payload<'_>) {
         let c = &m.cmd;
-        let status = proto::kind_of_status(c.data);
+        let status = wire::kind_of_status(c.data);
         if c.tag == INJECT_ID {
             // An injected write or atomic: it only counts.
             if let Some(cn) = &b.cntr_write {

@@ -17,29 +17,11 @@ use fabric_core::{Address, Error, ErrorKind, Info, OpFlags, Result};
 
 use super::binds::{Binds, TxDone};
 use super::choice::Choice;
+use crate::config::{SCHEME, region_of};
 use crate::pieces::Pieces;
-use crate::proto::RMA_IOV_LIMIT;
 use crate::region::{OwnerStatus, PeerRegion};
 use crate::ring::{Command, Sender};
-
-/// The scheme of shm addresses.
-pub(crate) const SCHEME: &str = "fi_shm://";
-
-/// The region name inside an `fi_shm://<name>` address, checked.
-pub(crate) fn region_of(addr: &Address) -> Result<&str> {
-    let Address::Str(s) = addr else {
-        return Err(Error::inval(format!(
-            "shm cannot reach `{addr}`: not an fi_shm:// address"
-        )));
-    };
-    let name = s.strip_prefix(SCHEME).ok_or_else(|| {
-        Error::inval(format!(
-            "shm cannot reach `{addr}`: not an fi_shm:// address"
-        ))
-    })?;
-    crate::region::check_name(name)?;
-    Ok(name)
-}
+use crate::wire::RMA_IOV_LIMIT;
 
 /// Regions this process created (open or closed), so that a peer region
 /// claiming this process as its owner can be told from a forgery.
@@ -135,7 +117,7 @@ impl TxPeer {
             Err(_) => return Err(Error::again()),
         }
         let cmd = Command {
-            op: crate::proto::op::HELLO,
+            op: crate::wire::op::HELLO,
             src: me.id,
             ..Command::default()
         };
@@ -344,9 +326,9 @@ impl EpShared {
             enabled: AtomicBool::new(false),
             cma,
             eager_max,
-            split_min: crate::getinfo::split_min(),
-            cma_min: crate::getinfo::cma_min().unwrap_or(crate::getinfo::CMA_MIN),
-            adaptive: crate::getinfo::cma_min().is_none(),
+            split_min: crate::config::split_min(),
+            cma_min: crate::config::cma_min().unwrap_or(crate::config::CMA_MIN),
+            adaptive: crate::config::cma_min().is_none(),
             mr,
             directed: info.caps.contains(fabric_core::Caps::DIRECTED_RECV),
             by_region: Mutex::new(HashMap::new()),

@@ -1,7 +1,7 @@
 //! A slab of operations addressed by generation-checked ids, so that a
 //! peer naming a finished (or never issued) operation reaches nothing.
 
-use crate::proto::{id_of, split_id};
+use crate::wire::{id_of, split_id};
 
 /// Values by id; ids are (index, generation) and every removal bumps the
 /// slot's generation.

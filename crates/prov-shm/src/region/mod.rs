@@ -6,7 +6,7 @@
 //! for a service: [`service_name`]), created with `O_CREAT | O_EXCL`, mode `0600`, reserved with
 //! `posix_fallocate` (so a full `/dev/shm` is an error at creation instead
 //! of a `SIGBUS` later) and mapped `MAP_SHARED`. Its header
-//! ([`offsets`]; the table is in the [crate docs](crate#region-layout)) is
+//! ([`offsets`]; the table is in the [crate docs](crate::docs#region-layout)) is
 //! published by setting `ready` with Release ordering after everything
 //! else is initialised.
 //!
@@ -88,7 +88,7 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"fabrshm1");
 /// ([`offsets::OWNER_PID_NS`]), so that liveness holds across PID
 /// namespaces, and since receivers pause senders that flood them with
 /// unexpected messages (`PAUSE` / `RESUME`, see the
-/// [crate docs](crate#unexpected-messages)).
+/// [crate docs](crate::docs#unexpected-messages)).
 pub const VERSION: u32 = 3;
 /// Size of the header area; the bounce metadata starts right after it.
 pub const HEADER_SIZE: usize = 512;
@@ -115,7 +115,7 @@ pub mod limits {
 
 /// Byte offsets of the header fields (all little-endian machine words,
 /// accessed atomically). The table with their meaning is in the
-/// [crate docs](crate#region-layout).
+/// [crate docs](crate::docs#region-layout).
 pub mod offsets {
     /// `u64`: [`MAGIC`](super::MAGIC).
     pub const MAGIC: usize = 0;
@@ -191,7 +191,7 @@ pub struct RegionConfig {
 
 impl Default for RegionConfig {
     /// 256 slots of 1088 bytes (1 KiB inline), 64 bounce buffers of 64 KiB:
-    /// about 4.3 MiB. The [crate docs](crate#slot-size) justify the sizes.
+    /// about 4.3 MiB. The [crate docs](crate::docs#slot-size) justify the sizes.
     fn default() -> Self {
         RegionConfig {
             ring_slots: 256,

@@ -3,7 +3,7 @@
 //!
 //! The algorithm (Vyukov's bounded queue, specialised to one consumer and
 //! hardened for a shared, untrusted region) is described in the
-//! [crate docs](crate#the-ring); this module holds the code. A [`Sender`]
+//! [crate docs](crate::docs#the-ring); this module holds the code. A [`Sender`]
 //! claims a position with a compare-and-swap on the shared tail, fills the
 //! slot, and commits it with a compare-and-swap on the slot's sequence
 //! number; the [`Receiver`] keeps its head in private memory, copies a
