@@ -307,6 +307,23 @@ impl<C: CqSink> Binds<C> {
             });
         }
     }
+
+    /// As [`Binds::failed`], with an error completion the provider made
+    /// (its own `prov_errno`, e.g. a verbs work completion status).
+    pub fn failed_entry(&self, rx: bool, err: CqErrEntry) {
+        let c = if rx {
+            self.cntr_recv.as_ref()
+        } else {
+            self.tx_counter(err.entry.flags)
+        };
+        if let Some(c) = c {
+            c.add_err(1);
+        }
+        let cq = if rx { &self.rx_cq } else { &self.tx_cq };
+        if let Some(cq) = cq {
+            cq.push_err(err);
+        }
+    }
 }
 
 /// Completion flags of a message operation.
