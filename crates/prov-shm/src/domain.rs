@@ -15,7 +15,7 @@ use fabric_core::{
 pub use crate::cntr::ShmCntr;
 use crate::config::{SCHEME, region_of};
 use crate::ep::ShmEndpoint;
-use crate::progress::Engine;
+use crate::ep::engine::Engine;
 
 /// The shm fabric (this node's shared memory).
 #[derive(Debug)]
@@ -106,7 +106,7 @@ impl ShmDomain {
         let auto = d.data_progress == Progress::Auto || d.control_progress == Progress::Auto;
         Ok(ShmDomain {
             attr: info.domain_attr.clone(),
-            engine: Engine::new(auto)?,
+            engine: crate::progress::engine(auto)?,
             mr: Arc::new(MrTable::new(
                 basic || m.contains(MrMode::VIRT_ADDR),
                 basic || m.contains(MrMode::PROV_KEY),

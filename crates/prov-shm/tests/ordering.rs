@@ -15,9 +15,9 @@
 //! a sender's commands enter the peer's ring in the order posted (`ring`:
 //! positions are claimed in program order; `ep/mod.rs`: eager sends and
 //! injects skip the engine only while nothing is queued in it, so they
-//! never pass an operation handed to it; `ep/ops.rs` `start_ops` starts
+//! never pass an operation handed to it; `ep/tx.rs` `start_ops` starts
 //! queued operations in order); the target takes them in ring order and
-//! handles each before the next (`ep/engine.rs` `progress`,
+//! handles each before the next (`ep/state.rs` `progress`,
 //! `on_command`).
 //!
 //! What these tests observe is that order and the data ordering that

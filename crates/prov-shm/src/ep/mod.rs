@@ -14,9 +14,15 @@
 pub(crate) mod binds;
 mod choice;
 pub(crate) mod engine;
-mod ops;
+mod flow;
+mod peers;
+mod rndv;
+mod rx;
 pub(crate) mod shared;
 mod slab;
+mod state;
+mod target;
+mod tx;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -31,11 +37,12 @@ use fabric_core::objects::{
 use fabric_core::{Address, Error, ErrorKind, Info, OpFlags, Result};
 
 use self::binds::{TxDone, TxReport, msg_flags};
-use self::engine::{EpRx, MAX_ATOMIC_COUNT};
+use self::engine::Engine;
 use self::shared::{EpShared, RmaList, RxReq, TxKind, TxReq, register_own};
+use self::state::EpRx;
+use self::target::MAX_ATOMIC_COUNT;
 use crate::config::{INJECT_SIZE, region_of};
 use crate::pieces::{Pieces, PiecesExt};
-use crate::progress::Engine;
 use crate::region::{self, Region, RegionConfig};
 use crate::ring::Command;
 use crate::wire::{DESC_MAX, Desc, INJECT_ID, RMA_IOV_LIMIT, flag, op};

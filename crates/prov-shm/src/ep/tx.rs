@@ -13,8 +13,8 @@ use fabric_core::{Error, ErrorKind, OpFlags, Result};
 
 use super::binds::{Binds, TxDone, TxReport};
 use super::choice::Probe;
-use super::engine::RxState;
 use super::shared::{EpShared, TxKind, TxPeer, TxReq, peer_gone};
+use super::state::RxState;
 use crate::pieces::{IOV_LIMIT, Pieces, PiecesExt};
 use crate::ring::{Command, Message, Payload, Sender};
 use crate::wire::{self, DESC_MAX, Desc, INJECT_ID, flag, op};

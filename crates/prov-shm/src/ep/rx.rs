@@ -1,0 +1,265 @@
+//! Messages and the kit's receive engine: messages from the ring are
+//! matched against posted receives or kept as unexpected, receives posted
+//! by the application reach the engine, remote CQ data is reported, and
+//! what the engine asks of the transport is done.
+
+use fabric_core::kit::rx::{Action, Entry, Held, Meta, Transport};
+use fabric_core::objects::{CqEntry, FiAddr, Msg};
+use fabric_core::{ErrorKind, Mode, OpFlags};
+
+use super::binds::{Binds, msg_flags};
+use super::shared::{EpShared, RxReq};
+use super::state::*;
+use super::tx::Reply;
+use crate::pieces::{IOV_LIMIT, PiecesExt};
+use crate::ring::{Message, Payload};
+use crate::wire::{self, flag};
+
+/// What shm's transport brings to the kit's receive engine.
+#[derive(Debug)]
+pub(crate) struct ShmWire;
+
+/// A sender: its index among the endpoint's peers and its number (an
+/// index reused by a later peer has another number).
+pub(crate) type Peer = (u32, u64);
+
+impl Transport for ShmWire {
+    /// An announced message whose data stays with its sender.
+    type Remote = Rts;
+    /// (peer index, operation id) of a message whose sender asked for an
+    /// acknowledgement.
+    type Ack = (u32, u64);
+    type Peer = Peer;
+}
+
+/// A rendezvous announcement: where the sender's data is.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rts {
+    pub peer: u32,
+    pub id: u64,
+    pub len: usize,
+    pub iovs: [(u64, u64); IOV_LIMIT],
+    pub n: usize,
+    /// The sender asked for push mode.
+    pub push: bool,
+}
+
+impl RxState {
+    // -----------------------------------------------------------------
+    // The receive engine's work.
+
+    /// Takes what the receive engine asks of the transport: fetching an
+    /// announced message into its receive, releasing or acknowledging a
+    /// sender, `PAUSE` / `RESUME`.
+    pub(crate) fn run_actions(&mut self, sh: &EpShared, b: &Binds) {
+        while let Some(a) = self.rx.next_action() {
+            match a {
+                Action::Fetch { recv, meta, remote } => {
+                    self.accept_rts(sh, b, recv, meta, remote);
+                }
+                Action::Release(r) => self.reply(sh, r.peer, Reply::ack(r.id, None)),
+                Action::Ack((pi, id)) => self.reply(sh, pi, Reply::ack(id, None)),
+                Action::Pause(p) => self.flow(sh, p, true),
+                Action::Resume(p) => {
+                    // Room again: a message left in the ring is tried again.
+                    self.ring_held = false;
+                    self.flow(sh, p, false);
+                }
+            }
+        }
+    }
+
+    /// The number of peer `pi`.
+    pub(super) fn peer_uid(&self, pi: u32) -> u64 {
+        match self.peers.get(pi as usize) {
+            Some(Some(p)) => p.uid,
+            _ => u64::MAX,
+        }
+    }
+
+    // -----------------------------------------------------------------
+    // Messages.
+
+    pub(super) fn on_msg(
+        &mut self,
+        sh: &EpShared,
+        b: &Binds,
+        m: &Message,
+        p: &Payload<'_>,
+    ) -> bool {
+        let Some(pi) = self.peer_of(m) else {
+            Self::unknown_sender(m);
+            return true;
+        };
+        let c = &m.cmd;
+        let tagged = c.flags & flag::TAGGED != 0;
+        let tag = if tagged { c.tag } else { 0 };
+        let data = (c.flags & flag::CQ_DATA != 0).then_some(c.data);
+        let ack = (c.flags & flag::ACK_REQ != 0).then_some(c.aux[0]);
+        let src = self.src_of(b, pi, sh.directed);
+        let len = m.len as u64;
+        if let Some(id) = self.rx.arrive(tagged, tag, src, len) {
+            if let Some(r) = self.rx.recv(id) {
+                // SAFETY: the receive contract of recvmsg / trecvmsg: the
+                // buffer is valid and ours until its completion.
+                unsafe { r.buf.fill_from(0, p, 0, m.len) };
+            }
+            let meta = Meta {
+                tagged,
+                tag,
+                len,
+                data,
+                src,
+            };
+            self.rx.complete(b, id, meta);
+            if let Some(id) = ack {
+                self.reply(sh, pi, Reply::ack(id, None));
+            }
+            return true;
+        }
+        let peer = (pi, self.peer_uid(pi));
+        if !self.rx.admit(peer, m.len) {
+            // Over the hard limit: the message stays in the ring.
+            return false;
+        }
+        let mut v = self.rx.take_buf(m.len);
+        v.resize(m.len, 0);
+        p.copy_to(&mut v);
+        let entry = Entry {
+            len,
+            data,
+            peer,
+            held: Held::Bytes {
+                bytes: v,
+                ack: ack.map(|id| (pi, id)),
+            },
+        };
+        self.rx.keep(tagged, tag, src, entry);
+        true
+    }
+
+    pub(super) fn on_rts(
+        &mut self,
+        sh: &EpShared,
+        b: &Binds,
+        m: &Message,
+        p: &Payload<'_>,
+    ) -> bool {
+        let Some(pi) = self.peer_of(m) else {
+            Self::unknown_sender(m);
+            return true;
+        };
+        let c = &m.cmd;
+        let id = c.aux[1];
+        let len = usize_of(c.aux[0]);
+        let mut raw = [0u8; IOV_LIMIT * 16];
+        let iovs = if p.len() <= raw.len() {
+            let n = p.copy_to(&mut raw);
+            wire::decode_iovs(&raw[..n])
+        } else {
+            None
+        };
+        let Some((iovs, n)) = iovs.filter(|(v, n)| {
+            v.iter()
+                .take(*n)
+                .try_fold(0u64, |a, (_, l)| a.checked_add(*l))
+                .is_some_and(|t| usize_of(t) == len)
+        }) else {
+            tracing::debug!("shm: malformed rendezvous request refused");
+            self.reply(sh, pi, Reply::ack(id, Some(ErrorKind::Inval)));
+            return true;
+        };
+        if len > sh.info.ep_attr.max_msg_size {
+            tracing::debug!(len, "shm: rendezvous request over max_msg_size refused");
+            self.reply(sh, pi, Reply::ack(id, Some(ErrorKind::MsgSize)));
+            return true;
+        }
+        let tagged = c.flags & flag::TAGGED != 0;
+        let tag = if tagged { c.tag } else { 0 };
+        let data = (c.flags & flag::CQ_DATA != 0).then_some(c.data);
+        let src = self.src_of(b, pi, sh.directed);
+        let rts = Rts {
+            peer: pi,
+            id,
+            len,
+            iovs,
+            n,
+            push: c.flags & flag::PUSH != 0,
+        };
+        let meta = Meta {
+            tagged,
+            tag,
+            len: len as u64,
+            data,
+            src,
+        };
+        if let Some(id) = self.rx.arrive(tagged, tag, src, len as u64) {
+            self.accept_rts(sh, b, id, meta, rts);
+            return true;
+        }
+        let peer = (pi, self.peer_uid(pi));
+        if !self.rx.admit(peer, 0) {
+            return false;
+        }
+        let entry = Entry {
+            len: len as u64,
+            data,
+            peer,
+            held: Held::Remote(rts),
+        };
+        self.rx.keep(tagged, tag, src, entry);
+        true
+    }
+
+    /// A receive from the application (posted through the queue).
+    pub(super) fn take_post(&mut self, sh: &EpShared, b: &Binds, r: RxReq) {
+        // A message left in the ring may match this receive.
+        self.ring_held = false;
+        if r.flags.contains(OpFlags::MULTI_RECV) {
+            self.rx
+                .set_min_multi_recv(sh.min_multi_recv.load(std::sync::atomic::Ordering::Relaxed));
+        }
+        let msg = Msg {
+            iov: r.buf.pieces(),
+            desc: &[],
+            addr: r.src,
+            tag: r.tag,
+            ignore: r.ignore,
+            context: r.context,
+            data: 0,
+        };
+        if let Err(e) = self.rx.post(b, &msg, r.flags, r.tagged) {
+            // Checked when it was posted; reported rather than lost.
+            let entry = CqEntry {
+                context: r.context,
+                flags: msg_flags(r.tagged, true),
+                ..CqEntry::default()
+            };
+            b.failed(true, entry, &e, 0);
+        }
+    }
+
+    /// Takes every receive request still queued (before a cancel or a
+    /// peek).
+    pub(crate) fn drain_posted(&mut self, sh: &EpShared, b: &Binds) {
+        while let Some(r) = sh.posted.pop() {
+            self.take_post(sh, b, r);
+        }
+        self.run_actions(sh, b);
+    }
+
+    /// Remote CQ data of an RMA write or atomic: a completion at the
+    /// target (consuming a posted receive in FI_RX_CQ_DATA mode).
+    pub(super) fn remote_cq_data(
+        &mut self,
+        sh: &EpShared,
+        b: &Binds,
+        pi: u32,
+        data: u64,
+        src: FiAddr,
+    ) {
+        let consume = sh.info.mode.contains(Mode::RX_CQ_DATA);
+        let peer = (pi, self.peer_uid(pi));
+        self.rx.remote_cq_data(b, data, src, peer, consume);
+    }
+}

@@ -1,0 +1,304 @@
+//! The part of an endpoint only its domain's engine touches (under the
+//! engine's lock): its region and ring receiver, the receive engine, the
+//! peers that sent to it, the operations in flight, and the transfers in
+//! both directions; one progress pass over it, and the dispatch of the
+//! commands taken from its ring.
+//!
+//! The handlers live by side: messages and the receive engine's work in
+//! `rx.rs`, rendezvous transfers in `rndv.rs`, RMA and atomics at the
+//! target in `target.rs`, flow control in `flow.rs`, peers and answers in
+//! `peers.rs`, and the operations this endpoint sends in `tx.rs`.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+use fabric_core::kit::rx::RxEngine;
+use fabric_core::objects::{FiAddr, Msg};
+use fabric_core::{Address, ErrorKind, OpFlags};
+
+use super::binds::Binds;
+use super::flow::*;
+use super::rndv::*;
+use super::rx::*;
+use super::shared::{EpShared, TxReq};
+use super::slab::Slab;
+use super::tx::{Push, Queued, TxOp};
+use crate::pieces::IOV_LIMIT;
+use crate::region::{PeerRegion, Region};
+use crate::ring::{Message, Payload, Receiver, Sender};
+use crate::wire::{self, flag, op};
+
+/// Commands taken from the ring per endpoint and progress call.
+pub(super) const RING_BUDGET: usize = 64;
+
+/// A sender this endpoint knows (it introduced itself with HELLO).
+#[derive(Debug)]
+pub(crate) struct RxPeer {
+    pub region: Arc<PeerRegion>,
+    pub sender: Sender,
+    pub pid: u32,
+    pub addr: Address,
+    pub(super) fi: FiAddr,
+    pub(super) fi_misses: u32,
+    pub no_cma: bool,
+    /// A cross-memory attach with this peer has worked: split rendezvous
+    /// may be used (the sender then writes part of the message).
+    pub cma_ok: bool,
+    /// Answers that found the peer's ring full, in order.
+    pub backlog: VecDeque<Queued>,
+    /// This peer's number (never reused, unlike its index).
+    pub(super) uid: u64,
+}
+
+/// The engine's state of one endpoint.
+#[derive(Debug)]
+pub(crate) struct EpRx {
+    pub shared: Arc<EpShared>,
+    pub region: Region,
+    pub rx: Receiver,
+    pub st: RxState,
+}
+
+/// Everything of [`EpRx`] but the ring receiver, so that a command
+/// handler can borrow it while the receiver lends the payload.
+#[derive(Debug)]
+pub(crate) struct RxState {
+    /// Posted receives, unexpected messages and their budget.
+    pub rx: RxEngine<ShmWire, IOV_LIMIT>,
+    pub peers: Vec<Option<RxPeer>>,
+    pub(super) peer_map: HashMap<(u32, u32), u32>,
+    pub(super) last: Option<((u32, u32), u32)>,
+    pub ops: Slab<TxOp>,
+    /// Operations taken from the queue that could not start yet.
+    pub pending: VecDeque<TxReq>,
+    pub pushes: VecDeque<Push>,
+    pub xfers: Slab<RxXfer>,
+    /// Peers with a non-empty backlog.
+    pub backlogged: usize,
+    pub scratch: Vec<u8>,
+    pub results: Vec<u8>,
+    pub stuck_since: Option<Instant>,
+    /// `PUT_DONE` notices that found the receiver's ring full.
+    pub put_done_backlog: VecDeque<(Arc<super::shared::TxPeer>, crate::ring::Command)>,
+    /// The ring's head is a message left there (over the hard limit, or
+    /// remote CQ data for a full CQ): the ring is not read until a
+    /// receive is posted, the budget has room or the CQ was read.
+    pub(super) ring_held: bool,
+    /// The ring is held for room in the receive CQ.
+    pub(super) cq_held: bool,
+    /// Numbers peers.
+    pub(super) next_uid: u64,
+    /// `start_ops` stopped at a message for a peer that paused us.
+    pub send_paused: bool,
+}
+
+pub(super) fn usize_of(v: u64) -> usize {
+    usize::try_from(v).unwrap_or(usize::MAX)
+}
+
+impl EpRx {
+    pub(crate) fn new(shared: Arc<EpShared>, region: Region, rx: Receiver) -> EpRx {
+        let tx = shared.info.tx_attr.size.max(1);
+        let directed = shared.directed;
+        EpRx {
+            shared,
+            region,
+            rx,
+            st: RxState {
+                rx: RxEngine::new(directed, BUDGET),
+                peers: Vec::new(),
+                peer_map: HashMap::new(),
+                last: None,
+                ops: Slab::with_capacity(tx),
+                pending: VecDeque::with_capacity(4),
+                pushes: VecDeque::with_capacity(16),
+                xfers: Slab::with_capacity(64),
+                backlogged: 0,
+                scratch: Vec::with_capacity(wire::DESC_MAX),
+                results: Vec::new(),
+                stuck_since: None,
+                put_done_backlog: VecDeque::new(),
+                ring_held: false,
+                cq_held: false,
+                next_uid: 0,
+                send_paused: false,
+            },
+        }
+    }
+
+    /// Whether outgoing work waits for room at a peer: operations not
+    /// started, pushes, answers or `PUT_DONE`s that found a ring or bounce
+    /// pool full. The peer frees that room in its own region without
+    /// telling us, so progress must keep looking instead of letting a
+    /// blocking read sleep (see [`crate::progress`]).
+    pub(crate) fn stalled(&self) -> bool {
+        let st = &self.st;
+        // Operations behind a message for a peer that paused us wait for
+        // its `RESUME`, which comes through our ring and wakes a sleeper.
+        (!st.send_paused && (!st.pending.is_empty() || !self.shared.txq.is_empty()))
+            || !st.pushes.is_empty()
+            || st.backlogged > 0
+            || !st.put_done_backlog.is_empty()
+    }
+
+    /// Whether the ring holds a command the engine would take now (not one
+    /// left at the head by flow control).
+    pub(crate) fn ring_ready(&self) -> bool {
+        !self.st.ring_held && self.rx.is_ready()
+    }
+
+    /// Starts the operations handed over (from the call that queued them).
+    pub(crate) fn start_queued(&mut self) {
+        let sh = &*self.shared;
+        if let Some(b) = sh.bound.get() {
+            self.st.start_ops(sh, b);
+        }
+    }
+
+    /// One pass: posted receives, the ring, operations to start, pushes,
+    /// backlogs. Returns whether anything happened.
+    pub(crate) fn progress(&mut self) -> bool {
+        let sh = &*self.shared;
+        let Some(b) = sh.bound.get() else {
+            return false;
+        };
+        let st = &mut self.st;
+        let mut work = false;
+        // `is_empty` first: an empty `pop` costs a full fence, and this
+        // runs on every look of a polling reader.
+        while !sh.posted.is_empty() {
+            let Some(r) = sh.posted.pop() else { break };
+            work = true;
+            st.take_post(sh, b, r);
+        }
+        if st.rx.waits_for_cq() || st.cq_held {
+            // Senders of remote CQ data wait for the application to read
+            // the receive CQ (it does not tell us when it does).
+            st.cq_room(b);
+        }
+        for _ in 0..RING_BUDGET {
+            if st.ring_held {
+                break;
+            }
+            match self
+                .rx
+                .try_recv_or_keep(|m, p| st.on_command(sh, b, m, &p).then_some(()))
+            {
+                Ok(Some(())) => work = true,
+                Ok(None) => {
+                    // Over the hard limit: the message stays in the ring
+                    // until receives take what is kept.
+                    st.ring_held = true;
+                    break;
+                }
+                Err(e) if e.kind() == ErrorKind::Again => break,
+                Err(e) => {
+                    work = true;
+                    tracing::debug!(error = %e, "shm: dropped a malformed command");
+                }
+            }
+        }
+        if st.rx.has_actions() {
+            work = true;
+            st.run_actions(sh, b);
+        }
+        if !st.pending.is_empty() || !sh.txq.is_empty() {
+            work |= st.start_ops(sh, b);
+        }
+        if !st.pushes.is_empty() {
+            work |= st.run_pushes(sh, b);
+        }
+        if st.backlogged > 0 {
+            work |= st.flush_backlogs();
+        }
+        while let Some((p, c)) = st.put_done_backlog.front() {
+            match p.sender.try_send(c, &[]) {
+                Ok(()) => {
+                    work = true;
+                    st.put_done_backlog.pop_front();
+                }
+                Err(e) if e.kind() == ErrorKind::Again => break,
+                Err(_) => {
+                    st.put_done_backlog.pop_front();
+                }
+            }
+        }
+        if st.rx.has_actions() {
+            st.run_actions(sh, b);
+        }
+        work
+    }
+
+    /// FI_PEEK / FI_CLAIM / FI_DISCARD, at once (a claim with nothing
+    /// claimed is refused by the call): receives posted before it are
+    /// taken first.
+    pub(crate) fn peek(&mut self, msg: &Msg<'_>, flags: OpFlags) -> fabric_core::Result<()> {
+        let sh = &*self.shared;
+        let b = sh.bound()?;
+        let st = &mut self.st;
+        st.drain_posted(sh, b);
+        // A discard or claim may free budget a held message waits for.
+        st.ring_held = false;
+        let r = st.rx.post(b, msg, flags, true);
+        st.run_actions(sh, b);
+        r
+    }
+
+    /// Cancels the posted receive with this context (`fi_cancel`).
+    pub(crate) fn cancel(&mut self, context: u64) -> fabric_core::Result<()> {
+        let sh = &*self.shared;
+        let b = sh.bound()?;
+        let st = &mut self.st;
+        st.drain_posted(sh, b);
+        st.rx.cancel(b, context)
+    }
+}
+
+impl RxState {
+    // -----------------------------------------------------------------
+    // Dispatch.
+
+    /// Handles a command; `false` leaves it in the ring (a message over
+    /// the hard limit of the unexpected budget).
+    pub(super) fn on_command(
+        &mut self,
+        sh: &EpShared,
+        b: &Binds,
+        m: &Message,
+        p: &Payload<'_>,
+    ) -> bool {
+        let c = &m.cmd;
+        if c.flags & !flag::ALL != 0 {
+            tracing::debug!(flags = c.flags, "shm: command with unknown flags dropped");
+            return true;
+        }
+        match c.op {
+            op::MSG => return self.on_msg(sh, b, m, p),
+            op::RTS => return self.on_rts(sh, b, m, p),
+            op::WRITE | op::ATOMIC if !self.cq_data_room(sh, b, c.flags) => return false,
+            op::PAUSE => Self::on_flow(sh, m, p, true),
+            op::RESUME => Self::on_flow(sh, m, p, false),
+            op::ACK => self.on_ack(sh, b, m, p),
+            op::DATA => self.on_data(sh, b, m, p),
+            op::CTS => self.on_cts(sh, m),
+            op::SPLIT => self.on_split(sh, b, m, p),
+            op::PUT_DONE => self.on_put_done(sh, b, m),
+            op::HELLO => self.on_hello(sh, b, m, p),
+            op::WRITE => self.on_write(sh, b, m, p),
+            op::READ => self.on_read(sh, b, m, p),
+            op::ATOMIC => self.on_atomic(sh, b, m, p),
+            other => tracing::debug!(op = other, "shm: command with an unknown op dropped"),
+        }
+        true
+    }
+
+    pub(super) fn unknown_sender(m: &Message) {
+        tracing::debug!(
+            pid = m.sender_pid,
+            ep = m.cmd.src,
+            op = m.cmd.op,
+            "shm: command from a sender that did not introduce itself dropped"
+        );
+    }
+}
