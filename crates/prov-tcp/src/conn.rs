@@ -10,9 +10,15 @@
 //! registration is held). One `sendmsg` writes as many queued frames as fit
 //! in its iovecs, so small frames coalesce when the socket is busy.
 //!
-//! Receiving: the endpoint feeds the read buffer to the decoder and, for
-//! large payloads with a known destination, reads straight into it (see
-//! `ep::core`).
+//! Receiving: the endpoint feeds the read buffer to the decoder (see
+//! `ep::rx`); a frame's payload goes to its [`Sink`], and large payloads
+//! with a known destination are read straight into it
+//! ([`Sink::recv_direct`]).
+//!
+//! With `sys`, this is the crate's unsafe gateway: the copies into and out
+//! of callers' buffers ([`copy_in`], [`copy_out`]), sends from them and
+//! direct reads into them or into registered memory. Each `unsafe` block
+//! says why it is sound; the rest of the crate denies `unsafe`.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{SocketAddr, TcpStream};
@@ -23,7 +29,7 @@ use fabric_core::kit::rx::{Meta, RecvId, RxEngine, Transport};
 use fabric_core::objects::{CompletionFlags, FiAddr, MrAccess};
 use fabric_core::{Error, ErrorKind, Result};
 
-use crate::getinfo::IOV_LIMIT;
+use crate::limits::IOV_LIMIT;
 use crate::sys::{self, MAX_IOV, NO_IOV};
 use crate::wire::{self, Flags, Frame, MAX_FRAME_HEADER_LEN, RmaHeader};
 
@@ -38,6 +44,27 @@ pub(crate) const DIRECT_READ_MIN: u64 = 16 * 1024;
 /// Pieces of a caller's buffer, kept until the operation completes (the
 /// kit's, with tcp's iovec limit).
 pub(crate) type Pieces = fabric_core::kit::rx::Pieces<IOV_LIMIT>;
+
+/// Copies `data` into a caller's buffer from byte `at` (what does not fit
+/// is dropped); the bytes written.
+///
+/// Every [`Pieces`] of this crate describes the buffer of an operation
+/// (or a receive the kit's engine holds) still outstanding, whose contract
+/// (`recvmsg`, `readmsg`, the fetching atomics) keeps it valid for writes
+/// and unaliased until the operation completes: that is what makes this
+/// and [`copy_out`] safe to call from the rest of the crate.
+pub(crate) fn copy_in(p: &Pieces, at: usize, data: &[u8]) -> usize {
+    // SAFETY: see above; the pieces belong to an outstanding operation.
+    unsafe { p.write_at(at, data) }
+}
+
+/// Copies a caller's buffer from byte `at` into `out` (an inject's
+/// copy, atomic operands); the bytes copied. The send contract keeps the
+/// buffer readable until the operation completes (see [`copy_in`]).
+pub(crate) fn copy_out(p: &Pieces, at: usize, out: &mut [u8]) -> usize {
+    // SAFETY: as for `copy_in`, readable per the send contract.
+    unsafe { p.read_at(at, out) }
+}
 
 /// Appends iovecs for the bytes of `p` from `skip` to `out` (at most its
 /// room); returns how many were appended.
@@ -54,6 +81,15 @@ fn push_iov(p: &Pieces, mut skip: usize, out: &mut [libc::iovec]) -> usize {
         skip = 0;
     }
     n
+}
+
+/// A frame waiting for its connection (not established yet, or held
+/// behind a fence), with the request it starts.
+#[derive(Debug)]
+pub(crate) struct Queued {
+    pub item: TxItem,
+    pub pending: Option<(u64, Pending)>,
+    pub fence: bool,
 }
 
 /// What a finished transmit operation reports.
@@ -637,9 +673,52 @@ impl Sink {
         }
     }
 
+    /// Reads up to `n` bytes of the payload, from offset `at`, straight
+    /// from the socket into their destination (registered memory checked
+    /// and held meanwhile, or a receive or result buffer): the read's
+    /// result and the bytes asked. `None`: no direct destination (read
+    /// through the read buffer), or a region deregistered meanwhile (the
+    /// rest is read and dropped).
+    pub(crate) fn recv_direct(
+        &mut self,
+        fd: BorrowedFd<'_>,
+        at: u64,
+        n: u64,
+        mr: &MrTable,
+        rx: &Engine,
+    ) -> Option<(std::io::Result<usize>, usize)> {
+        let n = usize::try_from(n).unwrap_or(usize::MAX);
+        match self {
+            Sink::Region { rma, status } if status.is_none() => {
+                let (key, addr, room) = locate(rma, usize::try_from(at).ok()?)?;
+                let k = room.min(n);
+                let r = mr.with_access(key, addr, k, MrAccess::REMOTE_WRITE, |dst| {
+                    // SAFETY: the range is inside a region whose
+                    // registration is held during the call; peers may
+                    // write registered memory.
+                    unsafe { sys::recv_raw(fd, dst as *mut u8, k) }
+                });
+                match r {
+                    Ok(io) => Some((io, k)),
+                    Err(e) => {
+                        *status = Some(refusal(&e));
+                        None
+                    }
+                }
+            }
+            sink => sink.span_at(at, rx).map(|(ptr, room)| {
+                let k = room.min(n);
+                // SAFETY: the span is inside a receive or result buffer that
+                // the operation's contract keeps valid and unaliased until
+                // its completion.
+                (unsafe { sys::recv_raw(fd, ptr, k) }, k)
+            }),
+        }
+    }
+
     /// Where bytes at payload offset `at` can be read straight from the
     /// socket (user buffers only; `None`: through the read buffer).
-    pub(crate) fn span_at(&self, at: u64, rx: &Engine) -> Option<(*mut u8, usize)> {
+    fn span_at(&self, at: u64, rx: &Engine) -> Option<(*mut u8, usize)> {
         let at = usize::try_from(at).ok()?;
         match self {
             Sink::Recv(id) => rx.recv(*id)?.buf.span_at(at),
@@ -650,6 +729,17 @@ impl Sink {
             Sink::Read { buf, .. } | Sink::Fetch { buf, .. } => buf.span_at(at),
             _ => None,
         }
+    }
+}
+
+/// The status a refused remote access travels back with: a bad key is
+/// `FI_EKEYREJECTED`, a range outside the region or a missing right
+/// `FI_EACCES`.
+pub(crate) fn refusal(e: &Error) -> ErrorKind {
+    match e.kind() {
+        ErrorKind::NoKey => ErrorKind::KeyRejected,
+        ErrorKind::Access => ErrorKind::Access,
+        other => other,
     }
 }
 
@@ -772,7 +862,7 @@ pub(crate) struct Conn {
     pub connecting: bool,
     pub phase: Phase,
     /// The peer's listening address (RDM) or socket address (MSG): the key
-    /// of its [`crate::ep::core::Peer`] entry.
+    /// of its peer entry in the endpoint.
     pub peer: Option<SocketAddr>,
     /// The peer's handle in the AV (source of receive completions).
     pub src: FiAddr,
@@ -783,7 +873,7 @@ pub(crate) struct Conn {
     /// The peer's rendezvous messages this side accepted, by the peer's id.
     pub rndv: HashMap<u64, RndvRecv>,
     /// Frames held behind a fenced operation.
-    pub held: VecDeque<crate::ep::core::Queued>,
+    pub held: VecDeque<Queued>,
     /// Reusable buffers: atomic operands and results.
     pub scratch: Vec<u8>,
     pub results: Vec<u8>,

@@ -9,6 +9,7 @@ use fabric_core::kit::net::{route_source, subnet_name};
 use fabric_core::matching::{Request, select};
 use fabric_core::objects::EnvVar;
 
+pub use crate::limits::{CM_DATA_SIZE, INJECT_SIZE, IOV_LIMIT};
 use crate::wire;
 use fabric_core::resolve::{Family, Query, resolve};
 use fabric_core::{
@@ -87,16 +88,10 @@ pub const TX_OP_FLAGS: OpFlags = OpFlags::COMPLETION
 /// The default receive flags an endpoint accepts (`rx_attr.op_flags`).
 pub const RX_OP_FLAGS: OpFlags = OpFlags::COMPLETION.union(OpFlags::MULTI_RECV);
 
-/// Largest inject (copied before the call returns).
-pub const INJECT_SIZE: usize = 8192;
 /// Largest message.
 pub const MAX_MSG_SIZE: usize = 1 << 30;
 /// Queue depths.
 pub const QUEUE_SIZE: usize = 1024;
-/// IO vector pieces per operation.
-pub const IOV_LIMIT: usize = 8;
-/// Private data of connection requests, accepts and rejects.
-pub const CM_DATA_SIZE: usize = 256;
 
 /// The memory registration modes offered: the provider needs no mode bit
 /// (no FI_MR_LOCAL: local buffers need no registration). The legacy modes

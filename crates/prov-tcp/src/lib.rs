@@ -14,14 +14,22 @@
 //! auto-progress thread per domain. `getinfo` offers exactly this
 //! ([`getinfo::RDM_CAPS`], [`getinfo::MSG_CAPS`]).
 //!
-//! Layout: [`getinfo`] (what it offers), `domain` (fabric, domain, MR),
-//! `ep` (endpoints: `core`, the engine RDM and MSG share; `conns`, its
-//! table of connections; `rdm` and `msg`, how their connections are made;
-//! `passive`), `conn` (one connection:
-//! send queue, receive state), `atomic` (atomics at the target),
-//! `progress` (a domain's engine and epoll set), `sys` (the raw socket
-//! calls), [`wire`] (the versioned protocol codec, documented below).
-//!
+//! Layout (the same rooms as the other providers):
+//! - [`getinfo`]: what the provider offers and how it resolves addresses;
+//!   `limits`: the sizes and thresholds getinfo and the endpoints share;
+//! - `domain`: fabric, domain, memory registration;
+//! - `ep`: endpoints, split by side: `core` (state, frame dispatch,
+//!   progress), `tx` (sending, initiator side of RMA and atomics), `rx`
+//!   (reading, messages into the kit's receive engine), `rma` (target side
+//!   of RMA and atomics), `conn_state` and `conns` (connections and their
+//!   failure), `rdm` / `msg` / `passive` (how connections are made);
+//! - `conn`: one connection (send queue, receive state, where a payload
+//!   goes), `atomic` (the kit's atomics with tcp's limits), `backoff`;
+//! - `progress`: a domain's engine and epoll set;
+//! - [`wire`]: the versioned protocol codec (documented below);
+//! - `sys` and `conn`: the only modules allowed `unsafe` (socket calls;
+//!   copies into and out of callers' buffers and registered memory).
+
 //! # Connections
 //!
 //! - **RDM.** Each endpoint listens on its own address (its name). The
@@ -352,14 +360,23 @@
 //! buffer (unexpected messages within the budget, atomic operands, private
 //! data).
 #![warn(missing_docs)]
+// Safe Rust everywhere but at the gateways: `sys` (the socket calls) and
+// `conn` (copies into and out of the callers' buffers and registered
+// memory, sends straight from them); besides, the zero-copy operations
+// and `mr_reg` are `unsafe fn`s of the object traits, implemented in `ep`
+// and `domain` with an `allow` on those items only.
+#![deny(unsafe_code)]
 
 mod atomic;
 mod backoff;
+#[allow(unsafe_code)]
 mod conn;
 mod domain;
 mod ep;
 pub mod getinfo;
+mod limits;
 mod progress;
+#[allow(unsafe_code)]
 mod sys;
 pub mod wire;
 

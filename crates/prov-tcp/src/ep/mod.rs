@@ -1,13 +1,29 @@
 //! Endpoints: RDM (reliable, unconnected, through an AV), MSG (connected)
 //! and passive (listening) endpoints, and the binding rules they share.
-//! RDM and MSG endpoints are one type, [`TcpEndpoint`], over one engine
-//! (`core`); they differ in how connections are made (`rdm`, `msg`).
+//! RDM and MSG endpoints are one type, [`TcpEndpoint`], over one engine;
+//! they differ in how connections are made (`rdm`, `msg`).
+//!
+//! The engine's rooms, split by side (each an `impl` of `core::EpInner`):
+//! - `core`: the endpoint's state behind its mutex, the dispatch of
+//!   decoded frames, progress;
+//! - `tx`: sending (eager, rendezvous), RMA and atomics at the initiator,
+//!   the frame queues, the answers to this side's requests;
+//! - `rx`: reading connections, messages and rendezvous into the kit's
+//!   receive engine ([`fabric_core::kit::rx`]) and its actions back;
+//! - `rma`: RMA and atomics at the target;
+//! - `conn_state`: connections (their source, MSG management frames) and
+//!   their failure; `conns`: the table of connections;
+//! - `rdm`, `msg`, `passive`: how connections are made.
 
+pub(crate) mod conn_state;
 pub(crate) mod conns;
 pub(crate) mod core;
 pub(crate) mod msg;
 pub(crate) mod passive;
 pub(crate) mod rdm;
+pub(crate) mod rma;
+pub(crate) mod rx;
+pub(crate) mod tx;
 
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsFd, BorrowedFd};
@@ -23,13 +39,12 @@ use fabric_core::objects::{
 use fabric_core::{Address, Caps, Error, ErrorKind, Info, OpFlags, Result};
 
 use self::core::{EpInner, Kind, State};
-use crate::conn::{Pieces, Src};
+use crate::conn::{Pieces, Src, copy_out};
 use crate::progress::{Poller, token};
 use fabric_core::kit::atomic::AtomicKind;
 use fabric_core::kit::lock;
 
 use fabric_core::kit::binds::Accepts;
-pub(crate) use fabric_core::kit::binds::{Binds, msg_flags};
 
 /// What endpoints of `kind` take besides CQs and counters.
 fn accepts(kind: Kind) -> Accepts {
@@ -133,10 +148,10 @@ impl TcpEndpoint {
         let len = pieces.len();
         if flags.contains(OpFlags::INJECT) {
             inject_check(&self.inner.info, len)?;
-            let mut copy = [0u8; crate::getinfo::INJECT_SIZE];
+            let mut copy = [0u8; crate::limits::INJECT_SIZE];
             let buf = copy.get_mut(..len).unwrap_or_default();
-            // SAFETY: the send contract: the pieces are readable now.
-            unsafe { pieces.read_at(0, buf) };
+            // The send contract: the pieces are readable now.
+            copy_out(&pieces, 0, buf);
             return self.inner.send(
                 msg.addr,
                 tagged,
@@ -161,6 +176,9 @@ impl TcpEndpoint {
     }
 }
 
+// The zero-copy operations are `unsafe fn`s of the trait (their buffer
+// contract); the implementations themselves use no `unsafe`.
+#[allow(unsafe_code)]
 impl MsgOps for TcpEndpoint {
     fn inject(&self, buf: &[u8], dest: FiAddr, data: Option<u64>) -> Result<()> {
         inject_check(&self.inner.info, buf.len())?;
@@ -189,6 +207,9 @@ impl MsgOps for TcpEndpoint {
     }
 }
 
+// The zero-copy operations are `unsafe fn`s of the trait (their buffer
+// contract); the implementations themselves use no `unsafe`.
+#[allow(unsafe_code)]
 impl TaggedOps for TcpEndpoint {
     fn tinject(&self, buf: &[u8], dest: FiAddr, tag: u64, data: Option<u64>) -> Result<()> {
         inject_check(&self.inner.info, buf.len())?;
@@ -217,6 +238,9 @@ impl TaggedOps for TcpEndpoint {
     }
 }
 
+// The zero-copy operations are `unsafe fn`s of the trait (their buffer
+// contract); the implementations themselves use no `unsafe`.
+#[allow(unsafe_code)]
 impl RmaOps for TcpEndpoint {
     fn inject_write(
         &self,
@@ -250,10 +274,10 @@ impl RmaOps for TcpEndpoint {
         let len = pieces.len();
         if flags.contains(OpFlags::INJECT) {
             inject_check(&self.inner.info, len)?;
-            let mut copy = [0u8; crate::getinfo::INJECT_SIZE];
+            let mut copy = [0u8; crate::limits::INJECT_SIZE];
             let buf = copy.get_mut(..len).unwrap_or_default();
-            // SAFETY: the write contract: the pieces are readable now.
-            unsafe { pieces.read_at(0, buf) };
+            // The write contract: the pieces are readable now.
+            copy_out(&pieces, 0, buf);
             return self.inner.write(
                 msg.addr,
                 msg.rma_iov,
@@ -276,6 +300,9 @@ impl RmaOps for TcpEndpoint {
     }
 }
 
+// The zero-copy operations are `unsafe fn`s of the trait (their buffer
+// contract); the implementations themselves use no `unsafe`.
+#[allow(unsafe_code)]
 impl AtomicOps for TcpEndpoint {
     fn atomic_valid(
         &self,
@@ -406,7 +433,7 @@ impl Endpoint for TcpEndpoint {
     /// MSG endpoints only: RDM endpoints carry no private data.
     fn cm_data_size(&self) -> Result<usize> {
         match self.inner.kind {
-            Kind::Msg => Ok(crate::getinfo::CM_DATA_SIZE),
+            Kind::Msg => Ok(crate::limits::CM_DATA_SIZE),
             _ => Err(Error::from_kind(ErrorKind::OpNotSupp)),
         }
     }

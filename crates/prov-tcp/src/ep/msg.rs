@@ -11,11 +11,11 @@ use fabric_core::Address;
 use fabric_core::objects::{EqErrEntry, EqEvent};
 use fabric_core::{Error, ErrorKind, Result};
 
-use super::Binds;
 use super::core::{EpInner, Kind, Peer, State};
 use crate::conn::{Conn, Done, Phase, Src};
 use crate::ep::passive::PendingConn;
 use crate::wire::{CmHeader, Ext, Frame};
+use fabric_core::kit::binds::Binds;
 
 fn proto(detail: impl Into<std::borrow::Cow<'static, str>>) -> Error {
     Error::new(ErrorKind::Io, detail)

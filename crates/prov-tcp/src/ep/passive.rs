@@ -433,6 +433,6 @@ impl PassiveEndpoint for TcpPassiveEndpoint {
     }
 
     fn cm_data_size(&self) -> Result<usize> {
-        Ok(crate::getinfo::CM_DATA_SIZE)
+        Ok(crate::limits::CM_DATA_SIZE)
     }
 }

@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 use fabric_core::objects::FiAddr;
 use fabric_core::{Error, ErrorKind, Result};
 
-use super::Binds;
 use super::core::{EpInner, Kind, State};
 use crate::conn::{Conn, Done, HELLO_PENDING_MAX, HELLO_TIMEOUT, Phase, Src};
 use crate::wire::{self, CmHeader, ConnKey, Ext, Frame, Simultaneous};
+use fabric_core::kit::binds::Binds;
 
 /// How long a backlog waits for the peer's connection after this side's
 /// was refused in a simultaneous connect, before connecting again.

@@ -1,0 +1,53 @@
+//! Limits and sizes that several rooms share: what `getinfo` advertises
+//! and the endpoints enforce (iovec pieces, inject size, private data),
+//! and the data path's thresholds (eager messages, the unexpected-message
+//! budget). Its own module, so that `getinfo` and `ep` need not import
+//! each other.
+
+use fabric_core::kit::rx::Budget;
+
+/// IO vector pieces per operation.
+pub const IOV_LIMIT: usize = 8;
+
+/// Largest inject (copied before the call returns).
+pub const INJECT_SIZE: usize = 8192;
+
+/// Private data of connection requests, accepts and rejects.
+pub const CM_DATA_SIZE: usize = 256;
+
+/// Largest message sent eagerly (in one frame, buffered by the receiver
+/// when no receive matches yet); larger messages go by rendezvous.
+pub(crate) const EAGER_MAX: usize = 32 * 1024;
+
+/// Largest message sent eagerly when it is lone: nothing else of the
+/// endpoint in flight and no other send posted since the last progress
+/// call (ping-pong, request-response), which saves the rendezvous round
+/// trip. Messages posted in a burst keep rendezvous above [`EAGER_MAX`]:
+/// it measured faster for streams on loopback (the data of many
+/// clear-to-sends leaves in a few large `sendmsg` calls).
+pub(crate) const EAGER_LONE_MAX: usize = 64 * 1024;
+
+/// Bytes of unexpected messages an endpoint keeps at most (payloads, plus
+/// [`UNEXP_COST`] per entry). Beyond it, the connection that brings the
+/// next unexpected message stops being read until receives consume what
+/// is kept.
+pub(crate) const UNEXP_BUDGET: usize = 8 << 20;
+
+/// What one unexpected entry counts against the budget besides its
+/// payload.
+pub(crate) const UNEXP_COST: usize = 64;
+
+/// The receive engine's limits: [`UNEXP_BUDGET`] of unexpected messages
+/// at [`UNEXP_COST`] an entry, a sender paused as soon as it is spent;
+/// spare buffers kept up to the largest eager message.
+pub(crate) const RX_BUDGET: Budget = Budget {
+    total: UNEXP_BUDGET,
+    hard: UNEXP_BUDGET,
+    reserve: 0,
+    entry_cost: UNEXP_COST,
+    spare_max: if EAGER_LONE_MAX > 2 * EAGER_MAX {
+        EAGER_LONE_MAX
+    } else {
+        2 * EAGER_MAX
+    },
+};
