@@ -5,16 +5,16 @@
 //! (CQ and counter reads, the auto-progress thread) and how blocking
 //! reads sleep and wake is in [`crate::progress`].
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use fabric_core::{Error, ErrorKind, Result};
+use fabric_core::{Error, Result};
 use spin::mutex::{SpinMutex, SpinMutexGuard};
 
 use super::state::EpRx;
-use crate::region;
+use crate::{region, sys};
 
 /// Idle time after which progress announces that it may block.
 pub const ANNOUNCE_AFTER: Duration = Duration::from_micros(200);
@@ -63,76 +63,15 @@ pub(crate) struct Engine {
     pub(crate) armed: AtomicUsize,
 }
 
-/// A non-blocking timerfd that fires every [`CHECK_EVERY`].
-fn check_timer() -> Result<OwnedFd> {
-    // SAFETY: plain system call; the flags are valid.
-    let fd = unsafe {
-        libc::timerfd_create(
-            libc::CLOCK_MONOTONIC,
-            libc::TFD_NONBLOCK | libc::TFD_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(sys_err("timerfd_create"));
-    }
-    // SAFETY: `fd` was just returned by the kernel and is owned by nobody
-    // else.
-    let timer = unsafe { OwnedFd::from_raw_fd(fd) };
-    let period = libc::timespec {
-        tv_sec: CHECK_EVERY.as_secs() as libc::time_t,
-        tv_nsec: libc::c_long::from(CHECK_EVERY.subsec_nanos()),
-    };
-    let spec = libc::itimerspec {
-        it_interval: period,
-        it_value: period,
-    };
-    // SAFETY: `timer` is a timerfd; `spec` is a live, valid itimerspec.
-    if unsafe { libc::timerfd_settime(timer.as_raw_fd(), 0, &spec, std::ptr::null_mut()) } < 0 {
-        return Err(sys_err("timerfd_settime"));
-    }
-    Ok(timer)
-}
-
-fn sys_err(what: &str) -> Error {
-    let e = std::io::Error::last_os_error();
-    Error::new(
-        ErrorKind::from_errno(e.raw_os_error().unwrap_or(0)).unwrap_or(ErrorKind::Io),
-        format!("shm: {what}: {e}"),
-    )
-}
-
 impl Engine {
     /// An engine; with `auto`, it has the nudge fd of an auto-progress
     /// thread ([`crate::progress`] starts it).
     pub(crate) fn new(auto: bool) -> Result<Arc<Engine>> {
-        // SAFETY: plain system call; the flags are valid.
-        let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
-        if fd < 0 {
-            return Err(sys_err("inotify_init1"));
-        }
-        // SAFETY: `fd` was just returned by the kernel and is owned by
-        // nobody else.
-        let inotify = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: plain system call.
-        let fd = unsafe { libc::eventfd(1, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(sys_err("eventfd"));
-        }
-        // SAFETY: `fd` was just returned by the kernel and is owned by
-        // nobody else.
-        let unannounced = unsafe { OwnedFd::from_raw_fd(fd) };
-        let timer = check_timer()?;
-        let nudge = if auto {
-            // SAFETY: plain system call.
-            let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-            if fd < 0 {
-                return Err(sys_err("eventfd"));
-            }
-            // SAFETY: as above.
-            Some(unsafe { OwnedFd::from_raw_fd(fd) })
-        } else {
-            None
-        };
+        let inotify = sys::inotify()?;
+        let unannounced = sys::eventfd(1)?;
+        // Wakes blocked readers for the liveness checks.
+        let timer = sys::timer_every(CHECK_EVERY)?;
+        let nudge = if auto { Some(sys::eventfd(0)?) } else { None };
         let e = Arc::new(Engine {
             state: SpinMutex::new(State {
                 eps: Vec::new(),
@@ -175,13 +114,7 @@ impl Engine {
     pub(crate) fn add(&self, ep: EpRx) -> Result<()> {
         let path = std::ffi::CString::new(ep.region.path().as_os_str().as_encoded_bytes())
             .map_err(|_| Error::inval("shm: region path with a NUL byte"))?;
-        // SAFETY: `path` is a NUL-terminated string that outlives the call.
-        let wd = unsafe {
-            libc::inotify_add_watch(self.inotify.as_raw_fd(), path.as_ptr(), libc::IN_MODIFY)
-        };
-        if wd < 0 {
-            return Err(sys_err("inotify_add_watch"));
-        }
+        sys::watch_modify(self.inotify.as_fd(), &path)?;
         let mut st = self.lock();
         if st.announced {
             let _ = ep.rx.announce_poll_sleep();
@@ -227,37 +160,25 @@ impl Engine {
     pub(crate) fn nudge(&self) {
         if let Some(fd) = &self.nudge {
             if self.auto_sleeping.load(Ordering::SeqCst) {
-                let one = 1u64.to_ne_bytes();
-                // SAFETY: writes 8 bytes from a live local array to our
-                // eventfd.
-                let _ = unsafe { libc::write(fd.as_raw_fd(), one.as_ptr().cast(), 8) };
+                sys::signal(fd.as_fd());
             }
         }
     }
 
     /// Makes the `unannounced` fd readable (`true`) or not.
     fn set_unannounced(&self, on: bool) {
-        let fd = self.unannounced.as_raw_fd();
+        let fd = self.unannounced.as_fd();
         if on {
-            let one = 1u64.to_ne_bytes();
-            // SAFETY: writes 8 bytes from a live local array to our eventfd.
-            let _ = unsafe { libc::write(fd, one.as_ptr().cast(), 8) };
+            sys::signal(fd);
         } else {
-            let mut buf = [0u8; 8];
-            // SAFETY: reads 8 bytes into a live local buffer from our
-            // nonblocking eventfd.
-            let _ = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), 8) };
+            let _ = sys::take(fd);
         }
     }
 
     fn drain_inotify(&self) {
         let mut buf = [0u8; 4096];
         for _ in 0..64 {
-            // SAFETY: reads at most `buf.len()` bytes into a live local
-            // buffer from our nonblocking inotify fd.
-            let n =
-                unsafe { libc::read(self.inotify.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-            if n <= 0 {
+            if !sys::drain_once(self.inotify.as_fd(), &mut buf) {
                 break;
             }
         }
@@ -266,10 +187,7 @@ impl Engine {
     /// Whether the check timer fired since it was last read (reading it
     /// makes it quiet until it fires again).
     fn timer_fired(&self) -> bool {
-        let mut n = [0u8; 8];
-        // SAFETY: reads 8 bytes into a live local buffer.
-        let r = unsafe { libc::read(self.timer.as_raw_fd(), n.as_mut_ptr().cast(), 8) };
-        r == 8
+        sys::take(self.timer.as_fd())
     }
 
     /// One progress pass over every endpoint. `idle_now`: announce a
@@ -372,26 +290,15 @@ impl Engine {
     pub(crate) fn auto_wait(&self) {
         self.auto_sleeping.store(true, Ordering::SeqCst);
         if !self.queued() {
-            let mut fds = [
-                libc::pollfd {
-                    fd: self.inotify.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: self.nudge.as_ref().map_or(-1, |f| f.as_raw_fd()),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
+            let fds = [
+                Some(self.inotify.as_fd()),
+                self.nudge.as_ref().map(|f| f.as_fd()),
             ];
-            // SAFETY: `fds` is a live array of two pollfd structs.
-            unsafe { libc::poll(fds.as_mut_ptr(), 2, AUTO_SLEEP.as_millis() as libc::c_int) };
+            sys::poll_readable(&fds, AUTO_SLEEP);
         }
         self.auto_sleeping.store(false, Ordering::SeqCst);
         if let Some(fd) = &self.nudge {
-            let mut buf = [0u8; 8];
-            // SAFETY: reads 8 bytes into a live local buffer.
-            let _ = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), 8) };
+            let _ = sys::take(fd.as_fd());
         }
     }
 }

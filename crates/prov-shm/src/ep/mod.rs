@@ -16,12 +16,20 @@ mod choice;
 pub(crate) mod engine;
 mod flow;
 mod peers;
+// Rendezvous data into receive buffers (cross-memory attach, pushes).
+#[allow(unsafe_code)]
 mod rndv;
+// An eager message's bytes into the matched receive's buffer.
+#[allow(unsafe_code)]
 mod rx;
 pub(crate) mod shared;
 mod slab;
 mod state;
+// RMA and atomics into and out of registered memory.
+#[allow(unsafe_code)]
 mod target;
+// The bytes of the operations this endpoint sends, from callers' buffers.
+#[allow(unsafe_code)]
 mod tx;
 
 use std::sync::Arc;
@@ -128,6 +136,7 @@ impl ShmEndpoint {
     /// Every message send ends here.
     #[allow(clippy::too_many_arguments)]
     #[inline]
+    #[allow(unsafe_code)] // Reads the caller's buffer (the send contract).
     fn send(
         &self,
         buf: Pieces,
@@ -382,6 +391,8 @@ fn total(v: &[RmaIov]) -> Result<usize> {
         .ok_or_else(|| Error::inval("shm: remote range lengths overflow"))
 }
 
+// The zero-copy operations are `unsafe` methods of the trait.
+#[allow(unsafe_code)]
 impl MsgOps for ShmEndpoint {
     fn inject(&self, buf: &[u8], dest: FiAddr, data: Option<u64>) -> Result<()> {
         self.inject_msg(buf, dest, false, 0, data)
@@ -397,6 +408,8 @@ impl MsgOps for ShmEndpoint {
     }
 }
 
+// The zero-copy operations are `unsafe` methods of the trait.
+#[allow(unsafe_code)]
 impl TaggedOps for ShmEndpoint {
     fn tinject(&self, buf: &[u8], dest: FiAddr, tag: u64, data: Option<u64>) -> Result<()> {
         self.inject_msg(buf, dest, true, tag, data)
@@ -412,6 +425,8 @@ impl TaggedOps for ShmEndpoint {
     }
 }
 
+// The zero-copy operations are `unsafe` methods of the trait.
+#[allow(unsafe_code)]
 impl RmaOps for ShmEndpoint {
     fn inject_write(
         &self,
@@ -514,6 +529,8 @@ impl RmaOps for ShmEndpoint {
     }
 }
 
+// The zero-copy operations are `unsafe` methods of the trait.
+#[allow(unsafe_code)]
 impl AtomicOps for ShmEndpoint {
     fn atomic_valid(
         &self,
