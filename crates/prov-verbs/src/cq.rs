@@ -20,15 +20,15 @@
 //! emulation), then arm the CQ (`ibv_req_notify_cq`) and sleep on its
 //! completion channel.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::mem::MaybeUninit;
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, RwLock, Weak};
 use std::time::{Duration, Instant};
 
+use fabric_core::kit::binds::CqSink;
 use fabric_core::kit::cq::CqCore;
+use fabric_core::kit::hash::IdMap;
 use fabric_core::kit::objects::Progress;
 use fabric_core::kit::wait::FdSet;
 use fabric_core::objects::{
@@ -49,34 +49,13 @@ const MIN_HW_CQE: usize = 4096;
 /// How long a blocking read polls before it arms the CQ and sleeps.
 const SPIN: Duration = Duration::from_micros(20);
 
-/// Hashes QP numbers (distinct 24-bit integers) with one multiplication
-/// instead of SipHash.
-#[derive(Default)]
-pub(crate) struct QpHasher(u64);
-
-impl Hasher for QpHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        }
-    }
-
-    fn write_u32(&mut self, v: u32) {
-        self.0 = (self.0 ^ u64::from(v)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-}
-
 /// The queue pairs whose work completions a CQ routes, by QP number. The
 /// first one attached is kept apart: a CQ of one endpoint (the common
 /// case) finds it with one comparison.
 #[derive(Default)]
 struct Sinks {
     first: Option<(u32, Arc<QpData>)>,
-    rest: HashMap<u32, Arc<QpData>, BuildHasherDefault<QpHasher>>,
+    rest: IdMap<u32, Arc<QpData>>,
 }
 
 impl Sinks {
@@ -568,5 +547,27 @@ impl CompletionQueue for VerbsCq {
         self.shared.fd_users.store(true, Ordering::Relaxed);
         self.shared.rearm_for_fd();
         Some(self.shared.hw.fd())
+    }
+}
+
+/// Completions reported through the kit's [`fabric_core::kit::binds::Binds`]
+/// (`tx_done`, `rx_done`, `failed`) land here, waking a blocked reader.
+impl CqSink for CqShared {
+    #[inline]
+    fn push(&self, entry: CqEntry, src: FiAddr) {
+        CqShared::push(self, entry, src);
+    }
+
+    fn push_err(&self, err: CqErrEntry) {
+        CqShared::push_err(self, err);
+    }
+
+    #[inline]
+    fn is_full(&self) -> bool {
+        self.core.is_full()
+    }
+
+    fn has_room(&self) -> bool {
+        self.core.has_room()
     }
 }

@@ -14,8 +14,9 @@
 //! No rdma-core, no device or no active port: getinfo lists nothing, and
 //! says why in a `tracing` debug line.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr};
 
+use fabric_core::kit::net::route_source;
 use fabric_core::matching::{Request, select};
 use fabric_core::objects::EnvVar;
 use fabric_core::{
@@ -160,21 +161,7 @@ pub struct PortAddr {
 impl PortAddr {
     /// The fabric name: the subnet, `10.99.0.0/24`.
     pub fn fabric_name(&self) -> String {
-        let net = match self.ip {
-            IpAddr::V4(a) => {
-                let mask = u32::MAX
-                    .checked_shl(32 - u32::from(self.prefix.min(32)))
-                    .unwrap_or(0);
-                IpAddr::V4(Ipv4Addr::from(u32::from(a) & mask))
-            }
-            IpAddr::V6(a) => {
-                let mask = u128::MAX
-                    .checked_shl(128 - u32::from(self.prefix.min(128)))
-                    .unwrap_or(0);
-                IpAddr::V6(Ipv6Addr::from(u128::from(a) & mask))
-            }
-        };
-        format!("{net}/{}", self.prefix)
+        fabric_core::kit::net::subnet_name(self.ip, self.prefix)
     }
 
     fn format(&self) -> AddrFormat {
@@ -470,19 +457,6 @@ fn dgram_offer(p: &PortAddr) -> Info {
         .address(),
     );
     i
-}
-
-/// The local address the system routes from to reach `dest` (no packet is
-/// sent).
-fn route_source(dest: &SocketAddr) -> Option<IpAddr> {
-    let bind: SocketAddr = if dest.is_ipv4() {
-        (Ipv4Addr::UNSPECIFIED, 0).into()
-    } else {
-        (Ipv6Addr::UNSPECIFIED, 0).into()
-    };
-    let s = UdpSocket::bind(bind).ok()?;
-    s.connect(dest).ok()?;
-    s.local_addr().ok().map(|a| a.ip())
 }
 
 fn ai_family(f: AddrFormat) -> AiFamily {

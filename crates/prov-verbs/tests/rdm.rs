@@ -526,3 +526,170 @@ fn blocking_reads_wake_through_a_rendezvous() {
         assert!(r == data);
     });
 }
+
+/// The enable rules of tcp and shm: an RDM endpoint needs an AV and its
+/// CQs; a second `fi_enable` fails with `OpBadState` (RDM and MSG);
+/// `fi_cancel` before enable fails with `OpBadState`.
+#[test]
+fn enable_rules_match_tcp_and_shm() {
+    let Some(w) = world() else { return };
+    let info = entries(EpType::Rdm, rdm_hints()).unwrap().remove(0);
+    let d = w.domain.as_ref();
+    let cq = d.cq(&cq_attr()).unwrap();
+    let bind_cq = |ep: &dyn Endpoint| {
+        ep.bind(Bind::Cq {
+            cq: cq.as_ref(),
+            transmit: true,
+            recv: true,
+            selective: false,
+        })
+        .unwrap()
+    };
+    // No AV.
+    let ep = d.endpoint(&info).unwrap();
+    assert_eq!(ep.cancel(1).unwrap_err().kind(), ErrorKind::OpBadState);
+    bind_cq(ep.as_ref());
+    assert_eq!(ep.enable().unwrap_err().kind(), ErrorKind::NoAv);
+    // No CQ.
+    let ep = d.endpoint(&info).unwrap();
+    ep.bind(Bind::Av(w.av.as_ref())).unwrap();
+    assert_eq!(ep.enable().unwrap_err().kind(), ErrorKind::NoCq);
+    // Both: once.
+    bind_cq(ep.as_ref());
+    ep.enable().unwrap();
+    assert_eq!(ep.enable().unwrap_err().kind(), ErrorKind::OpBadState);
+    assert_eq!(ep.cancel(1).unwrap_err().kind(), ErrorKind::NoEnt);
+    drop(ep);
+    // MSG: a second enable fails too.
+    let Some(minfo) = msg_info() else { return };
+    let fabric = VerbsProvider.fabric(&minfo.fabric_attr).unwrap();
+    let side = open_side(fabric.as_ref(), &minfo);
+    assert_eq!(side.ep.enable().unwrap_err().kind(), ErrorKind::OpBadState);
+}
+
+/// FI_PEEK / FI_CLAIM / FI_DISCARD as on tcp and shm: a peek reports the
+/// message and its source without taking it; PEEK|CLAIM reserves it for
+/// a later CLAIM; CLAIM|DISCARD completes with the message's source;
+/// PEEK|DISCARD and PEEK|CLAIM|DISCARD take and drop it; a CLAIM with
+/// nothing claimed is refused with `NoMsg`; a peek that finds nothing
+/// completes with `NoMsg`. Counters bound to the endpoints count through
+/// the kit's `Binds`.
+#[test]
+fn peek_claim_discard_and_counters() {
+    let Some(w) = world() else { return };
+    let sent = w.domain.cntr(&Default::default()).unwrap();
+    let recvd = w.domain.cntr(&Default::default()).unwrap();
+    // Counters bind before enable: a fresh pair of endpoints.
+    let info = entries(EpType::Rdm, rdm_hints()).unwrap().remove(0);
+    let mk = |c: &dyn fabric_core::objects::Counter, ev: Caps| {
+        let cq = w.domain.cq(&cq_attr()).unwrap();
+        let ep = w.domain.endpoint(&info).unwrap();
+        ep.bind(Bind::Cq {
+            cq: cq.as_ref(),
+            transmit: true,
+            recv: true,
+            selective: false,
+        })
+        .unwrap();
+        ep.bind(Bind::Av(w.av.as_ref())).unwrap();
+        ep.bind(Bind::Cntr(c, ev)).unwrap();
+        ep.enable().unwrap();
+        Ep { ep, cq }
+    };
+    let a = mk(sent.as_ref(), Caps::SEND);
+    let b = mk(recvd.as_ref(), Caps::RECV);
+    let mut out = [FiAddr(0); 2];
+    let names = [a.ep.getname().unwrap(), b.ep.getname().unwrap()];
+    w.av.insert(&names, &mut out).unwrap();
+    let (to_a, to_b) = (out[0], out[1]);
+    let spin = || {
+        let _ = a.cq.read(&mut []);
+        let _ = b.cq.read(&mut []);
+    };
+    let wait = |cq: &dyn CompletionQueue| {
+        let deadline = Instant::now() + T;
+        let mut e = [CqEntry::default(); 1];
+        let mut src = [FiAddr(0); 1];
+        loop {
+            match cq.readfrom(&mut e, &mut src) {
+                Ok(1) => return Ok((e[0], src[0])),
+                Ok(_) => {}
+                Err(err) if err.kind() == ErrorKind::Avail => return Err(cq.readerr().unwrap()),
+                Err(err) if err.kind() == ErrorKind::Again => spin(),
+                Err(err) => panic!("{err:?}"),
+            }
+            assert!(Instant::now() < deadline, "no completion within {T:?}");
+        }
+    };
+    // Three unexpected tagged messages, tags 1, 2, 3.
+    let mut msgs = [*b"one!", *b"two!", *b"six!"];
+    for (i, m8) in msgs.iter_mut().enumerate() {
+        let siov = iov(m8);
+        let tag = i as u64 + 1;
+        let deadline = Instant::now() + T;
+        loop {
+            // SAFETY: the buffers outlive their completions.
+            match unsafe {
+                a.ep.tsendmsg(&m(&siov, to_b, tag, 0, 10 + tag), OpFlags::empty())
+            } {
+                Ok(()) => break,
+                Err(e) if e.kind() == ErrorKind::Again && Instant::now() < deadline => spin(),
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+        wait(a.cq.as_ref()).unwrap();
+    }
+    assert_eq!(sent.read(), 3);
+    for _ in 0..50 {
+        spin();
+    }
+    let mut buf = vec![0u8; 16];
+    let riov = iov(&mut buf);
+    let post = |tag: u64, ctx: u64, flags: OpFlags| {
+        // SAFETY: `buf` outlives the completions read below.
+        unsafe { b.ep.trecvmsg(&m(&riov, FiAddr::UNSPEC, tag, 0, ctx), flags) }
+    };
+    // Nothing claimed yet.
+    assert_eq!(
+        post(1, 20, OpFlags::CLAIM).unwrap_err().kind(),
+        ErrorKind::NoMsg
+    );
+    // PEEK: found, with the source; not taken.
+    post(1, 21, OpFlags::PEEK).unwrap();
+    let (e, src) = wait(b.cq.as_ref()).unwrap();
+    assert_eq!((e.context, e.len, e.tag, src), (21, 4, 1, to_a));
+    // PEEK|CLAIM, then CLAIM|DISCARD: completes with the source.
+    post(1, 22, OpFlags::PEEK | OpFlags::CLAIM).unwrap();
+    let (e, src) = wait(b.cq.as_ref()).unwrap();
+    assert_eq!((e.context, e.tag, src), (22, 1, to_a));
+    post(1, 22, OpFlags::CLAIM | OpFlags::DISCARD).unwrap();
+    let (e, src) = wait(b.cq.as_ref()).unwrap();
+    assert_eq!((e.context, e.len, src), (22, 0, to_a), "CLAIM|DISCARD");
+    // PEEK|DISCARD and PEEK|CLAIM|DISCARD take and drop.
+    post(2, 23, OpFlags::PEEK | OpFlags::DISCARD).unwrap();
+    let (e, src) = wait(b.cq.as_ref()).unwrap();
+    assert_eq!((e.context, e.tag, src), (23, 2, to_a));
+    post(3, 24, OpFlags::PEEK | OpFlags::CLAIM | OpFlags::DISCARD).unwrap();
+    let (e, _) = wait(b.cq.as_ref()).unwrap();
+    assert_eq!((e.context, e.tag), (24, 3));
+    for (tag, ctx) in [(1, 25), (2, 26), (3, 27)] {
+        post(tag, ctx, OpFlags::PEEK).unwrap();
+        let err = wait(b.cq.as_ref()).unwrap_err();
+        assert_eq!(
+            (err.entry.context, err.err),
+            (ctx, ErrorKind::NoMsg),
+            "tag {tag}"
+        );
+    }
+    // Nothing was delivered into the buffer; the receive counter counted
+    // the completions of the peeks and claims (successes and errors).
+    assert_eq!(&buf[..4], &[0; 4]);
+    assert!(recvd.read() >= 1);
+    assert_eq!(recvd.readerr(), 3);
+    // A cancelled receive counts as an error.
+    post(9, 28, OpFlags::empty()).unwrap();
+    b.ep.cancel(28).unwrap();
+    let err = wait(b.cq.as_ref()).unwrap_err();
+    assert_eq!((err.entry.context, err.err), (28, ErrorKind::Canceled));
+    assert_eq!(recvd.readerr(), 4);
+}

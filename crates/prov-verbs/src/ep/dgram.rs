@@ -647,11 +647,15 @@ impl Endpoint for DgramEndpoint {
             &self.inner.binds,
             &self.inner.pending,
             me,
+            false,
             "a DGRAM endpoint",
         )
     }
 
     fn cancel(&self, context: u64) -> Result<()> {
+        if self.inner.binds.get().is_none() {
+            return Err(super::not_enabled());
+        }
         let mut st = lock(&self.inner.state);
         let Some(pos) = st.posted.iter().position(|r| r.context == context) else {
             return Err(Error::new(

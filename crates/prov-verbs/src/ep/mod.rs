@@ -10,7 +10,7 @@ pub(crate) mod passive;
 pub(crate) mod rdm;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use fabric_core::kit::binds::Accepts;
 use fabric_core::kit::objects::Progress;
@@ -34,11 +34,7 @@ pub(crate) const STAGE: usize = crate::getinfo::MSG_INJECT_SIZE;
 /// Marks receive work requests in `wr_id` (the rest is the sequence).
 const RX_BIT: u64 = 1 << 63;
 
-/// Locks a mutex, recovering from poisoning (the state behind these locks
-/// stays consistent: each critical section is one post or one completion).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+pub(crate) use fabric_core::kit::lock;
 
 /// A fresh object id for EQ events (`fid` fields).
 pub(crate) fn next_fid() -> u64 {
@@ -96,18 +92,27 @@ pub(crate) fn bind_pending(
     bind(&mut lock(pending), what, accepts)
 }
 
-/// `fi_enable` of such an endpoint: both CQs are required (`kind` names
-/// the endpoint in the error), and `engine` is progressed by their reads.
+/// `fi_enable` of such an endpoint, with the rules of tcp and shm: an
+/// address vector when `needs_av` (RDM), both CQs (`kind` names the
+/// endpoint in the errors), and only once (`OpBadState` after). `engine`
+/// is progressed by the CQs' reads.
 pub(crate) fn enable_pending(
     fixed: &OnceLock<Binds>,
     pending: &Mutex<Binds>,
     engine: Arc<dyn Progress>,
+    needs_av: bool,
     kind: &str,
 ) -> Result<()> {
     if fixed.get().is_some() {
-        return Ok(());
+        return Err(already_enabled());
     }
     let b = lock(pending).clone();
+    if needs_av && b.av.is_none() {
+        return Err(Error::new(
+            ErrorKind::NoAv,
+            format!("verbs: {kind} needs an address vector before enable"),
+        ));
+    }
     if b.tx_cq.is_none() || b.rx_cq.is_none() {
         return Err(Error::new(
             ErrorKind::NoCq,
@@ -117,8 +122,21 @@ pub(crate) fn enable_pending(
     for cq in [&b.tx_cq, &b.rx_cq].into_iter().flatten() {
         cq.add_engine(Arc::downgrade(&engine));
     }
-    let _ = fixed.set(b);
-    Ok(())
+    fixed.set(b).map_err(|_| already_enabled())
+}
+
+/// A second `fi_enable`.
+pub(crate) fn already_enabled() -> Error {
+    Error::new(
+        ErrorKind::OpBadState,
+        "verbs: the endpoint is already enabled",
+    )
+}
+
+/// An operation that needs an enabled endpoint (`fi_cancel`) before
+/// `fi_enable`.
+pub(crate) fn not_enabled() -> Error {
+    Error::new(ErrorKind::OpBadState, "verbs: the endpoint is not enabled")
 }
 
 /// The fabric error kind of a work completion status.

@@ -846,7 +846,7 @@ impl Endpoint for MsgEndpoint {
     fn enable(&self) -> Result<()> {
         let inner = &self.inner;
         if inner.data.get().is_some() {
-            return Ok(());
+            return Err(super::already_enabled());
         }
         let mut binds = lock(&inner.binds).clone();
         if binds.eq.is_none() {

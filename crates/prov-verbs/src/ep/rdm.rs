@@ -84,6 +84,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use fabric_core::kit::av::AvTable;
+use fabric_core::kit::hash::IdMap;
 use fabric_core::kit::objects::{AddressBook, Av, Progress};
 use fabric_core::kit::tag::{Matcher, Posted, Unexpected};
 use fabric_core::objects::{
@@ -442,7 +443,7 @@ struct RmaOp {
 
 struct State {
     conns: Vec<Conn>,
-    by_qp: HashMap<u32, usize>,
+    by_qp: IdMap<u32, usize>,
     by_id: HashMap<usize, usize>,
     out: HashMap<SocketAddr, usize>,
     failed: HashMap<SocketAddr, Error>,
@@ -550,7 +551,7 @@ impl RdmEndpoint {
         let engine = Engine {
             state: Mutex::new(State {
                 conns: Vec::new(),
-                by_qp: HashMap::new(),
+                by_qp: IdMap::default(),
                 by_id: HashMap::new(),
                 out: HashMap::new(),
                 failed: HashMap::new(),
@@ -635,49 +636,25 @@ impl Engine {
         self.binds.get()
     }
 
-    fn push_rx(&self, e: CqEntry, src: FiAddr) {
+    /// A receive (or remote CQ data) finished well: counted and reported
+    /// through the kit's [`Binds`].
+    fn rx_done(&self, e: CqEntry, src: FiAddr) {
         if let Some(b) = self.binds() {
-            if let Some(c) = &b.cntr_recv {
-                c.add(1);
-            }
-            if let Some(cq) = &b.rx_cq {
-                cq.push(e, src);
-            }
+            b.rx_done(e, src, true);
         }
     }
 
-    fn push_rx_err(&self, e: CqErrEntry) {
+    /// A transmit finished well (reported when `report`).
+    fn tx_ok(&self, e: CqEntry, report: bool) {
         if let Some(b) = self.binds() {
-            if let Some(c) = &b.cntr_recv {
-                c.add_err(1);
-            }
-            if let Some(cq) = &b.rx_cq {
-                cq.push_err(e);
-            }
+            b.tx_done(e, report);
         }
     }
 
-    fn push_tx(&self, e: CqEntry, report: bool) {
+    /// A receive (`rx`) or transmit failed: an error count and `e`.
+    fn failed(&self, rx: bool, e: CqErrEntry) {
         if let Some(b) = self.binds() {
-            if let Some(c) = b.tx_counter(e.flags) {
-                c.add(1);
-            }
-            if report {
-                if let Some(cq) = &b.tx_cq {
-                    cq.push(e, FiAddr::NOTAVAIL);
-                }
-            }
-        }
-    }
-
-    fn push_tx_err(&self, e: CqErrEntry) {
-        if let Some(b) = self.binds() {
-            if let Some(c) = b.tx_counter(e.entry.flags) {
-                c.add_err(1);
-            }
-            if let Some(cq) = &b.tx_cq {
-                cq.push_err(e);
-            }
+            b.failed_entry(rx, e);
         }
     }
 
@@ -783,19 +760,25 @@ impl Engine {
             .collect();
         for k in waiting {
             if let Some(r) = st.rndv.remove(k) {
-                self.push_tx_err(CqErrEntry {
-                    entry: CqEntry {
-                        context: r.context,
-                        flags: r.flags,
-                        len: r.len,
-                        ..CqEntry::default()
+                self.failed(
+                    false,
+                    CqErrEntry {
+                        entry: CqEntry {
+                            context: r.context,
+                            flags: r.flags,
+                            len: r.len,
+                            ..CqEntry::default()
+                        },
+                        olen: 0,
+                        err: err.kind(),
+                        prov_errno: 0,
+                        err_text: format!(
+                            "verbs: the connection to the peer broke: {}",
+                            err.detail()
+                        ),
+                        src_addr: None,
                     },
-                    olen: 0,
-                    err: err.kind(),
-                    prov_errno: 0,
-                    err_text: format!("verbs: the connection to the peer broke: {}", err.detail()),
-                    src_addr: None,
-                });
+                );
             }
         }
         // Unexpected rendezvous announcements from it cannot be read.
@@ -1015,20 +998,23 @@ impl Engine {
             entry.data = h.data;
         }
         if data.len() > r.len {
-            self.push_rx_err(CqErrEntry {
-                entry,
-                olen: data.len() - r.len,
-                err: ErrorKind::Trunc,
-                prov_errno: 0,
-                err_text: format!(
-                    "verbs: a {}-byte message was truncated to the {}-byte receive",
-                    data.len(),
-                    r.len
-                ),
-                src_addr: None,
-            });
+            self.failed(
+                true,
+                CqErrEntry {
+                    entry,
+                    olen: data.len() - r.len,
+                    err: ErrorKind::Trunc,
+                    prov_errno: 0,
+                    err_text: format!(
+                        "verbs: a {}-byte message was truncated to the {}-byte receive",
+                        data.len(),
+                        r.len
+                    ),
+                    src_addr: None,
+                },
+            );
         } else if r.report {
-            self.push_rx(entry, src);
+            self.rx_done(entry, src);
         } else if let Some(c) = self.binds().and_then(|b| b.cntr_recv.as_ref()) {
             c.add(1);
         }
@@ -1039,19 +1025,22 @@ impl Engine {
         let total = usize::try_from(hdr.len).unwrap_or(usize::MAX);
         let n = total.min(r.len);
         let fail = |this: &Engine, st: &mut State, err: Error| {
-            this.push_rx_err(CqErrEntry {
-                entry: CqEntry {
-                    context: r.context,
-                    flags: recv_flags(r.tagged),
-                    tag: if r.tagged { hdr.tag } else { 0 },
-                    ..CqEntry::default()
+            this.failed(
+                true,
+                CqErrEntry {
+                    entry: CqEntry {
+                        context: r.context,
+                        flags: recv_flags(r.tagged),
+                        tag: if r.tagged { hdr.tag } else { 0 },
+                        ..CqEntry::default()
+                    },
+                    olen: 0,
+                    err: err.kind(),
+                    prov_errno: 0,
+                    err_text: err.detail().to_string(),
+                    src_addr: None,
                 },
-                olen: 0,
-                err: err.kind(),
-                prov_errno: 0,
-                err_text: err.detail().to_string(),
-                src_addr: None,
-            });
+            );
             this.send_control(
                 st,
                 conn,
@@ -1154,7 +1143,7 @@ impl Engine {
             },
         );
         if !ok {
-            self.push_rx_err(wc_error(wc, entry));
+            self.failed(true, wc_error(wc, entry));
             return;
         }
         if let Some(b) = &op.bounce {
@@ -1163,19 +1152,22 @@ impl Engine {
         }
         let total = usize::try_from(op.hdr.len).unwrap_or(usize::MAX);
         if total > r.len {
-            self.push_rx_err(CqErrEntry {
-                entry,
-                olen: total - r.len,
-                err: ErrorKind::Trunc,
-                prov_errno: 0,
-                err_text: format!(
-                    "verbs: a {total}-byte message was truncated to the {}-byte receive",
-                    r.len
-                ),
-                src_addr: None,
-            });
+            self.failed(
+                true,
+                CqErrEntry {
+                    entry,
+                    olen: total - r.len,
+                    err: ErrorKind::Trunc,
+                    prov_errno: 0,
+                    err_text: format!(
+                        "verbs: a {total}-byte message was truncated to the {}-byte receive",
+                        r.len
+                    ),
+                    src_addr: None,
+                },
+            );
         } else if r.report {
-            self.push_rx(entry, op.src);
+            self.rx_done(entry, op.src);
         } else if let Some(c) = self.binds().and_then(|b| b.cntr_recv.as_ref()) {
             c.add(1);
         }
@@ -1192,16 +1184,19 @@ impl Engine {
             ..CqEntry::default()
         };
         if h.flags & F_ERROR != 0 {
-            self.push_tx_err(CqErrEntry {
-                entry,
-                olen: 0,
-                err: ErrorKind::RemoteIo,
-                prov_errno: 0,
-                err_text: "verbs: the receiver could not read the message".into(),
-                src_addr: None,
-            });
+            self.failed(
+                false,
+                CqErrEntry {
+                    entry,
+                    olen: 0,
+                    err: ErrorKind::RemoteIo,
+                    prov_errno: 0,
+                    err_text: "verbs: the receiver could not read the message".into(),
+                    src_addr: None,
+                },
+            );
         } else {
-            self.push_tx(entry, r.report);
+            self.tx_ok(entry, r.report);
         }
     }
 
@@ -1272,14 +1267,14 @@ impl Engine {
         match t.kind {
             TxKind::Eager => {
                 if ok {
-                    self.push_tx(entry, t.report);
+                    self.tx_ok(entry, t.report);
                 } else {
-                    self.push_tx_err(wc_error(wc, entry));
+                    self.failed(false, wc_error(wc, entry));
                 }
             }
             TxKind::Rts => {
                 if !ok && st.rndv.remove(t.rndv).is_some() {
-                    self.push_tx_err(wc_error(wc, entry));
+                    self.failed(false, wc_error(wc, entry));
                 }
             }
             TxKind::Control | TxKind::Stage => {}
@@ -1309,9 +1304,9 @@ impl Engine {
             ..CqEntry::default()
         };
         if wc.status == ibv_wc_status::IBV_WC_SUCCESS {
-            self.push_tx(entry, op.report);
+            self.tx_ok(entry, op.report);
         } else {
-            self.push_tx_err(wc_error(wc, entry));
+            self.failed(false, wc_error(wc, entry));
         }
     }
 
@@ -1327,7 +1322,7 @@ impl Engine {
                         let imm = u32::from_be(unsafe { wc.__bindgen_anon_1.imm_data });
                         let src = conn.map_or(FiAddr::NOTAVAIL, |c| self.src_of(st, c));
                         if wc.wc_flags & ibv_wc_flags::IBV_WC_WITH_IMM != 0 {
-                            self.push_rx(
+                            self.rx_done(
                                 CqEntry {
                                     flags: CompletionFlags::RMA
                                         | CompletionFlags::REMOTE_WRITE
@@ -1600,32 +1595,39 @@ impl Engine {
             e
         };
         if flags.contains(OpFlags::PEEK) {
-            let claim = flags.contains(OpFlags::CLAIM).then_some(r.context);
-            let found = st
-                .tagged
-                .peek(msg.tag, msg.ignore, msg.addr, claim)
-                .map(|u| (entry_of(u.msg.hdr()), u.src));
+            // PEEK|DISCARD (with or without CLAIM) takes and drops the
+            // message, as tcp and shm (the kit's receive engine) do.
+            let found = if flags.contains(OpFlags::DISCARD) {
+                st.tagged
+                    .take_unexpected(msg.tag, msg.ignore, msg.addr)
+                    .map(|u| {
+                        let found = (entry_of(u.msg.hdr()), u.src);
+                        self.discard(st, u);
+                        found
+                    })
+            } else {
+                let claim = flags.contains(OpFlags::CLAIM).then_some(r.context);
+                st.tagged
+                    .peek(msg.tag, msg.ignore, msg.addr, claim)
+                    .map(|u| (entry_of(u.msg.hdr()), u.src))
+            };
             match found {
-                Some((e, src)) => {
-                    if flags.contains(OpFlags::DISCARD) && claim.is_none() {
-                        if let Some(u) = st.tagged.take_unexpected(msg.tag, msg.ignore, msg.addr) {
-                            self.discard(st, u);
-                        }
-                    }
-                    self.push_rx(e, src);
-                }
-                None => self.push_rx_err(CqErrEntry {
-                    entry: CqEntry {
-                        context: r.context,
-                        flags: recv_flags(true),
-                        ..CqEntry::default()
+                Some((e, src)) => self.rx_done(e, src),
+                None => self.failed(
+                    true,
+                    CqErrEntry {
+                        entry: CqEntry {
+                            context: r.context,
+                            flags: recv_flags(true),
+                            ..CqEntry::default()
+                        },
+                        olen: 0,
+                        err: ErrorKind::NoMsg,
+                        prov_errno: 0,
+                        err_text: "verbs: no message matches the peek".into(),
+                        src_addr: None,
                     },
-                    olen: 0,
-                    err: ErrorKind::NoMsg,
-                    prov_errno: 0,
-                    err_text: "verbs: no message matches the peek".into(),
-                    src_addr: None,
-                }),
+                ),
             }
             return Ok(());
         }
@@ -1637,9 +1639,10 @@ impl Engine {
             ));
         };
         if flags.contains(OpFlags::DISCARD) {
-            let e = entry_of(u.msg.hdr());
+            let (e, src) = (entry_of(u.msg.hdr()), u.src);
             self.discard(st, u);
-            self.push_rx(CqEntry { len: 0, ..e }, FiAddr::NOTAVAIL);
+            // The message's source, as on tcp and shm.
+            self.rx_done(CqEntry { len: 0, ..e }, src);
         } else {
             self.take_unexpected(st, r, u);
         }
@@ -1773,14 +1776,17 @@ impl Engine {
                 }
             }
         };
-        self.push_tx_err(CqErrEntry {
-            entry,
-            olen: 0,
-            err: err.kind(),
-            prov_errno: 0,
-            err_text: format!("verbs: the connection to the peer failed: {}", err.detail()),
-            src_addr: None,
-        });
+        self.failed(
+            false,
+            CqErrEntry {
+                entry,
+                olen: 0,
+                err: err.kind(),
+                prov_errno: 0,
+                err_text: format!("verbs: the connection to the peer failed: {}", err.detail()),
+                src_addr: None,
+            },
+        );
     }
 
     /// The local side of an RMA: registered (descriptor), staged (small,
@@ -2271,11 +2277,15 @@ impl Endpoint for RdmEndpoint {
             &self.inner.binds,
             &self.inner.pending,
             me,
+            true,
             "an RDM endpoint",
         )
     }
 
     fn cancel(&self, context: u64) -> Result<()> {
+        if self.inner.binds.get().is_none() {
+            return Err(super::not_enabled());
+        }
         let mut st = lock(&self.inner.state);
         let found = st
             .msg
@@ -2284,18 +2294,21 @@ impl Endpoint for RdmEndpoint {
         drop(st);
         match found {
             Some(p) => {
-                self.inner.push_rx_err(CqErrEntry {
-                    entry: CqEntry {
-                        context,
-                        flags: recv_flags(p.recv.tagged),
-                        ..CqEntry::default()
+                self.inner.failed(
+                    true,
+                    CqErrEntry {
+                        entry: CqEntry {
+                            context,
+                            flags: recv_flags(p.recv.tagged),
+                            ..CqEntry::default()
+                        },
+                        olen: 0,
+                        err: ErrorKind::Canceled,
+                        prov_errno: 0,
+                        err_text: "verbs: the receive was cancelled".into(),
+                        src_addr: None,
                     },
-                    olen: 0,
-                    err: ErrorKind::Canceled,
-                    prov_errno: 0,
-                    err_text: "verbs: the receive was cancelled".into(),
-                    src_addr: None,
-                });
+                );
                 Ok(())
             }
             None => Err(Error::new(
