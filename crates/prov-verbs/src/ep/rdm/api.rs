@@ -1,0 +1,390 @@
+//! The RDM endpoint's trait impls: messages, tagged, RMA, atomics, CM, and the endpoint itself.
+
+#[allow(clippy::wildcard_imports)]
+use super::*;
+
+impl RdmEndpoint {
+    fn report(b: &Binds, flags: OpFlags) -> bool {
+        !b.tx_selective || flags.contains(OpFlags::COMPLETION)
+    }
+
+    fn inject_any(
+        &self,
+        buf: &[u8],
+        dest: FiAddr,
+        tag: Option<u64>,
+        data: Option<u64>,
+    ) -> Result<()> {
+        let (e, _) = self.engine()?;
+        if buf.len() > crate::getinfo::RDM_INJECT_SIZE {
+            return Err(Error::new(
+                ErrorKind::MsgSize,
+                format!(
+                    "verbs: {} bytes exceed the inject size {}",
+                    buf.len(),
+                    crate::getinfo::RDM_INJECT_SIZE
+                ),
+            ));
+        }
+        let iov = [IoVec {
+            addr: buf.as_ptr().cast_mut(),
+            len: buf.len(),
+        }];
+        let msg = Msg {
+            iov: &iov,
+            desc: &[],
+            addr: dest,
+            tag: tag.unwrap_or(0),
+            ignore: 0,
+            context: 0,
+            data: data.unwrap_or(0),
+        };
+        let flags = if data.is_some() {
+            OpFlags::REMOTE_CQ_DATA
+        } else {
+            OpFlags::empty()
+        };
+        // SAFETY: eager data is copied before the call returns.
+        unsafe { e.send(&msg, flags, tag.is_some(), false) }
+    }
+}
+
+impl MsgOps for RdmEndpoint {
+    fn inject(&self, buf: &[u8], dest: FiAddr, data: Option<u64>) -> Result<()> {
+        self.inject_any(buf, dest, None, data)
+    }
+
+    unsafe fn sendmsg(&self, msg: &Msg<'_>, flags: OpFlags) -> Result<()> {
+        let (e, b) = self.engine()?;
+        // SAFETY: forwarded under the caller's guarantees.
+        unsafe { e.send(msg, flags, false, Self::report(b, flags)) }
+    }
+
+    unsafe fn recvmsg(&self, msg: &Msg<'_>, flags: OpFlags) -> Result<()> {
+        let (e, b) = self.engine()?;
+        let report = !b.rx_selective || flags.contains(OpFlags::COMPLETION);
+        // SAFETY: forwarded under the caller's guarantees.
+        unsafe { e.recv(msg, flags, false, report) }
+    }
+}
+
+impl TaggedOps for RdmEndpoint {
+    fn tinject(&self, buf: &[u8], dest: FiAddr, tag: u64, data: Option<u64>) -> Result<()> {
+        self.inject_any(buf, dest, Some(tag), data)
+    }
+
+    unsafe fn tsendmsg(&self, msg: &Msg<'_>, flags: OpFlags) -> Result<()> {
+        let (e, b) = self.engine()?;
+        // SAFETY: forwarded under the caller's guarantees.
+        unsafe { e.send(msg, flags, true, Self::report(b, flags)) }
+    }
+
+    unsafe fn trecvmsg(&self, msg: &Msg<'_>, flags: OpFlags) -> Result<()> {
+        let (e, b) = self.engine()?;
+        let report = !b.rx_selective || flags.contains(OpFlags::COMPLETION);
+        // SAFETY: forwarded under the caller's guarantees.
+        unsafe { e.recv(msg, flags, true, report) }
+    }
+}
+
+fn rkey(key: u64) -> Result<u32> {
+    u32::try_from(key).map_err(|_| {
+        Error::new(
+            ErrorKind::NoKey,
+            format!("verbs: {key:#x} is not a verbs memory key (32 bits)"),
+        )
+    })
+}
+
+impl RmaOps for RdmEndpoint {
+    fn inject_write(
+        &self,
+        buf: &[u8],
+        dest: FiAddr,
+        remote: fabric_core::objects::RmaIov,
+        data: Option<u64>,
+    ) -> Result<()> {
+        if buf.len() > crate::getinfo::RDM_INJECT_SIZE {
+            return Err(Error::new(
+                ErrorKind::MsgSize,
+                "verbs: inject_write exceeds the inject size",
+            ));
+        }
+        let iov = [IoVec {
+            addr: buf.as_ptr().cast_mut(),
+            len: buf.len(),
+        }];
+        let rma = [remote];
+        let msg = RmaMsg {
+            iov: &iov,
+            desc: &[],
+            addr: dest,
+            rma_iov: &rma,
+            context: 0,
+            data: data.unwrap_or(0),
+        };
+        let flags = if data.is_some() {
+            OpFlags::REMOTE_CQ_DATA
+        } else {
+            OpFlags::empty()
+        };
+        // SAFETY: data up to the inject size is staged (copied) before the
+        // call returns.
+        unsafe { self.rma(&msg, flags, true, false) }
+    }
+
+    unsafe fn readmsg(&self, msg: &RmaMsg<'_>, flags: OpFlags) -> Result<()> {
+        let (_, b) = self.engine()?;
+        // SAFETY: forwarded under the caller's guarantees.
+        unsafe { self.rma(msg, flags, false, Self::report(b, flags)) }
+    }
+
+    unsafe fn writemsg(&self, msg: &RmaMsg<'_>, flags: OpFlags) -> Result<()> {
+        let (_, b) = self.engine()?;
+        // SAFETY: forwarded under the caller's guarantees.
+        unsafe { self.rma(msg, flags, true, Self::report(b, flags)) }
+    }
+}
+
+impl RdmEndpoint {
+    /// # Safety
+    ///
+    /// As [`RmaOps::writemsg`] / [`RmaOps::readmsg`].
+    unsafe fn rma(
+        &self,
+        msg: &RmaMsg<'_>,
+        flags: OpFlags,
+        write: bool,
+        report: bool,
+    ) -> Result<()> {
+        let (e, _) = self.engine()?;
+        let [remote] = msg.rma_iov else {
+            return Err(Error::inval(format!(
+                "verbs: {} remote ranges; rma_iov_limit is 1",
+                msg.rma_iov.len()
+            )));
+        };
+        let key = rkey(remote.key)?;
+        let len = iov_len(msg.iov)?;
+        let imm = if write && flags.contains(OpFlags::REMOTE_CQ_DATA) {
+            Some(crate::ep::imm(msg.data)?)
+        } else {
+            None
+        };
+        let mut st = lock(&e.state);
+        if st.tx_free.is_empty() {
+            e.progress_locked(&mut st, false)?;
+        }
+        // SAFETY: forwarded under the caller's guarantees.
+        let (sge, mr, stage, copy_back) =
+            unsafe { e.rma_local(&mut st, msg.iov, msg.desc, write)? };
+        let op = RmaOp {
+            context: msg.context,
+            flags: CompletionFlags::RMA
+                | if write {
+                    CompletionFlags::WRITE
+                } else {
+                    CompletionFlags::READ
+                },
+            len,
+            report,
+            _mr: mr,
+            copy_back,
+            stage,
+        };
+        let wr = RmaWr {
+            opcode: match (write, imm) {
+                (false, _) => ibv_wr_opcode::IBV_WR_RDMA_READ,
+                (true, None) => ibv_wr_opcode::IBV_WR_RDMA_WRITE,
+                (true, Some(_)) => ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM,
+            },
+            remote_addr: remote.addr,
+            rkey: key,
+            compare_add: 0,
+            swap: 0,
+            imm,
+            sge,
+        };
+        e.post_rma(&mut st, msg.addr, op, wr)
+    }
+}
+
+impl AtomicOps for RdmEndpoint {
+    fn atomic_valid(
+        &self,
+        datatype: Datatype,
+        op: AtomicOp,
+        fetch: bool,
+        compare: bool,
+    ) -> Result<usize> {
+        if self.inner.domain.limits.atomics && atomic_ok(datatype, op, fetch, compare) {
+            Ok(1)
+        } else {
+            Err(Error::new(
+                ErrorKind::OpNotSupp,
+                format!("verbs: atomic {op} on {datatype} is not supported"),
+            ))
+        }
+    }
+
+    unsafe fn atomicmsg(&self, msg: &AtomicMsg<'_>, flags: OpFlags) -> Result<()> {
+        let (e, b) = self.engine()?;
+        let fetch = !msg.result.is_empty();
+        let compare = !msg.compare.is_empty();
+        self.atomic_valid(msg.datatype, msg.op, fetch, compare)?;
+        let [remote] = msg.rma_iov else {
+            return Err(Error::inval("verbs: a verbs atomic has one remote range"));
+        };
+        if remote.len != 1 || remote.addr % 8 != 0 {
+            return Err(Error::inval(
+                "verbs: a verbs atomic updates one 8-byte aligned element",
+            ));
+        }
+        let key = rkey(remote.key)?;
+        let read8 = |what: &str, iov: &[IoVec]| -> Result<u64> {
+            match iov {
+                // SAFETY: the caller guarantees the operand is readable.
+                [p] if p.len == 8 => Ok(unsafe { std::ptr::read_unaligned(p.addr.cast::<u64>()) }),
+                _ => Err(Error::inval(format!(
+                    "verbs: the {what} of a verbs atomic is one 8-byte element"
+                ))),
+            }
+        };
+        let operand = if msg.op == AtomicOp::AtomicRead {
+            0
+        } else {
+            read8("operand", msg.iov)?
+        };
+        let cmp = if compare {
+            read8("compare value", msg.compare)?
+        } else {
+            0
+        };
+        let result = match (fetch, msg.result) {
+            (false, _) => None,
+            (true, [p]) if p.len >= 8 => Some(p.addr as usize),
+            _ => {
+                return Err(Error::inval(
+                    "verbs: the result of a verbs atomic is one 8-byte element",
+                ));
+            }
+        };
+        let mut st = lock(&e.state);
+        if st.tx_free.is_empty() {
+            e.progress_locked(&mut st, false)?;
+        }
+        let Some(slot) = st.tx_free.pop() else {
+            return Err(again("verbs: every send buffer is in use"));
+        };
+        st.tx[slot].kind = TxKind::Stage;
+        let op = RmaOp {
+            context: msg.context,
+            flags: CompletionFlags::ATOMIC
+                | if fetch {
+                    CompletionFlags::READ
+                } else {
+                    CompletionFlags::WRITE
+                },
+            len: 8,
+            report: Self::report(b, flags),
+            _mr: None,
+            copy_back: result.map(|r| (slot, r, 8)),
+            stage: Some(slot),
+        };
+        let sge = ibv_sge {
+            addr: e.tx_pool.buf(slot) as u64,
+            length: 8,
+            lkey: e.tx_pool.lkey(),
+        };
+        let swap = msg.op == AtomicOp::Cswap;
+        let wr = RmaWr {
+            opcode: if swap {
+                ibv_wr_opcode::IBV_WR_ATOMIC_CMP_AND_SWP
+            } else {
+                ibv_wr_opcode::IBV_WR_ATOMIC_FETCH_AND_ADD
+            },
+            remote_addr: remote.addr,
+            rkey: key,
+            compare_add: if swap { cmp } else { operand },
+            swap: if swap { operand } else { 0 },
+            imm: None,
+            sge,
+        };
+        e.post_rma(&mut st, msg.addr, op, wr)
+    }
+}
+
+impl CmOps for RdmEndpoint {
+    fn getname(&self) -> Result<Address> {
+        Ok(Address::from(self.inner.name))
+    }
+
+    fn getpeer(&self) -> Result<Address> {
+        Err(Error::new(
+            ErrorKind::OpNotSupp,
+            "verbs: RDM endpoints have no single peer",
+        ))
+    }
+}
+
+impl Endpoint for RdmEndpoint {
+    fn info(&self) -> &Info {
+        &self.inner.info
+    }
+
+    fn bind(&self, what: Bind<'_>) -> Result<()> {
+        crate::ep::bind_pending(
+            &self.inner.binds,
+            &self.inner.pending,
+            what,
+            crate::ep::RDM_ACCEPTS,
+        )
+    }
+
+    fn enable(&self) -> Result<()> {
+        let me: Arc<dyn Progress> = self.inner.clone();
+        crate::ep::enable_pending(
+            &self.inner.binds,
+            &self.inner.pending,
+            me,
+            true,
+            "an RDM endpoint",
+        )
+    }
+
+    fn cancel(&self, context: u64) -> Result<()> {
+        if self.inner.binds.get().is_none() {
+            return Err(crate::ep::not_enabled());
+        }
+        let mut st = lock(&self.inner.state);
+        let found = st
+            .msg
+            .cancel(|r| r.context == context)
+            .or_else(|| st.tagged.cancel(|r| r.context == context));
+        drop(st);
+        match found {
+            Some(p) => {
+                self.inner.failed(
+                    true,
+                    CqErrEntry {
+                        entry: CqEntry {
+                            context,
+                            flags: recv_flags(p.recv.tagged),
+                            ..CqEntry::default()
+                        },
+                        olen: 0,
+                        err: ErrorKind::Canceled,
+                        prov_errno: 0,
+                        err_text: "verbs: the receive was cancelled".into(),
+                        src_addr: None,
+                    },
+                );
+                Ok(())
+            }
+            None => Err(Error::new(
+                ErrorKind::NoEnt,
+                "verbs: no posted receive has this context",
+            )),
+        }
+    }
+}

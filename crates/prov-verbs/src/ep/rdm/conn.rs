@@ -1,0 +1,320 @@
+//! RDM connections: made on demand through rdma_cm (address, route, request; the accepting side is up at the first message), their backlog, failure, and control messages.
+
+#[allow(clippy::wildcard_imports)]
+use super::*;
+
+impl Engine {
+    pub(super) fn new_qp(&self, id: &mut CmId) -> Result<()> {
+        let mut attr = ibv_qp_init_attr {
+            send_cq: self.cq.as_ptr(),
+            recv_cq: self.cq.as_ptr(),
+            srq: self.srq.as_ptr(),
+            qp_type: ibv_qp_type::IBV_QPT_RC,
+            ..ibv_qp_init_attr::default()
+        };
+        attr.cap.max_send_wr = QP_DEPTH.min(self.domain.limits.max_qp_wr.max(1) as u32);
+        attr.cap.max_send_sge = 1;
+        attr.cap.max_recv_sge = 1;
+        attr.cap.max_inline_data = 0;
+        id.create_qp(&self.domain.pd, &mut attr)
+    }
+
+    pub(super) fn conn_param<'a>(&self, data: &'a [u8]) -> ConnParam<'a> {
+        let l = &self.domain.limits;
+        ConnParam {
+            data,
+            responder_resources: l.max_rd_atom.clamp(1, RD_ATOMIC),
+            initiator_depth: l.max_init_rd_atom.clamp(1, RD_ATOMIC),
+        }
+    }
+
+    /// The outgoing connection to `dest`, established or being made
+    /// (work for it then waits in its backlog); starts one when there is
+    /// none. A connection that failed returns its error once.
+    pub(super) fn conn_to(&self, st: &mut State, dest: FiAddr) -> Result<usize> {
+        let addr = self.av()?.lookup(dest)?;
+        let peer = addr
+            .socket_addr()
+            .ok_or_else(|| Error::inval(format!("verbs: `{addr}` is not an IP socket address")))?;
+        if st
+            .out
+            .get(&peer)
+            .is_some_and(|&i| st.conns[i].state != ConnState::Up)
+        {
+            // Move the connection along even if the application does not
+            // read its CQs between operations.
+            self.progress_locked(st, true)?;
+        }
+        if let Some(&i) = st.out.get(&peer) {
+            if st.conns[i].state != ConnState::Down {
+                return Ok(i);
+            }
+            st.out.remove(&peer);
+        }
+        if let Some(e) = st.failed.remove(&peer) {
+            return Err(e);
+        }
+        let id = CmId::new(&self.channel)?;
+        id.bind(&SocketAddr::new(self.name.ip(), 0))?;
+        id.resolve_addr(&peer)?;
+        let i = st.conns.len();
+        st.by_id.insert(id.as_ptr() as usize, i);
+        st.conns.push(Conn {
+            id,
+            peer: Some(peer),
+            outgoing: true,
+            state: ConnState::Resolving,
+            backlog: VecDeque::new(),
+        });
+        st.out.insert(peer, i);
+        Ok(i)
+    }
+
+    pub(super) fn conn_failed(&self, st: &mut State, i: usize, err: Error) {
+        let Some(c) = st.conns.get_mut(i) else { return };
+        c.state = ConnState::Down;
+        let backlog = std::mem::take(&mut c.backlog);
+        for d in backlog {
+            self.fail_deferred(st, d, &err);
+        }
+        let Some(c) = st.conns.get_mut(i) else { return };
+        if let Some(p) = c.peer {
+            if c.outgoing && st.out.get(&p) == Some(&i) {
+                st.out.remove(&p);
+                st.failed.insert(p, err.clone());
+            }
+        }
+        // Rendezvous sends waiting for a FIN on this connection fail.
+        let waiting: Vec<usize> = (0..st.rndv.items.len())
+            .filter(|&k| st.rndv.get(k).is_some_and(|r| r.conn == i))
+            .collect();
+        for k in waiting {
+            if let Some(r) = st.rndv.remove(k) {
+                self.failed(
+                    false,
+                    CqErrEntry {
+                        entry: CqEntry {
+                            context: r.context,
+                            flags: r.flags,
+                            len: r.len,
+                            ..CqEntry::default()
+                        },
+                        olen: 0,
+                        err: err.kind(),
+                        prov_errno: 0,
+                        err_text: format!(
+                            "verbs: the connection to the peer broke: {}",
+                            err.detail()
+                        ),
+                        src_addr: None,
+                    },
+                );
+            }
+        }
+        // Unexpected rendezvous announcements from it cannot be read.
+        st.msg
+            .drop_unexpected(|u| matches!(u.msg, Unex::Rts { conn, .. } if conn == i));
+        st.tagged
+            .drop_unexpected(|u| matches!(u.msg, Unex::Rts { conn, .. } if conn == i));
+    }
+
+    /// The connection is established (its event arrived, or, on the
+    /// accepting side, a message did: the peer is then ready to receive,
+    /// and the accepted QP was ready to send since the accept): posts
+    /// what waited for it.
+    pub(super) fn mark_up(&self, st: &mut State, i: usize) {
+        let Some(c) = st.conns.get_mut(i) else { return };
+        if c.state == ConnState::Up {
+            return;
+        }
+        c.state = ConnState::Up;
+        let backlog = std::mem::take(&mut c.backlog);
+        for d in backlog {
+            if let Err(e) = self.post_deferred(st, i, &d) {
+                self.fail_deferred(st, d, &e);
+            }
+        }
+    }
+
+    pub(super) fn handle_cm(&self, st: &mut State, e: CmEvent) {
+        if e.kind == ev::RDMA_CM_EVENT_CONNECT_REQUEST {
+            // SAFETY: a connect request's id is new and ours.
+            let mut id = unsafe { CmId::from_request(e.id, &self.channel) };
+            let peer = decode_name(&e.data);
+            if let Err(err) = self
+                .new_qp(&mut id)
+                .and_then(|()| id.accept(&self.conn_param(&[])))
+            {
+                tracing::debug!(error = %err, "verbs: RDM endpoint cannot accept a connection");
+                let _ = id.reject(&[]);
+                return;
+            }
+            let i = st.conns.len();
+            st.by_id.insert(id.as_ptr() as usize, i);
+            // SAFETY: the QP was just created.
+            st.by_qp.insert(unsafe { (*id.qp()).qp_num }, i);
+            st.conns.push(Conn {
+                id,
+                peer,
+                outgoing: false,
+                state: ConnState::Connecting,
+                backlog: VecDeque::new(),
+            });
+            return;
+        }
+        let Some(&i) = st.by_id.get(&(e.id.0 as usize)) else {
+            return;
+        };
+        match e.kind {
+            ev::RDMA_CM_EVENT_ADDR_RESOLVED => {
+                if let Err(err) = st.conns[i].id.resolve_route() {
+                    self.conn_failed(st, i, err);
+                }
+            }
+            ev::RDMA_CM_EVENT_ROUTE_RESOLVED => {
+                let name = encode_name(&self.name);
+                let r = {
+                    let c = &mut st.conns[i];
+                    self.new_qp(&mut c.id)
+                        .and_then(|()| c.id.connect(&self.conn_param(&name)))
+                };
+                match r {
+                    Ok(()) => {
+                        st.conns[i].state = ConnState::Connecting;
+                        // SAFETY: the QP was just created.
+                        let qpn = unsafe { (*st.conns[i].qp()).qp_num };
+                        st.by_qp.insert(qpn, i);
+                    }
+                    Err(err) => self.conn_failed(st, i, err),
+                }
+            }
+            ev::RDMA_CM_EVENT_ESTABLISHED => self.mark_up(st, i),
+            ev::RDMA_CM_EVENT_REJECTED => self.conn_failed(
+                st,
+                i,
+                Error::new(
+                    ErrorKind::ConnRefused,
+                    format!(
+                        "verbs: the peer refused the connection (reason {})",
+                        e.status
+                    ),
+                ),
+            ),
+            ev::RDMA_CM_EVENT_ADDR_ERROR
+            | ev::RDMA_CM_EVENT_ROUTE_ERROR
+            | ev::RDMA_CM_EVENT_UNREACHABLE
+            | ev::RDMA_CM_EVENT_CONNECT_ERROR => self.conn_failed(
+                st,
+                i,
+                Error::new(
+                    ErrorKind::HostUnreach,
+                    format!("verbs: {} (status {})", e.name(), e.status),
+                ),
+            ),
+            ev::RDMA_CM_EVENT_DISCONNECTED | ev::RDMA_CM_EVENT_DEVICE_REMOVAL => {
+                let _ = st.conns[i].id.disconnect();
+                st.conns[i].state = ConnState::Down;
+                let peer = st.conns[i].peer;
+                if let Some(p) = peer {
+                    if st.out.get(&p) == Some(&i) {
+                        st.out.remove(&p);
+                    }
+                }
+                self.conn_failed(
+                    st,
+                    i,
+                    Error::new(ErrorKind::ConnReset, "verbs: the peer disconnected"),
+                );
+                // A later operation may reconnect: not a standing failure.
+                if let Some(p) = peer {
+                    st.failed.remove(&p);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Posts a send of buffer `slot` (header and eager data already in
+    /// it), or keeps it until the connection is made.
+    pub(super) fn post_buf(
+        &self,
+        st: &mut State,
+        conn: usize,
+        slot: usize,
+        bytes: usize,
+    ) -> Result<()> {
+        let c = st
+            .conns
+            .get_mut(conn)
+            .ok_or_else(|| Error::new(ErrorKind::NotConn, "verbs: no such connection"))?;
+        match c.state {
+            ConnState::Up => {}
+            ConnState::Resolving | ConnState::Connecting => {
+                c.backlog.push_back(Deferred::Buf { slot, bytes });
+                return Ok(());
+            }
+            ConnState::Down => {
+                return Err(Error::new(
+                    ErrorKind::NotConn,
+                    "verbs: the connection is down",
+                ));
+            }
+        }
+        self.post_buf_now(c.qp(), slot, bytes)
+    }
+
+    pub(super) fn post_buf_now(&self, qp: *mut ibv_qp, slot: usize, bytes: usize) -> Result<()> {
+        let mut sge = ibv_sge {
+            addr: self.tx_pool.buf(slot) as u64,
+            length: bytes as u32,
+            lkey: self.tx_pool.lkey(),
+        };
+        let mut wr = ibv_send_wr {
+            wr_id: K_TX | slot as u64,
+            sg_list: &mut sge,
+            num_sge: 1,
+            opcode: ibv_wr_opcode::IBV_WR_SEND,
+            send_flags: ibv_send_flags::IBV_SEND_SIGNALED,
+            ..ibv_send_wr::default()
+        };
+        // SAFETY: the QP is live while its connection is in the table; the
+        // buffer is registered and owned by this slot until its completion.
+        match unsafe { verbs::post_send(qp, &mut wr) } {
+            Ok(()) => Ok(()),
+            Err(libc::ENOMEM) => Err(Error::again()),
+            Err(e) => Err(from_errno(e, "ibv_post_send")),
+        }
+    }
+
+    /// Sends a control header (FIN) now, or queues it until a send buffer
+    /// is free.
+    pub(super) fn send_control(&self, st: &mut State, conn: usize, h: Hdr) {
+        let Some(slot) = st.tx_free.pop() else {
+            st.control.push_back((conn, h));
+            return;
+        };
+        // SAFETY: the slot's buffer is ours until its completion; BUF >= HDR.
+        unsafe { std::ptr::copy_nonoverlapping(h.encode().as_ptr(), self.tx_pool.buf(slot), HDR) };
+        st.tx[slot] = TxBuf {
+            kind: TxKind::Control,
+            context: 0,
+            flags: CompletionFlags::empty(),
+            len: 0,
+            report: false,
+            rndv: 0,
+        };
+        if let Err(e) = self.post_buf(st, conn, slot, HDR) {
+            tracing::debug!(error = %e, "verbs: cannot send a control message");
+            st.tx_free.push(slot);
+        }
+    }
+
+    pub(super) fn flush_control(&self, st: &mut State) {
+        while !st.tx_free.is_empty() {
+            let Some((conn, h)) = st.control.pop_front() else {
+                break;
+            };
+            self.send_control(st, conn, h);
+        }
+    }
+}

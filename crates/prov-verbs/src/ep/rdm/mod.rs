@@ -1,0 +1,1160 @@
+//! RDM endpoints: reliable, unconnected messaging over RC queue pairs that
+//! are connected on demand, so that applications written for the tcp and
+//! shm RDM endpoints run unchanged on RDMA.
+//!
+//! # Connections
+//!
+//! An RDM endpoint listens with rdma_cm on its own address (its name,
+//! `fi_getname`). The first operation towards a peer starts a connection to
+//! the peer's name; operations posted meanwhile wait in the connection's
+//! backlog (holding their send buffers) and go out once it is established.
+//! The endpoint's progress, driven by reading its CQs, moves the connection
+//! along: address and route resolution, then the request, whose private
+//! data carries this endpoint's name so the peer knows who it is for
+//! FI_SOURCE. The accepting side treats the connection as established at
+//! the first message that arrives on it (its QP was ready to send since the
+//! accept). An endpoint
+//! sends only on connections it initiated, so the messages from one
+//! endpoint to another keep their order; it receives on any. When two
+//! endpoints talk both ways they hold two connections, which needs no
+//! tie-breaking. A peer that cannot be reached fails what waited for the
+//! connection with error completions (`FI_EHOSTUNREACH`,
+//! `FI_ECONNREFUSED`), and the next operation returns that error once; a
+//! connection that breaks fails what was in flight on it (error
+//! completions with the verbs status), and the next operation connects
+//! again.
+//!
+//! A peer process that dies is seen through its kernel: closing its
+//! rdma_cm file destroys its ids, and the CM sends a disconnect request
+//! (DREQ) for each connected one. Both connections to it then report
+//! `DISCONNECTED`, are moved to the error state, and everything aimed at
+//! the peer fails: work requests flush, rendezvous sends waiting for a FIN
+//! fail with `FI_ECONNRESET`. `tests/fault.rs` measures it in the rxe rig
+//! (SIGKILL mid-transfer): 20-50 ms. A peer whose host or link dies sends
+//! no DREQ; its connections fail when the QP exhausts its retries:
+//! `retry_count` 7 times the ACK timeout rdma_cm picks from the path
+//! (for RoCE 4.096 us x 2^(packet life time + 1), about 0.5 s: about 4 s
+//! in all). The ACK timeout is left to rdma_cm: a value short enough to
+//! detect a dead host within 1 s (`RDMA_OPTION_ID_ACK_TIMEOUT` 14, 67 ms)
+//! would retransmit, and after 7 tries fail healthy connections, under
+//! congestion or on large fabrics where the round trip is longer.
+//!
+//! # Protocol (version 1)
+//!
+//! Every message starts with a 56-byte header, little-endian:
+//!
+//! | offset | size | field |
+//! |---:|---:|---|
+//! | 0 | 1 | op: 1 message, 2 tagged message, 3 message RTS, 4 tagged RTS, 5 FIN |
+//! | 1 | 1 | flags: bit 0 remote CQ data present, bit 1 error (FIN) |
+//! | 2 | 6 | zero |
+//! | 8 | 8 | tag (tagged ops) |
+//! | 16 | 8 | remote CQ data |
+//! | 24 | 8 | message length |
+//! | 32 | 8 | rendezvous id (RTS, FIN) |
+//! | 40 | 8 | source address of the data (RTS) |
+//! | 48 | 4 | remote key of the data (RTS) |
+//! | 52 | 4 | zero |
+//!
+//! - **Eager** (up to [`EAGER_MAX`] bytes): the data follows the header in
+//!   the same send; it is copied into a registered send buffer, so user
+//!   buffers need no registration and the buffer is free when the call
+//!   returns. Receives land in a shared receive queue of registered
+//!   buffers; a matching posted receive gets a copy, else the message
+//!   waits in the unexpected queue.
+//! - **Rendezvous** (larger): the sender registers its buffer for remote
+//!   reads and sends an RTS; once a receive matches, the receiver reads the
+//!   data with one RDMA read straight into the receive buffer (registered
+//!   on the fly) and answers FIN; the send completes on the FIN.
+//! - Tag matching, the unexpected queue, directed receive, FI_PEEK /
+//!   FI_CLAIM / FI_DISCARD use [`fabric_core::kit::tag::Matcher`].
+//! - RMA and atomics go straight to the NIC on the connection (RDMA write /
+//!   read, fetch-add, compare-swap); remote CQ data of a write arrives as
+//!   the immediate of an RDMA write and is reported in the target's
+//!   receive CQ without consuming a posted receive.
+//!
+//! Headers of another version, unknown ops or lengths that do not add up
+//! are dropped with a debug line; the peer is then stuck, not this
+//! endpoint.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::BorrowedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use fabric_core::kit::av::AvTable;
+use fabric_core::kit::hash::IdMap;
+use fabric_core::kit::objects::{AddressBook, Av, Progress};
+use fabric_core::kit::tag::{Matcher, Posted, Unexpected};
+use fabric_core::objects::{
+    AtomicMsg, AtomicOp, AtomicOps, Bind, CmOps, CompletionFlags, CqEntry, CqErrEntry, Datatype,
+    Endpoint, FiAddr, IoVec, Msg, MsgOps, RmaMsg, RmaOps, TaggedOps,
+};
+use fabric_core::resolve::{Query, resolve};
+use fabric_core::{Address, Caps, Error, ErrorKind, Info, OpFlags, Result};
+use fabric_sys::ffi::{
+    ibv_qp, ibv_qp_init_attr, ibv_qp_type, ibv_send_flags, ibv_send_wr, ibv_sge, ibv_wc,
+    ibv_wc_flags, ibv_wc_opcode, ibv_wc_status, ibv_wr_opcode, rdma_cm_event_type as ev,
+};
+
+use super::msg::atomic_ok;
+use super::{Binds, IOV_MAX, iov_len, lock, wc_error};
+use crate::domain::{DomainCore, lkey_of};
+use crate::raw::cm::{CmEvent, CmId, ConnParam, EventChannel};
+use crate::raw::from_errno;
+use crate::raw::verbs::{self, HwCq, Mr, Pool, Srq};
+
+/// Bytes of unexpected messages an RDM endpoint buffers before it warns
+/// (it keeps accepting: nothing already sent is dropped).
+pub(crate) const UNEXPECTED_BUDGET: usize = 8 << 20;
+/// Largest RDM message.
+pub(crate) const MAX_MSG_SIZE: usize = 1 << 30;
+/// Largest message sent eagerly (copied through registered buffers).
+pub(crate) const EAGER_MAX: usize = 8192;
+/// Header size.
+const HDR: usize = 56;
+/// Size of one send / receive buffer.
+const BUF: usize = HDR + EAGER_MAX;
+/// Send buffers per endpoint.
+const TX_BUFS: usize = 256;
+/// Receive buffers per endpoint (in its shared receive queue).
+const RX_BUFS: usize = 256;
+/// Send queue depth of each connection.
+const QP_DEPTH: u32 = 640;
+/// Outstanding reads / atomics per connection.
+const RD_ATOMIC: u8 = 16;
+
+const K_RX: u64 = 1 << 62;
+const K_TX: u64 = 2 << 62;
+const K_READ: u64 = 3 << 62;
+const K_RMA: u64 = (3 << 62) | (1 << 61);
+const KIND_MASK: u64 = 3 << 62;
+const INDEX_MASK: u64 = (1 << 61) - 1;
+
+const OP_MSG: u8 = 1;
+const OP_TAGGED: u8 = 2;
+const OP_MSG_RTS: u8 = 3;
+const OP_TAGGED_RTS: u8 = 4;
+const OP_FIN: u8 = 5;
+const F_DATA: u8 = 1;
+const F_ERROR: u8 = 2;
+
+mod api;
+mod conn;
+mod rx;
+mod slab;
+mod wire;
+
+use slab::Slab;
+pub(crate) use wire::new_av;
+use wire::{Hdr, decode_name, encode_name};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ConnState {
+    Resolving,
+    Connecting,
+    Up,
+    Down,
+}
+
+struct Conn {
+    id: CmId,
+    peer: Option<SocketAddr>,
+    outgoing: bool,
+    state: ConnState,
+    /// Work posted while the connection is being made.
+    backlog: VecDeque<Deferred>,
+}
+
+/// An RMA or atomic work request (also kept while connecting).
+#[derive(Clone, Copy)]
+struct RmaWr {
+    opcode: u32,
+    remote_addr: u64,
+    rkey: u32,
+    compare_add: u64,
+    swap: u64,
+    imm: Option<u32>,
+    sge: ibv_sge,
+}
+
+/// Work waiting for its connection.
+enum Deferred {
+    /// A send of a send buffer holding `bytes`.
+    Buf { slot: usize, bytes: usize },
+    /// An RMA / atomic op `idx` of the op table.
+    Rma { idx: usize, wr: RmaWr },
+}
+
+impl Conn {
+    fn qp(&self) -> *mut ibv_qp {
+        self.id.qp()
+    }
+}
+
+/// A posted receive.
+#[derive(Debug, Clone, Copy)]
+struct Recv {
+    context: u64,
+    iov: [IoVec; IOV_MAX],
+    n: usize,
+    len: usize,
+    tagged: bool,
+    report: bool,
+}
+
+// SAFETY: the pieces are application buffers handed to the provider by
+// `recvmsg` / `trecvmsg`, whose contract keeps them valid and unused by
+// anyone else until the receive completes; the provider writes them from
+// whichever thread progresses the endpoint, under the engine's lock.
+unsafe impl Send for Recv {}
+
+impl Recv {
+    fn pieces(&self) -> &[IoVec] {
+        &self.iov[..self.n]
+    }
+}
+
+/// A message that arrived before its receive.
+#[derive(Debug)]
+enum Unex {
+    Eager { data: Vec<u8>, hdr: Hdr },
+    Rts { hdr: Hdr, conn: usize },
+}
+
+impl Unex {
+    fn hdr(&self) -> &Hdr {
+        match self {
+            Unex::Eager { hdr, .. } | Unex::Rts { hdr, .. } => hdr,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TxKind {
+    /// An eager message: complete on its send completion.
+    Eager,
+    /// An RTS: the send completes on the FIN.
+    Rts,
+    /// A FIN or other control message.
+    Control,
+    /// Staging of an RMA or atomic (the buffer is returned with the op).
+    Stage,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct TxBuf {
+    kind: TxKind,
+    context: u64,
+    flags: CompletionFlags,
+    len: usize,
+    report: bool,
+    rndv: usize,
+}
+
+/// A rendezvous send waiting for its FIN.
+struct RndvTx {
+    context: u64,
+    flags: CompletionFlags,
+    len: usize,
+    report: bool,
+    conn: usize,
+    _mr: Mr,
+    _owned: Option<Vec<u8>>,
+}
+
+/// An RDMA read of a rendezvous receive.
+struct ReadOp {
+    recv: Recv,
+    hdr: Hdr,
+    n: usize,
+    src: FiAddr,
+    conn: usize,
+    _mr: Mr,
+    /// Where the data lands when the receive is several pieces.
+    bounce: Option<Vec<u8>>,
+}
+
+/// An RMA or atomic operation.
+struct RmaOp {
+    context: u64,
+    flags: CompletionFlags,
+    len: usize,
+    report: bool,
+    _mr: Option<Mr>,
+    /// Copy-back from a staging send buffer: (buffer, destination, length).
+    copy_back: Option<(usize, usize, usize)>,
+    stage: Option<usize>,
+}
+
+struct State {
+    conns: Vec<Conn>,
+    by_qp: IdMap<u32, usize>,
+    by_id: HashMap<usize, usize>,
+    out: HashMap<SocketAddr, usize>,
+    failed: HashMap<SocketAddr, Error>,
+    msg: Matcher<Recv, Unex>,
+    tagged: Matcher<Recv, Unex>,
+    unexpected_bytes: usize,
+    tx_free: Vec<usize>,
+    tx: Vec<TxBuf>,
+    rndv: Slab<RndvTx>,
+    reads: Slab<ReadOp>,
+    rma: Slab<RmaOp>,
+    control: VecDeque<(usize, Hdr)>,
+}
+
+pub(crate) struct Engine {
+    // Declared first: connections (QPs) are destroyed before the SRQ, the
+    // CQ and the buffers they use.
+    state: Mutex<State>,
+    /// Listens on the endpoint's name (kept for its lifetime).
+    _listener: CmId,
+    srq: Srq,
+    cq: HwCq,
+    tx_pool: Pool,
+    rx_pool: Pool,
+    channel: Arc<EventChannel>,
+    info: Info,
+    domain: Arc<DomainCore>,
+    name: SocketAddr,
+    binds: OnceLock<Binds>,
+    /// Binds given before enable.
+    pending: Mutex<Binds>,
+    armed: AtomicBool,
+    cm_hint: AtomicBool,
+    ticks: std::sync::atomic::AtomicU32,
+    max_msg: usize,
+}
+
+/// An RDM endpoint of the verbs provider.
+pub struct RdmEndpoint {
+    inner: Arc<Engine>,
+}
+
+impl std::fmt::Debug for RdmEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RdmEndpoint")
+            .field("name", &self.inner.name)
+            .finish_non_exhaustive()
+    }
+}
+
+fn again(why: &'static str) -> Error {
+    Error::new(ErrorKind::Again, why)
+}
+
+impl RdmEndpoint {
+    pub(crate) fn open(
+        info: &Info,
+        domain: Arc<DomainCore>,
+    ) -> Result<Box<dyn fabric_core::objects::Endpoint>> {
+        let src = info
+            .src_addr
+            .as_ref()
+            .and_then(Address::socket_addr)
+            .ok_or_else(|| {
+                Error::inval("verbs: an RDM endpoint needs an IP source address (src_addr)")
+            })?;
+        let channel = EventChannel::new()?;
+        let listener = CmId::new(&channel)?;
+        listener
+            .bind(&src)
+            .map_err(|e| Error::new(e.kind(), format!("{} (binding {src})", e.detail())))?;
+        match listener.context() {
+            Some(c) if c.as_ptr() == domain.ctx.as_ptr() => {}
+            _ => {
+                return Err(Error::new(
+                    ErrorKind::Domain,
+                    "verbs: the endpoint's address is not on this domain's device",
+                ));
+            }
+        }
+        listener.listen(128)?;
+        let name = listener
+            .local_addr()
+            .and_then(|a| a.socket_addr())
+            .ok_or_else(|| Error::new(ErrorKind::Io, "verbs: the listener has no address"))?;
+        let cq = HwCq::new(
+            domain.ctx,
+            4096.min(i32::try_from(domain.max_cqe).unwrap_or(4096)),
+        )?;
+        let srq = Srq::new(&domain.pd, RX_BUFS as u32)?;
+        let tx_pool = Pool::new(&domain.pd, BUF, TX_BUFS)?;
+        let rx_pool = Pool::new(&domain.pd, BUF, RX_BUFS)?;
+        for i in 0..rx_pool.count() {
+            // SAFETY: the pool outlives the SRQ's use of it (engine field
+            // order); each buffer is posted once at a time.
+            unsafe { srq.post(K_RX | i as u64, rx_pool.buf(i), BUF as u32, rx_pool.lkey())? };
+        }
+        let directed = info.caps.contains(Caps::DIRECTED_RECV);
+        let max_msg = if info.ep_attr.max_msg_size == 0 {
+            MAX_MSG_SIZE
+        } else {
+            info.ep_attr.max_msg_size.min(MAX_MSG_SIZE)
+        }
+        .min(domain.limits.max_msg_size.max(EAGER_MAX));
+        let engine = Engine {
+            state: Mutex::new(State {
+                conns: Vec::new(),
+                by_qp: IdMap::default(),
+                by_id: HashMap::new(),
+                out: HashMap::new(),
+                failed: HashMap::new(),
+                msg: Matcher::new(directed),
+                tagged: Matcher::new(directed),
+                unexpected_bytes: 0,
+                tx_free: (0..TX_BUFS).rev().collect(),
+                tx: vec![
+                    TxBuf {
+                        kind: TxKind::Control,
+                        context: 0,
+                        flags: CompletionFlags::empty(),
+                        len: 0,
+                        report: false,
+                        rndv: 0,
+                    };
+                    TX_BUFS
+                ],
+                rndv: Slab::new(),
+                reads: Slab::new(),
+                rma: Slab::new(),
+                control: VecDeque::new(),
+            }),
+            _listener: listener,
+            srq,
+            cq,
+            tx_pool,
+            rx_pool,
+            channel,
+            info: info.clone(),
+            domain,
+            name,
+            binds: OnceLock::new(),
+            pending: Mutex::new(Binds::default()),
+            armed: AtomicBool::new(false),
+            cm_hint: AtomicBool::new(true),
+            ticks: std::sync::atomic::AtomicU32::new(0),
+            max_msg,
+        };
+        Ok(Box::new(RdmEndpoint {
+            inner: Arc::new(engine),
+        }))
+    }
+
+    /// The endpoint's name (the address peers reach it at).
+    pub fn name(&self) -> SocketAddr {
+        self.inner.name
+    }
+
+    fn engine(&self) -> Result<(&Engine, &Binds)> {
+        match self.inner.binds.get() {
+            Some(b) => Ok((&self.inner, b)),
+            None => Err(Error::new(
+                ErrorKind::OpBadState,
+                "verbs: the endpoint is not enabled",
+            )),
+        }
+    }
+}
+
+/// Copies `data` into the pieces of a receive; the bytes copied.
+///
+/// # Safety
+///
+/// The pieces are writable (the receive's contract).
+unsafe fn scatter(pieces: &[IoVec], data: &[u8]) -> usize {
+    let mut off = 0;
+    for p in pieces {
+        if off >= data.len() {
+            break;
+        }
+        let n = p.len.min(data.len() - off);
+        // SAFETY: the caller guarantees `p` is writable for `p.len` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr().add(off), p.addr, n) };
+        off += n;
+    }
+    off
+}
+
+impl Engine {
+    fn binds(&self) -> Option<&Binds> {
+        self.binds.get()
+    }
+
+    /// A receive (or remote CQ data) finished well: counted and reported
+    /// through the kit's [`Binds`].
+    fn rx_done(&self, e: CqEntry, src: FiAddr) {
+        if let Some(b) = self.binds() {
+            b.rx_done(e, src, true);
+        }
+    }
+
+    /// A transmit finished well (reported when `report`).
+    fn tx_ok(&self, e: CqEntry, report: bool) {
+        if let Some(b) = self.binds() {
+            b.tx_done(e, report);
+        }
+    }
+
+    /// A receive (`rx`) or transmit failed: an error count and `e`.
+    fn failed(&self, rx: bool, e: CqErrEntry) {
+        if let Some(b) = self.binds() {
+            b.failed_entry(rx, e);
+        }
+    }
+
+    fn av(&self) -> Result<&Arc<AvTable>> {
+        self.binds()
+            .and_then(|b| b.av.as_ref())
+            .ok_or_else(|| Error::new(ErrorKind::NoAv, "verbs: bind an address vector first"))
+    }
+
+    fn src_of(&self, st: &State, conn: usize) -> FiAddr {
+        let Some(peer) = st.conns.get(conn).and_then(|c| c.peer) else {
+            return FiAddr::NOTAVAIL;
+        };
+        match self.binds().and_then(|b| b.av.as_ref()) {
+            Some(av) => av.reverse(&Address::from(peer)),
+            None => FiAddr::NOTAVAIL,
+        }
+    }
+
+    /// A message arrived in receive buffer `buf` on connection `conn`.
+    fn arrived(&self, st: &mut State, conn: usize, buf: usize, bytes: usize) {
+        // SAFETY: the receive buffer holds `bytes` (<= BUF) bytes the
+        // device wrote; it is not reposted until this returns.
+        let raw = unsafe { std::slice::from_raw_parts(self.rx_pool.buf(buf), bytes.min(BUF)) };
+        let Some(h) = Hdr::decode(raw) else {
+            tracing::debug!(bytes, "verbs: dropping a malformed RDM message");
+            return;
+        };
+        let payload = &raw[HDR..];
+        if h.op == OP_FIN {
+            return self.fin(st, &h);
+        }
+        let tagged = matches!(h.op, OP_TAGGED | OP_TAGGED_RTS);
+        let rts = matches!(h.op, OP_MSG_RTS | OP_TAGGED_RTS);
+        if !rts && payload.len() as u64 != h.len {
+            tracing::debug!("verbs: dropping an RDM message whose length does not match");
+            return;
+        }
+        let src = self.src_of(st, conn);
+        let tag = if tagged { h.tag } else { 0 };
+        let m = if tagged { &mut st.tagged } else { &mut st.msg };
+        match m.arrive(tag, src) {
+            Some(p) => {
+                if rts {
+                    self.start_read(st, p.recv, h, conn, src);
+                } else {
+                    self.deliver_eager(&p.recv, &h, payload, src);
+                }
+            }
+            None => {
+                let u = if rts {
+                    Unex::Rts { hdr: h, conn }
+                } else {
+                    Unex::Eager {
+                        data: payload.to_vec(),
+                        hdr: h,
+                    }
+                };
+                st.unexpected_bytes += payload.len() + 64;
+                if st.unexpected_bytes > UNEXPECTED_BUDGET {
+                    tracing::warn!(
+                        bytes = st.unexpected_bytes,
+                        "verbs: RDM unexpected messages exceed the budget"
+                    );
+                }
+                let m = if tagged { &mut st.tagged } else { &mut st.msg };
+                m.push_unexpected(tag, src, u);
+            }
+        }
+    }
+
+    fn tx_done(&self, st: &mut State, slot: usize, wc: &ibv_wc) {
+        let Some(t) = st.tx.get(slot).copied() else {
+            return;
+        };
+        st.tx_free.push(slot);
+        let ok = wc.status == ibv_wc_status::IBV_WC_SUCCESS;
+        let entry = CqEntry {
+            context: t.context,
+            flags: t.flags,
+            len: t.len,
+            ..CqEntry::default()
+        };
+        match t.kind {
+            TxKind::Eager => {
+                if ok {
+                    self.tx_ok(entry, t.report);
+                } else {
+                    self.failed(false, wc_error(wc, entry));
+                }
+            }
+            TxKind::Rts => {
+                if !ok && st.rndv.remove(t.rndv).is_some() {
+                    self.failed(false, wc_error(wc, entry));
+                }
+            }
+            TxKind::Control | TxKind::Stage => {}
+        }
+    }
+
+    fn rma_done(&self, st: &mut State, idx: usize, wc: &ibv_wc) {
+        let Some(op) = st.rma.remove(idx) else { return };
+        if let Some(s) = op.stage {
+            if wc.status == ibv_wc_status::IBV_WC_SUCCESS {
+                if let Some((from, to, n)) = op.copy_back {
+                    // SAFETY: the staging buffer holds what the device
+                    // wrote; `to` is the application's buffer of `n` bytes,
+                    // valid until this completion (the operation's
+                    // contract).
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(self.tx_pool.buf(from), to as *mut u8, n)
+                    };
+                }
+            }
+            st.tx_free.push(s);
+        }
+        let entry = CqEntry {
+            context: op.context,
+            flags: op.flags,
+            len: op.len,
+            ..CqEntry::default()
+        };
+        if wc.status == ibv_wc_status::IBV_WC_SUCCESS {
+            self.tx_ok(entry, op.report);
+        } else {
+            self.failed(false, wc_error(wc, entry));
+        }
+    }
+
+    fn handle_wc(&self, st: &mut State, wc: &ibv_wc) {
+        let idx = (wc.wr_id & INDEX_MASK) as usize;
+        match wc.wr_id & !INDEX_MASK {
+            K_RX => {
+                if wc.status == ibv_wc_status::IBV_WC_SUCCESS {
+                    let conn = st.by_qp.get(&wc.qp_num).copied();
+                    if wc.opcode == ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM {
+                        // SAFETY: with IBV_WC_WITH_IMM the union holds the
+                        // immediate.
+                        let imm = u32::from_be(unsafe { wc.__bindgen_anon_1.imm_data });
+                        let src = conn.map_or(FiAddr::NOTAVAIL, |c| self.src_of(st, c));
+                        if wc.wc_flags & ibv_wc_flags::IBV_WC_WITH_IMM != 0 {
+                            self.rx_done(
+                                CqEntry {
+                                    flags: CompletionFlags::RMA
+                                        | CompletionFlags::REMOTE_WRITE
+                                        | CompletionFlags::REMOTE_CQ_DATA,
+                                    data: u64::from(imm),
+                                    ..CqEntry::default()
+                                },
+                                src,
+                            );
+                        }
+                    } else if let Some(c) = conn {
+                        self.mark_up(st, c);
+                        self.arrived(st, c, idx, wc.byte_len as usize);
+                    }
+                }
+                if idx < self.rx_pool.count() {
+                    // SAFETY: the buffer is ours again and stays valid
+                    // while the SRQ lives.
+                    let r = unsafe {
+                        self.srq.post(
+                            K_RX | idx as u64,
+                            self.rx_pool.buf(idx),
+                            BUF as u32,
+                            self.rx_pool.lkey(),
+                        )
+                    };
+                    if let Err(e) = r {
+                        tracing::warn!(error = %e, "verbs: cannot repost a receive buffer");
+                    }
+                }
+            }
+            K_TX => self.tx_done(st, idx, wc),
+            K_READ if wc.wr_id & (1 << 61) == 0 => self.read_done(st, idx, wc),
+            _ if wc.wr_id & KIND_MASK == KIND_MASK => self.rma_done(st, idx, wc),
+            _ => {}
+        }
+    }
+
+    /// Polls the CQ (and, with `cm`, the connection events: a system
+    /// call, so not on every call).
+    fn progress_locked(&self, st: &mut State, cm: bool) -> Result<()> {
+        if cm
+            || st
+                .conns
+                .iter()
+                .any(|c| matches!(c.state, ConnState::Resolving | ConnState::Connecting))
+        {
+            while let Some(e) = self.channel.next()? {
+                self.handle_cm(st, e);
+            }
+        }
+        let mut wcs = [std::mem::MaybeUninit::<ibv_wc>::uninit(); 16];
+        loop {
+            let polled = self.cq.poll(&mut wcs)?;
+            let n = polled.len();
+            for wc in polled {
+                self.handle_wc(st, wc);
+            }
+            if n < wcs.len() {
+                break;
+            }
+        }
+        if !st.control.is_empty() {
+            self.flush_control(st);
+        }
+        Ok(())
+    }
+
+    /// Sends a message (eager or rendezvous).
+    ///
+    /// # Safety
+    ///
+    /// As [`MsgOps::sendmsg`].
+    unsafe fn send(&self, msg: &Msg<'_>, flags: OpFlags, tagged: bool, report: bool) -> Result<()> {
+        let len = iov_len(msg.iov)?;
+        if len > self.max_msg {
+            return Err(Error::new(
+                ErrorKind::MsgSize,
+                format!("verbs: {len} bytes exceed max_msg_size {}", self.max_msg),
+            ));
+        }
+        let data = flags.contains(OpFlags::REMOTE_CQ_DATA);
+        let mut st = lock(&self.state);
+        let conn = self.conn_to(&mut st, msg.addr)?;
+        if st.tx_free.is_empty() {
+            self.progress_locked(&mut st, false)?;
+        }
+        let cflags = if tagged {
+            CompletionFlags::TAGGED | CompletionFlags::SEND
+        } else {
+            CompletionFlags::MSG | CompletionFlags::SEND
+        };
+        let Some(slot) = st.tx_free.pop() else {
+            return Err(again("verbs: every send buffer is in use"));
+        };
+        let mut h = Hdr {
+            op: if tagged { OP_TAGGED } else { OP_MSG },
+            flags: if data { F_DATA } else { 0 },
+            tag: if tagged { msg.tag } else { 0 },
+            data: if data { msg.data } else { 0 },
+            len: len as u64,
+            ..Hdr::default()
+        };
+        let buf = self.tx_pool.buf(slot);
+        if len <= EAGER_MAX {
+            // SAFETY: the slot's buffer holds HDR + EAGER_MAX bytes; the
+            // caller guarantees the pieces are readable.
+            unsafe {
+                std::ptr::copy_nonoverlapping(h.encode().as_ptr(), buf, HDR);
+                let mut off = HDR;
+                for p in msg.iov {
+                    std::ptr::copy_nonoverlapping(p.addr, buf.add(off), p.len);
+                    off += p.len;
+                }
+            }
+            st.tx[slot] = TxBuf {
+                kind: TxKind::Eager,
+                context: msg.context,
+                flags: cflags,
+                len,
+                report,
+                rndv: 0,
+            };
+            if let Err(e) = self.post_buf(&mut st, conn, slot, HDR + len) {
+                st.tx_free.push(slot);
+                return Err(e);
+            }
+            return Ok(());
+        }
+        // Rendezvous: the data is read by the receiver from here.
+        let (addr, owned) = match msg.iov {
+            [one] => (one.addr, None),
+            pieces => {
+                let mut v = Vec::with_capacity(len);
+                for p in pieces {
+                    // SAFETY: the caller guarantees the pieces are readable.
+                    v.extend_from_slice(unsafe { std::slice::from_raw_parts(p.addr, p.len) });
+                }
+                (v.as_mut_ptr(), Some(v))
+            }
+        };
+        // SAFETY: the caller keeps the buffer valid until the completion,
+        // which comes after the FIN (or the connection's failure), after
+        // which the registration is dropped.
+        let mr = match unsafe {
+            Mr::register(
+                &self.domain.pd,
+                addr,
+                len,
+                fabric_sys::ffi::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE
+                    | fabric_sys::ffi::ibv_access_flags::IBV_ACCESS_REMOTE_READ,
+            )
+        } {
+            Ok(m) => m,
+            Err(e) => {
+                st.tx_free.push(slot);
+                return Err(e);
+            }
+        };
+        h.op = if tagged { OP_TAGGED_RTS } else { OP_MSG_RTS };
+        h.addr = addr as u64;
+        h.rkey = mr.rkey();
+        let rid = st.rndv.insert(RndvTx {
+            context: msg.context,
+            flags: cflags,
+            len,
+            report,
+            conn,
+            _mr: mr,
+            _owned: owned,
+        });
+        h.id = rid as u64;
+        // SAFETY: the slot's buffer holds at least HDR bytes.
+        unsafe { std::ptr::copy_nonoverlapping(h.encode().as_ptr(), buf, HDR) };
+        st.tx[slot] = TxBuf {
+            kind: TxKind::Rts,
+            context: msg.context,
+            flags: cflags,
+            len,
+            report,
+            rndv: rid,
+        };
+        if let Err(e) = self.post_buf(&mut st, conn, slot, HDR) {
+            st.tx_free.push(slot);
+            let _ = st.rndv.remove(rid);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Posts an RMA or atomic work request on the connection to `dest`
+    /// (or keeps it until the connection is made).
+    fn post_rma(&self, st: &mut State, dest: FiAddr, op: RmaOp, wr: RmaWr) -> Result<()> {
+        let conn = match self.conn_to(st, dest) {
+            Ok(c) => c,
+            Err(e) => {
+                if let Some(s) = op.stage {
+                    st.tx_free.push(s);
+                }
+                return Err(e);
+            }
+        };
+        let stage = op.stage;
+        let idx = st.rma.insert(op);
+        if st.conns[conn].state != ConnState::Up {
+            st.conns[conn].backlog.push_back(Deferred::Rma { idx, wr });
+            return Ok(());
+        }
+        if let Err(e) = Self::post_rma_now(st.conns[conn].qp(), idx, &wr) {
+            let _ = st.rma.remove(idx);
+            if let Some(s) = stage {
+                st.tx_free.push(s);
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn post_rma_now(qp: *mut ibv_qp, idx: usize, w: &RmaWr) -> Result<()> {
+        let mut sge = w.sge;
+        let mut wr = ibv_send_wr {
+            wr_id: K_RMA | idx as u64,
+            sg_list: &mut sge,
+            num_sge: 1,
+            opcode: w.opcode,
+            send_flags: ibv_send_flags::IBV_SEND_SIGNALED,
+            ..ibv_send_wr::default()
+        };
+        match w.opcode {
+            ibv_wr_opcode::IBV_WR_ATOMIC_CMP_AND_SWP
+            | ibv_wr_opcode::IBV_WR_ATOMIC_FETCH_AND_ADD => {
+                wr.wr.atomic.remote_addr = w.remote_addr;
+                wr.wr.atomic.rkey = w.rkey;
+                wr.wr.atomic.compare_add = w.compare_add;
+                wr.wr.atomic.swap = w.swap;
+            }
+            _ => {
+                wr.wr.rdma.remote_addr = w.remote_addr;
+                wr.wr.rdma.rkey = w.rkey;
+            }
+        }
+        if let Some(v) = w.imm {
+            wr.__bindgen_anon_1.imm_data = v;
+        }
+        // SAFETY: live QP; the local memory is registered (kept by the op
+        // or a staging buffer owned by it).
+        match unsafe { verbs::post_send(qp, &mut wr) } {
+            Ok(()) => Ok(()),
+            Err(libc::ENOMEM) => Err(Error::again()),
+            Err(e) => Err(from_errno(e, "ibv_post_send")),
+        }
+    }
+
+    /// Posts deferred work once its connection is up.
+    fn post_deferred(&self, st: &mut State, conn: usize, d: &Deferred) -> Result<()> {
+        let qp = st.conns[conn].qp();
+        match *d {
+            Deferred::Buf { slot, bytes } => self.post_buf_now(qp, slot, bytes),
+            Deferred::Rma { idx, wr } => Self::post_rma_now(qp, idx, &wr),
+        }
+    }
+
+    /// Fails deferred work whose connection could not be made.
+    fn fail_deferred(&self, st: &mut State, d: Deferred, err: &Error) {
+        let entry = match d {
+            Deferred::Buf { slot, .. } => {
+                st.tx_free.push(slot);
+                let t = st.tx[slot];
+                let live = match t.kind {
+                    TxKind::Eager => true,
+                    TxKind::Rts => st.rndv.remove(t.rndv).is_some(),
+                    TxKind::Control | TxKind::Stage => false,
+                };
+                if !live {
+                    return;
+                }
+                CqEntry {
+                    context: t.context,
+                    flags: t.flags,
+                    len: t.len,
+                    ..CqEntry::default()
+                }
+            }
+            Deferred::Rma { idx, .. } => {
+                let Some(op) = st.rma.remove(idx) else { return };
+                if let Some(s) = op.stage {
+                    st.tx_free.push(s);
+                }
+                CqEntry {
+                    context: op.context,
+                    flags: op.flags,
+                    len: op.len,
+                    ..CqEntry::default()
+                }
+            }
+        };
+        self.failed(
+            false,
+            CqErrEntry {
+                entry,
+                olen: 0,
+                err: err.kind(),
+                prov_errno: 0,
+                err_text: format!("verbs: the connection to the peer failed: {}", err.detail()),
+                src_addr: None,
+            },
+        );
+    }
+
+    /// The local side of an RMA: registered (descriptor), staged (small,
+    /// copied in for writes / back for reads), or registered now.
+    ///
+    /// # Safety
+    ///
+    /// The pieces are valid until the completion.
+    unsafe fn rma_local(
+        &self,
+        st: &mut State,
+        iov: &[IoVec],
+        desc: &[fabric_core::objects::MrDesc],
+        write: bool,
+    ) -> Result<RmaLocal> {
+        let len = iov_len(iov)?;
+        if let ([one], [d]) = (iov, desc) {
+            if let Some(lkey) = lkey_of(*d) {
+                return Ok((
+                    ibv_sge {
+                        addr: one.addr as u64,
+                        length: len as u32,
+                        lkey,
+                    },
+                    None,
+                    None,
+                    None,
+                ));
+            }
+        }
+        if len <= EAGER_MAX || iov.len() > 1 {
+            if len > BUF {
+                return Err(Error::inval(format!(
+                    "verbs: RMA of several pieces is limited to {BUF} bytes"
+                )));
+            }
+            let Some(slot) = st.tx_free.pop() else {
+                return Err(again("verbs: every send buffer is in use"));
+            };
+            let buf = self.tx_pool.buf(slot);
+            let copy_back = if write {
+                let mut off = 0;
+                for p in iov {
+                    // SAFETY: the pieces are readable; the buffer holds BUF
+                    // >= len bytes.
+                    unsafe { std::ptr::copy_nonoverlapping(p.addr, buf.add(off), p.len) };
+                    off += p.len;
+                }
+                None
+            } else {
+                match iov {
+                    [one] => Some((slot, one.addr as usize, one.len)),
+                    _ => {
+                        st.tx_free.push(slot);
+                        return Err(Error::inval(
+                            "verbs: an RMA read into several pieces needs one registered piece",
+                        ));
+                    }
+                }
+            };
+            st.tx[slot].kind = TxKind::Stage;
+            return Ok((
+                ibv_sge {
+                    addr: buf as u64,
+                    length: len as u32,
+                    lkey: self.tx_pool.lkey(),
+                },
+                None,
+                Some(slot),
+                copy_back,
+            ));
+        }
+        let [one] = iov else {
+            return Err(Error::inval("verbs: unreachable RMA layout"));
+        };
+        // SAFETY: the caller keeps the memory valid until the completion;
+        // the registration lives in the op until then.
+        let mr = unsafe {
+            Mr::register(
+                &self.domain.pd,
+                one.addr,
+                len,
+                fabric_sys::ffi::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE,
+            )?
+        };
+        Ok((
+            ibv_sge {
+                addr: one.addr as u64,
+                length: len as u32,
+                lkey: mr.lkey(),
+            },
+            Some(mr),
+            None,
+            None,
+        ))
+    }
+}
+
+/// The local side of an RMA: its scatter entry, a registration made for
+/// it, the staging send buffer it uses, and what to copy back from it.
+type RmaLocal = (
+    ibv_sge,
+    Option<Mr>,
+    Option<usize>,
+    Option<(usize, usize, usize)>,
+);
+
+fn recv_flags(tagged: bool) -> CompletionFlags {
+    if tagged {
+        CompletionFlags::TAGGED | CompletionFlags::RECV
+    } else {
+        CompletionFlags::MSG | CompletionFlags::RECV
+    }
+}
+
+impl Progress for Engine {
+    fn progress(&self) -> Result<()> {
+        // A waiter armed the CQ and an event fired: take it and arm again
+        // before polling, so that completions made by this progress (an
+        // RDMA read it posts, say) wake the waiter too.
+        if self.armed.load(Ordering::Acquire)
+            && self.cq.consume_events() > 0
+            && self.cq.arm().is_err()
+        {
+            self.armed.store(false, Ordering::Release);
+        }
+        let Ok(mut st) = self.state.try_lock() else {
+            // Another thread is in the engine and progresses it.
+            return Ok(());
+        };
+        let tick = self.ticks.fetch_add(1, Ordering::Relaxed);
+        let cm = self.cm_hint.swap(false, Ordering::AcqRel) || tick % 64 == 0;
+        self.progress_locked(&mut st, cm)
+    }
+
+    fn wait_fds<'a>(&'a self, f: &mut dyn FnMut(BorrowedFd<'a>)) {
+        if !self.armed.swap(true, Ordering::AcqRel) && self.cq.arm().is_err() {
+            self.armed.store(false, Ordering::Release);
+        }
+        // After a wait, the next progress looks at connection events.
+        self.cm_hint.store(true, Ordering::Release);
+        f(self.cq.fd());
+        f(self.channel.fd());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_round_trip_and_bad_ones_are_refused() {
+        let h = Hdr {
+            op: OP_TAGGED,
+            flags: F_DATA,
+            tag: 7,
+            data: 9,
+            len: 100,
+            ..Hdr::default()
+        };
+        assert_eq!(Hdr::decode(&h.encode()), Some(h));
+        let rts = Hdr {
+            op: OP_MSG_RTS,
+            len: 1 << 20,
+            id: 3,
+            addr: 0x1000,
+            rkey: 42,
+            ..Hdr::default()
+        };
+        assert_eq!(Hdr::decode(&rts.encode()), Some(rts));
+        let mut b = h.encode();
+        b[0] = 99;
+        assert_eq!(Hdr::decode(&b), None);
+        let mut b = h.encode();
+        b[3] = 1;
+        assert_eq!(Hdr::decode(&b), None);
+        assert_eq!(Hdr::decode(&b[..10]), None);
+        let big = Hdr {
+            len: EAGER_MAX as u64 + 1,
+            ..h
+        };
+        assert_eq!(Hdr::decode(&big.encode()), None);
+        let small_rts = Hdr { len: 10, ..rts };
+        assert_eq!(Hdr::decode(&small_rts.encode()), None);
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for a in ["10.99.0.1:7000", "[2001:db8::1]:1"] {
+            let a: SocketAddr = a.parse().unwrap();
+            assert_eq!(decode_name(&encode_name(&a)), Some(a));
+        }
+        assert_eq!(decode_name(&[4, 1]), None);
+        assert_eq!(decode_name(&[]), None);
+    }
+
+    #[test]
+    fn slab_reuses_indices() {
+        let mut s = Slab::new();
+        let a = s.insert(1);
+        let b = s.insert(2);
+        assert_eq!(s.remove(a), Some(1));
+        assert_eq!(s.insert(3), a);
+        assert_eq!(s.get(b), Some(&2));
+        assert_eq!(s.remove(99), None);
+    }
+}
