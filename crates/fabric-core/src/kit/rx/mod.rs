@@ -909,6 +909,32 @@ impl<T: Transport, const N: usize> RxEngine<T, N> {
         self.cq_paused.retain(|p| *p != peer);
     }
 
+    /// As [`peer_gone`](Self::peer_gone), for a transport whose kept
+    /// remote messages hold resources of its own (a receive buffer the
+    /// payload sits in): those `here` says hold their data locally stay
+    /// deliverable; the other remote ones are dropped into `dropped`, for
+    /// the transport to free.
+    pub fn peer_gone_with(
+        &mut self,
+        peer: T::Peer,
+        here: impl Fn(&T::Remote) -> bool,
+        dropped: &mut Vec<T::Remote>,
+    ) {
+        let gone = |u: &Unexpected<Kept<T>>| {
+            u.msg.entry.peer == peer && matches!(&u.msg.entry.held, Held::Remote(r) if !here(r))
+        };
+        for tagged in [false, true] {
+            while let Some(u) = self.matcher(tagged).remove_unexpected(&gone) {
+                self.uncharge(peer, u.msg.cost);
+                if let Held::Remote(r) = u.msg.entry.held {
+                    dropped.push(r);
+                }
+            }
+        }
+        self.paused.retain(|p| *p != peer);
+        self.cq_paused.retain(|p| *p != peer);
+    }
+
     /// An empty buffer for a payload of `len` bytes: a spare one of a
     /// fitting size, or a new one.
     pub fn take_buf(&mut self, len: usize) -> Vec<u8> {

@@ -652,6 +652,49 @@ fn a_sender_that_goes_away_leaves_its_buffered_messages() {
 }
 
 #[test]
+fn a_sender_that_goes_away_leaves_what_the_transport_holds() {
+    let b = binds();
+    let mut e = Engine::new(false, Budget::DEFAULT);
+    for (peer, remote) in [(A, 1), (A, 2), (A, 3), (B, 4)] {
+        e.keep(
+            false,
+            0,
+            FiAddr(u64::from(peer)),
+            Entry {
+                len: 4,
+                data: None,
+                peer,
+                held: Held::Remote(remote),
+            },
+        );
+    }
+    let mut dropped = Vec::new();
+    // Odd numbers hold their data here.
+    e.peer_gone_with(A, |r| r % 2 == 1, &mut dropped);
+    assert_eq!(dropped, [2]);
+    assert_eq!(e.unexpected(false), 3);
+    let mut buf = [0u8; 8];
+    let v = iov(&mut buf);
+    for ctx in [1, 2, 3] {
+        e.post(
+            &b,
+            &recv(&v, ctx, 0, 0, FiAddr::UNSPEC),
+            OpFlags::empty(),
+            false,
+        )
+        .unwrap();
+    }
+    let fetched: Vec<u32> = actions(&mut e)
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::Fetch { remote, .. } => Some(remote),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(fetched, [1, 3, 4]);
+}
+
+#[test]
 fn selective_completion_reports_only_what_asks() {
     let mut b = binds();
     b.rx_selective = true;
