@@ -924,7 +924,7 @@ impl<T: Transport, const N: usize> RxEngine<T, N> {
             u.msg.entry.peer == peer && matches!(&u.msg.entry.held, Held::Remote(r) if !here(r))
         };
         for tagged in [false, true] {
-            while let Some(u) = self.matcher(tagged).remove_unexpected(&gone) {
+            while let Some(u) = self.matcher(tagged).remove_unexpected(gone) {
                 self.uncharge(peer, u.msg.cost);
                 if let Held::Remote(r) = u.msg.entry.held {
                     dropped.push(r);
