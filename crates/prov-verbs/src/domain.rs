@@ -200,7 +200,11 @@ impl Domain for VerbsDomain {
             info,
             "verbs",
             crate::getinfo::TX_OP_FLAGS,
-            crate::getinfo::RX_OP_FLAGS,
+            if info.ep_attr.ep_type == EpType::Rdm {
+                crate::getinfo::RDM_RX_OP_FLAGS
+            } else {
+                crate::getinfo::RX_OP_FLAGS
+            },
         )?;
         match info.ep_attr.ep_type {
             EpType::Msg => Ok(Box::new(MsgEndpoint::open(info, self.core.clone())?)),

@@ -59,9 +59,12 @@ pub const TX_OP_FLAGS: OpFlags = OpFlags::COMPLETION
     .union(OpFlags::INJECT_COMPLETE)
     .union(OpFlags::TRANSMIT_COMPLETE);
 
-/// The default receive flags an endpoint accepts (`rx_attr.op_flags`); no
-/// FI_MULTI_RECV yet.
+/// The default receive flags an endpoint accepts (`rx_attr.op_flags`);
+/// FI_MULTI_RECV on RDM only ([`RDM_RX_OP_FLAGS`]).
 pub const RX_OP_FLAGS: OpFlags = OpFlags::COMPLETION;
+/// The receive flags of RDM endpoints: FI_MULTI_RECV too (the kit's
+/// receive engine carves the buffers).
+pub const RDM_RX_OP_FLAGS: OpFlags = RX_OP_FLAGS.union(OpFlags::MULTI_RECV);
 
 /// Largest inject of MSG endpoints (sent inline, or copied to a registered
 /// staging slot when the QP takes less inline).
@@ -298,7 +301,7 @@ pub fn offers(p: &PortAddr, rx_cq_data: bool) -> Vec<Info> {
         | Caps::LOCAL_COMM
         | Caps::REMOTE_COMM;
     let msg_caps = common;
-    let rdm_caps = common | Caps::TAGGED | Caps::DIRECTED_RECV | Caps::SOURCE;
+    let rdm_caps = common | Caps::TAGGED | Caps::DIRECTED_RECV | Caps::SOURCE | Caps::MULTI_RECV;
     let size = l.max_qp_wr.clamp(1, QUEUE_SIZE);
     let iov = l.max_sge.clamp(1, IOV_LIMIT);
     for (ep, caps) in [(EpType::Msg, msg_caps), (EpType::Rdm, rdm_caps)] {
@@ -325,7 +328,7 @@ pub fn offers(p: &PortAddr, rx_cq_data: bool) -> Vec<Info> {
         i.tx_attr.iov_limit = iov;
         i.tx_attr.rma_iov_limit = 1;
         i.rx_attr.caps = caps & Caps::RX;
-        i.rx_attr.op_flags = RX_OP_FLAGS;
+        i.rx_attr.op_flags = if msg { RX_OP_FLAGS } else { RDM_RX_OP_FLAGS };
         i.rx_attr.msg_order = ORDER;
         i.rx_attr.comp_order = CompOrder::DATA;
         i.rx_attr.size = size;

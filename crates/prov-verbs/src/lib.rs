@@ -34,7 +34,8 @@
 //!   up to the port's MTU (less a 28-byte sender name), `FI_ADDR_IB_UD`
 //!   addresses and an AV of address handles, FI_SOURCE, remote CQ data.
 //!
-//! Not implemented: FI_MULTI_RECV, shared contexts, scalable endpoints,
+//! Not implemented: FI_MULTI_RECV on MSG and DGRAM endpoints (RDM has it,
+//! through the kit's receive engine), shared contexts, scalable endpoints,
 //! auto progress for RDM and DGRAM.
 //!
 //! # Memory registration

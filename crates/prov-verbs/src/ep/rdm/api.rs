@@ -62,9 +62,9 @@ impl MsgOps for RdmEndpoint {
 
     unsafe fn recvmsg(&self, msg: &Msg<'_>, flags: OpFlags) -> Result<()> {
         let (e, b) = self.engine()?;
-        let report = !b.rx_selective || flags.contains(OpFlags::COMPLETION);
-        // SAFETY: forwarded under the caller's guarantees.
-        unsafe { e.recv(msg, flags, false, report) }
+        // The buffer is the caller's until the completion (the contract
+        // of this unsafe call); the engine writes it no later.
+        e.recv(b, msg, flags, false)
     }
 }
 
@@ -81,9 +81,9 @@ impl TaggedOps for RdmEndpoint {
 
     unsafe fn trecvmsg(&self, msg: &Msg<'_>, flags: OpFlags) -> Result<()> {
         let (e, b) = self.engine()?;
-        let report = !b.rx_selective || flags.contains(OpFlags::COMPLETION);
-        // SAFETY: forwarded under the caller's guarantees.
-        unsafe { e.recv(msg, flags, true, report) }
+        // The buffer is the caller's until the completion (the contract
+        // of this unsafe call); the engine writes it no later.
+        e.recv(b, msg, flags, true)
     }
 }
 
@@ -353,38 +353,18 @@ impl Endpoint for RdmEndpoint {
     }
 
     fn cancel(&self, context: u64) -> Result<()> {
-        if self.inner.binds.get().is_none() {
+        let Some(b) = self.inner.binds.get() else {
             return Err(crate::ep::not_enabled());
-        }
-        let mut st = lock(&self.inner.state);
-        let found = st
-            .msg
-            .cancel(|r| r.context == context)
-            .or_else(|| st.tagged.cancel(|r| r.context == context));
-        drop(st);
-        match found {
-            Some(p) => {
-                self.inner.failed(
-                    true,
-                    CqErrEntry {
-                        entry: CqEntry {
-                            context,
-                            flags: recv_flags(p.recv.tagged),
-                            ..CqEntry::default()
-                        },
-                        olen: 0,
-                        err: ErrorKind::Canceled,
-                        prov_errno: 0,
-                        err_text: "verbs: the receive was cancelled".into(),
-                        src_addr: None,
-                    },
-                );
-                Ok(())
-            }
-            None => Err(Error::new(
-                ErrorKind::NoEnt,
-                "verbs: no posted receive has this context",
-            )),
-        }
+        };
+        self.inner.cancel_recv(b, context)
+    }
+
+    fn min_multi_recv(&self) -> Result<usize> {
+        Ok(self.inner.min_multi.load(Ordering::Relaxed))
+    }
+
+    fn set_min_multi_recv(&self, bytes: usize) -> Result<()> {
+        self.inner.set_min_multi_recv(bytes);
+        Ok(())
     }
 }

@@ -65,6 +65,8 @@ impl Engine {
             outgoing: true,
             state: ConnState::Resolving,
             backlog: VecDeque::new(),
+            paused: false,
+            parked: Vec::new(),
         });
         st.out.insert(peer, i);
         Ok(i)
@@ -112,10 +114,7 @@ impl Engine {
             }
         }
         // Unexpected rendezvous announcements from it cannot be read.
-        st.msg
-            .drop_unexpected(|u| matches!(u.msg, Unex::Rts { conn, .. } if conn == i));
-        st.tagged
-            .drop_unexpected(|u| matches!(u.msg, Unex::Rts { conn, .. } if conn == i));
+        self.rx_peer_gone(st, i);
     }
 
     /// The connection is established (its event arrived, or, on the
@@ -159,6 +158,8 @@ impl Engine {
                 outgoing: false,
                 state: ConnState::Connecting,
                 backlog: VecDeque::new(),
+                paused: false,
+                parked: Vec::new(),
             });
             return;
         }

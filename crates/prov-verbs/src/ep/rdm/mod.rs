@@ -61,13 +61,16 @@
 //!   buffers need no registration and the buffer is free when the call
 //!   returns. Receives land in a shared receive queue of registered
 //!   buffers; a matching posted receive gets a copy, else the message
-//!   waits in the unexpected queue.
+//!   waits in the unexpected queue (copied out while the unexpected budget
+//!   allows, else left in its receive buffer: see [`rx`]).
 //! - **Rendezvous** (larger): the sender registers its buffer for remote
 //!   reads and sends an RTS; once a receive matches, the receiver reads the
 //!   data with one RDMA read straight into the receive buffer (registered
 //!   on the fly) and answers FIN; the send completes on the FIN.
-//! - Tag matching, the unexpected queue, directed receive, FI_PEEK /
-//!   FI_CLAIM / FI_DISCARD use [`fabric_core::kit::tag::Matcher`].
+//! - Tag matching, the unexpected queue and its budget, directed receive,
+//!   FI_PEEK / FI_CLAIM / FI_DISCARD, FI_MULTI_RECV and cancel are the
+//!   kit's receive engine ([`fabric_core::kit::rx::RxEngine`], driven by
+//!   [`rx`]).
 //! - RMA and atomics go straight to the NIC on the connection (RDMA write /
 //!   read, fetch-add, compare-swap); remote CQ data of a write arrives as
 //!   the immediate of an RDMA write and is reported in the target's
@@ -80,13 +83,13 @@
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use fabric_core::kit::av::AvTable;
 use fabric_core::kit::hash::IdMap;
 use fabric_core::kit::objects::{AddressBook, Av, Progress};
-use fabric_core::kit::tag::{Matcher, Posted, Unexpected};
+use fabric_core::kit::rx::{Budget, MIN_MULTI_RECV, Meta, RecvId, RxEngine};
 use fabric_core::objects::{
     AtomicMsg, AtomicOp, AtomicOps, Bind, CmOps, CompletionFlags, CqEntry, CqErrEntry, Datatype,
     Endpoint, FiAddr, IoVec, Msg, MsgOps, RmaMsg, RmaOps, TaggedOps,
@@ -105,8 +108,9 @@ use crate::raw::cm::{CmEvent, CmId, ConnParam, EventChannel};
 use crate::raw::from_errno;
 use crate::raw::verbs::{self, HwCq, Mr, Pool, Srq};
 
-/// Bytes of unexpected messages an RDM endpoint buffers before it warns
-/// (it keeps accepting: nothing already sent is dropped).
+/// Bytes of unexpected messages an RDM endpoint buffers by default
+/// (`rx_attr.total_buffered_recv`); beyond them, messages stay in the
+/// receive buffers they arrived in (see [`rx`]).
 pub(crate) const UNEXPECTED_BUDGET: usize = 8 << 20;
 /// Largest RDM message.
 pub(crate) const MAX_MSG_SIZE: usize = 1 << 30;
@@ -165,6 +169,11 @@ struct Conn {
     state: ConnState,
     /// Work posted while the connection is being made.
     backlog: VecDeque<Deferred>,
+    /// The receive engine paused this sender.
+    paused: bool,
+    /// Receive buffers its remote CQ data used while it was paused (given
+    /// back when it resumes).
+    parked: Vec<usize>,
 }
 
 /// An RMA or atomic work request (also kept while connecting).
@@ -190,44 +199,6 @@ enum Deferred {
 impl Conn {
     fn qp(&self) -> *mut ibv_qp {
         self.id.qp()
-    }
-}
-
-/// A posted receive.
-#[derive(Debug, Clone, Copy)]
-struct Recv {
-    context: u64,
-    iov: [IoVec; IOV_MAX],
-    n: usize,
-    len: usize,
-    tagged: bool,
-    report: bool,
-}
-
-// SAFETY: the pieces are application buffers handed to the provider by
-// `recvmsg` / `trecvmsg`, whose contract keeps them valid and unused by
-// anyone else until the receive completes; the provider writes them from
-// whichever thread progresses the endpoint, under the engine's lock.
-unsafe impl Send for Recv {}
-
-impl Recv {
-    fn pieces(&self) -> &[IoVec] {
-        &self.iov[..self.n]
-    }
-}
-
-/// A message that arrived before its receive.
-#[derive(Debug)]
-enum Unex {
-    Eager { data: Vec<u8>, hdr: Hdr },
-    Rts { hdr: Hdr, conn: usize },
-}
-
-impl Unex {
-    fn hdr(&self) -> &Hdr {
-        match self {
-            Unex::Eager { hdr, .. } | Unex::Rts { hdr, .. } => hdr,
-        }
     }
 }
 
@@ -266,10 +237,10 @@ struct RndvTx {
 
 /// An RDMA read of a rendezvous receive.
 struct ReadOp {
-    recv: Recv,
-    hdr: Hdr,
-    n: usize,
-    src: FiAddr,
+    recv: RecvId,
+    meta: Meta,
+    /// The sender's rendezvous id (for the FIN).
+    id: u64,
     conn: usize,
     _mr: Mr,
     /// Where the data lands when the receive is several pieces.
@@ -294,9 +265,8 @@ struct State {
     by_id: HashMap<usize, usize>,
     out: HashMap<SocketAddr, usize>,
     failed: HashMap<SocketAddr, Error>,
-    msg: Matcher<Recv, Unex>,
-    tagged: Matcher<Recv, Unex>,
-    unexpected_bytes: usize,
+    /// The receive side: the kit's engine.
+    rx: rx::Rx,
     tx_free: Vec<usize>,
     tx: Vec<TxBuf>,
     rndv: Slab<RndvTx>,
@@ -326,6 +296,8 @@ pub(crate) struct Engine {
     cm_hint: AtomicBool,
     ticks: std::sync::atomic::AtomicU32,
     max_msg: usize,
+    /// `FI_OPT_MIN_MULTI_RECV` (the receive engine holds it too).
+    min_multi: AtomicUsize,
 }
 
 /// An RDM endpoint of the verbs provider.
@@ -389,6 +361,16 @@ impl RdmEndpoint {
             unsafe { srq.post(K_RX | i as u64, rx_pool.buf(i), BUF as u32, rx_pool.lkey())? };
         }
         let directed = info.caps.contains(Caps::DIRECTED_RECV);
+        // The application's `total_buffered_recv`, or the default.
+        let limit = match info.rx_attr.total_buffered_recv {
+            0 => UNEXPECTED_BUDGET,
+            n => n,
+        };
+        let budget = Budget {
+            total: limit,
+            hard: limit,
+            ..Budget::DEFAULT
+        };
         let max_msg = if info.ep_attr.max_msg_size == 0 {
             MAX_MSG_SIZE
         } else {
@@ -402,9 +384,7 @@ impl RdmEndpoint {
                 by_id: HashMap::new(),
                 out: HashMap::new(),
                 failed: HashMap::new(),
-                msg: Matcher::new(directed),
-                tagged: Matcher::new(directed),
-                unexpected_bytes: 0,
+                rx: rx::Rx::new(directed, budget),
                 tx_free: (0..TX_BUFS).rev().collect(),
                 tx: vec![
                     TxBuf {
@@ -437,6 +417,7 @@ impl RdmEndpoint {
             cm_hint: AtomicBool::new(true),
             ticks: std::sync::atomic::AtomicU32::new(0),
             max_msg,
+            min_multi: AtomicUsize::new(MIN_MULTI_RECV),
         };
         Ok(Box::new(RdmEndpoint {
             inner: Arc::new(engine),
@@ -459,36 +440,9 @@ impl RdmEndpoint {
     }
 }
 
-/// Copies `data` into the pieces of a receive; the bytes copied.
-///
-/// # Safety
-///
-/// The pieces are writable (the receive's contract).
-unsafe fn scatter(pieces: &[IoVec], data: &[u8]) -> usize {
-    let mut off = 0;
-    for p in pieces {
-        if off >= data.len() {
-            break;
-        }
-        let n = p.len.min(data.len() - off);
-        // SAFETY: the caller guarantees `p` is writable for `p.len` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr().add(off), p.addr, n) };
-        off += n;
-    }
-    off
-}
-
 impl Engine {
     fn binds(&self) -> Option<&Binds> {
         self.binds.get()
-    }
-
-    /// A receive (or remote CQ data) finished well: counted and reported
-    /// through the kit's [`Binds`].
-    fn rx_done(&self, e: CqEntry, src: FiAddr) {
-        if let Some(b) = self.binds() {
-            b.rx_done(e, src, true);
-        }
     }
 
     /// A transmit finished well (reported when `report`).
@@ -518,58 +472,6 @@ impl Engine {
         match self.binds().and_then(|b| b.av.as_ref()) {
             Some(av) => av.reverse(&Address::from(peer)),
             None => FiAddr::NOTAVAIL,
-        }
-    }
-
-    /// A message arrived in receive buffer `buf` on connection `conn`.
-    fn arrived(&self, st: &mut State, conn: usize, buf: usize, bytes: usize) {
-        // SAFETY: the receive buffer holds `bytes` (<= BUF) bytes the
-        // device wrote; it is not reposted until this returns.
-        let raw = unsafe { std::slice::from_raw_parts(self.rx_pool.buf(buf), bytes.min(BUF)) };
-        let Some(h) = Hdr::decode(raw) else {
-            tracing::debug!(bytes, "verbs: dropping a malformed RDM message");
-            return;
-        };
-        let payload = &raw[HDR..];
-        if h.op == OP_FIN {
-            return self.fin(st, &h);
-        }
-        let tagged = matches!(h.op, OP_TAGGED | OP_TAGGED_RTS);
-        let rts = matches!(h.op, OP_MSG_RTS | OP_TAGGED_RTS);
-        if !rts && payload.len() as u64 != h.len {
-            tracing::debug!("verbs: dropping an RDM message whose length does not match");
-            return;
-        }
-        let src = self.src_of(st, conn);
-        let tag = if tagged { h.tag } else { 0 };
-        let m = if tagged { &mut st.tagged } else { &mut st.msg };
-        match m.arrive(tag, src) {
-            Some(p) => {
-                if rts {
-                    self.start_read(st, p.recv, h, conn, src);
-                } else {
-                    self.deliver_eager(&p.recv, &h, payload, src);
-                }
-            }
-            None => {
-                let u = if rts {
-                    Unex::Rts { hdr: h, conn }
-                } else {
-                    Unex::Eager {
-                        data: payload.to_vec(),
-                        hdr: h,
-                    }
-                };
-                st.unexpected_bytes += payload.len() + 64;
-                if st.unexpected_bytes > UNEXPECTED_BUDGET {
-                    tracing::warn!(
-                        bytes = st.unexpected_bytes,
-                        "verbs: RDM unexpected messages exceed the budget"
-                    );
-                }
-                let m = if tagged { &mut st.tagged } else { &mut st.msg };
-                m.push_unexpected(tag, src, u);
-            }
         }
     }
 
@@ -635,44 +537,23 @@ impl Engine {
         let idx = (wc.wr_id & INDEX_MASK) as usize;
         match wc.wr_id & !INDEX_MASK {
             K_RX => {
-                if wc.status == ibv_wc_status::IBV_WC_SUCCESS {
+                let mut repost = true;
+                if let (ibv_wc_status::IBV_WC_SUCCESS, Some(b)) = (wc.status, self.binds()) {
                     let conn = st.by_qp.get(&wc.qp_num).copied();
                     if wc.opcode == ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM {
-                        // SAFETY: with IBV_WC_WITH_IMM the union holds the
-                        // immediate.
-                        let imm = u32::from_be(unsafe { wc.__bindgen_anon_1.imm_data });
-                        let src = conn.map_or(FiAddr::NOTAVAIL, |c| self.src_of(st, c));
                         if wc.wc_flags & ibv_wc_flags::IBV_WC_WITH_IMM != 0 {
-                            self.rx_done(
-                                CqEntry {
-                                    flags: CompletionFlags::RMA
-                                        | CompletionFlags::REMOTE_WRITE
-                                        | CompletionFlags::REMOTE_CQ_DATA,
-                                    data: u64::from(imm),
-                                    ..CqEntry::default()
-                                },
-                                src,
-                            );
+                            // SAFETY: with IBV_WC_WITH_IMM the union holds
+                            // the immediate.
+                            let imm = u32::from_be(unsafe { wc.__bindgen_anon_1.imm_data });
+                            repost = self.remote_data(st, b, conn, imm, idx);
                         }
                     } else if let Some(c) = conn {
                         self.mark_up(st, c);
-                        self.arrived(st, c, idx, wc.byte_len as usize);
+                        repost = self.arrived(st, b, c, idx, wc.byte_len as usize);
                     }
                 }
-                if idx < self.rx_pool.count() {
-                    // SAFETY: the buffer is ours again and stays valid
-                    // while the SRQ lives.
-                    let r = unsafe {
-                        self.srq.post(
-                            K_RX | idx as u64,
-                            self.rx_pool.buf(idx),
-                            BUF as u32,
-                            self.rx_pool.lkey(),
-                        )
-                    };
-                    if let Err(e) = r {
-                        tracing::warn!(error = %e, "verbs: cannot repost a receive buffer");
-                    }
+                if repost {
+                    self.repost(idx);
                 }
             }
             K_TX => self.tx_done(st, idx, wc),
@@ -706,6 +587,7 @@ impl Engine {
                 break;
             }
         }
+        self.rx_progress(st);
         if !st.control.is_empty() {
             self.flush_control(st);
         }
@@ -1057,14 +939,6 @@ type RmaLocal = (
     Option<usize>,
     Option<(usize, usize, usize)>,
 );
-
-fn recv_flags(tagged: bool) -> CompletionFlags {
-    if tagged {
-        CompletionFlags::TAGGED | CompletionFlags::RECV
-    } else {
-        CompletionFlags::MSG | CompletionFlags::RECV
-    }
-}
 
 impl Progress for Engine {
     fn progress(&self) -> Result<()> {

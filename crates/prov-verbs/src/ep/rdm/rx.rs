@@ -1,80 +1,326 @@
-//! The RDM receive side: posted receives, the unexpected queue, eager delivery, rendezvous reads, FI_PEEK / FI_CLAIM / FI_DISCARD.
+//! The RDM receive side on the kit's receive engine
+//! ([`fabric_core::kit::rx::RxEngine`]): messages from the shared receive
+//! queue's buffers are matched there (or kept as unexpected), rendezvous
+//! messages are read with RDMA reads, and what the engine asks back of the
+//! transport is done here. Posting, matching, FI_PEEK / FI_CLAIM /
+//! FI_DISCARD, FI_MULTI_RECV, cancel and the unexpected budget are the
+//! engine's.
+//!
+//! # The unexpected budget
+//!
+//! An RC queue pair has no flow control of its own beyond RNR (receiver
+//! not ready): a sender whose message finds no buffer in the shared
+//! receive queue retries until one is posted (`rnr_retry_count` 7, for
+//! ever). So the bound is enforced with the receive buffers themselves:
+//!
+//! - an unexpected eager message is copied to the heap while the engine's
+//!   budget admits it (`rx_attr.total_buffered_recv`, default
+//!   [`UNEXPECTED_BUDGET`]), and its receive buffer is reposted;
+//! - once the budget refuses, the message (or rendezvous request) stays in
+//!   its receive buffer, kept in the engine as [`Remote`] (matchable, so a
+//!   receive posted later still takes it in order), and the buffer is not
+//!   reposted until a receive takes the message or FI_DISCARD drops it;
+//! - remote CQ data of a paused sender (the engine pauses senders that
+//!   fill the receive CQ too) holds its receive buffer until the engine
+//!   resumes the sender.
+//!
+//! Heap memory for unexpected messages is thus at most the budget, and
+//! what a flooding peer holds beyond it is at most the [`RX_BUFS`]
+//! preregistered receive buffers; once they are all held, senders stall
+//! through RNR until the application posts receives. The shared receive
+//! queue is shared by every connection, so a flooding peer stalls the
+//! endpoint's other senders too: the price of verbs having no per-sender
+//! credit on a shared queue.
 
 #[allow(clippy::wildcard_imports)]
 use super::*;
 
+use fabric_core::kit::rx::{Action, Entry, Held, Meta, RecvId, Transport};
+
+/// What verbs RDM brings to the kit's receive engine.
+#[derive(Debug)]
+pub(crate) struct VerbsWire;
+
+impl Transport for VerbsWire {
+    type Remote = Remote;
+    /// Nothing: RC acknowledges in hardware.
+    type Ack = ();
+    /// The connection (an index in the endpoint's table, never reused).
+    type Peer = usize;
+}
+
+/// A kept message whose data is not in the engine's buffers: a rendezvous
+/// request (the data is read from the sender), or an eager message left
+/// in its receive buffer because the budget refused it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Remote {
+    hdr: Hdr,
+    conn: usize,
+    /// The receive buffer the message holds (not reposted until the
+    /// message is taken or dropped).
+    slot: Option<usize>,
+}
+
+impl Remote {
+    fn is_rts(&self) -> bool {
+        matches!(self.hdr.op, OP_MSG_RTS | OP_TAGGED_RTS)
+    }
+}
+
+/// The receive engine of an RDM endpoint.
+pub(super) type Rx = RxEngine<VerbsWire, IOV_MAX>;
+
+fn usize_of(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
+}
+
 impl Engine {
-    /// Delivers an eager message to a matched receive.
-    pub(super) fn deliver_eager(&self, r: &Recv, h: &Hdr, data: &[u8], src: FiAddr) {
-        // SAFETY: the receive's pieces are writable until its completion.
-        let n = unsafe { scatter(r.pieces(), data) };
-        let mut entry = CqEntry {
-            context: r.context,
-            flags: recv_flags(r.tagged),
-            len: n,
-            tag: if r.tagged { h.tag } else { 0 },
-            ..CqEntry::default()
-        };
-        if h.flags & F_DATA != 0 {
-            entry.flags |= CompletionFlags::REMOTE_CQ_DATA;
-            entry.data = h.data;
+    /// Gives receive buffer `slot` back to the shared receive queue.
+    pub(super) fn repost(&self, slot: usize) {
+        if slot >= self.rx_pool.count() {
+            return;
         }
-        if data.len() > r.len {
-            self.failed(
-                true,
-                CqErrEntry {
-                    entry,
-                    olen: data.len() - r.len,
-                    err: ErrorKind::Trunc,
-                    prov_errno: 0,
-                    err_text: format!(
-                        "verbs: a {}-byte message was truncated to the {}-byte receive",
-                        data.len(),
-                        r.len
-                    ),
-                    src_addr: None,
-                },
-            );
-        } else if r.report {
-            self.rx_done(entry, src);
-        } else if let Some(c) = self.binds().and_then(|b| b.cntr_recv.as_ref()) {
-            c.add(1);
+        // SAFETY: the buffer is ours again and stays valid while the SRQ
+        // lives.
+        let r = unsafe {
+            self.srq.post(
+                K_RX | slot as u64,
+                self.rx_pool.buf(slot),
+                BUF as u32,
+                self.rx_pool.lkey(),
+            )
+        };
+        if let Err(e) = r {
+            tracing::warn!(error = %e, "verbs: cannot repost a receive buffer");
         }
     }
 
-    /// Starts the RDMA read of a rendezvous message into a receive.
-    pub(super) fn start_read(&self, st: &mut State, r: Recv, hdr: Hdr, conn: usize, src: FiAddr) {
-        let total = usize::try_from(hdr.len).unwrap_or(usize::MAX);
-        let n = total.min(r.len);
-        let fail = |this: &Engine, st: &mut State, err: Error| {
-            this.failed(
-                true,
-                CqErrEntry {
-                    entry: CqEntry {
-                        context: r.context,
-                        flags: recv_flags(r.tagged),
-                        tag: if r.tagged { hdr.tag } else { 0 },
-                        ..CqEntry::default()
-                    },
-                    olen: 0,
-                    err: err.kind(),
-                    prov_errno: 0,
-                    err_text: err.detail().to_string(),
-                    src_addr: None,
-                },
-            );
-            this.send_control(
-                st,
-                conn,
-                Hdr {
-                    op: OP_FIN,
-                    flags: F_ERROR,
-                    id: hdr.id,
-                    ..Hdr::default()
-                },
-            );
+    /// A message arrived in receive buffer `slot` on connection `conn`:
+    /// whether the buffer may be reposted now (not when the message stays
+    /// in it).
+    pub(super) fn arrived(
+        &self,
+        st: &mut State,
+        b: &Binds,
+        conn: usize,
+        slot: usize,
+        bytes: usize,
+    ) -> bool {
+        // SAFETY: the receive buffer holds `bytes` (<= BUF) bytes the
+        // device wrote; it is not reposted until this returns (or, when
+        // the message stays in it, until the message is taken).
+        let raw = unsafe { std::slice::from_raw_parts(self.rx_pool.buf(slot), bytes.min(BUF)) };
+        let Some(h) = Hdr::decode(raw) else {
+            tracing::debug!(bytes, "verbs: dropping a malformed RDM message");
+            return true;
         };
-        let (addr, bounce) = match r.pieces() {
+        if h.op == OP_FIN {
+            self.fin(st, &h);
+            return true;
+        }
+        let payload = &raw[HDR..];
+        let tagged = matches!(h.op, OP_TAGGED | OP_TAGGED_RTS);
+        let rts = matches!(h.op, OP_MSG_RTS | OP_TAGGED_RTS);
+        if !rts && payload.len() as u64 != h.len {
+            tracing::debug!("verbs: dropping an RDM message whose length does not match");
+            return true;
+        }
+        let src = self.src_of(st, conn);
+        let tag = if tagged { h.tag } else { 0 };
+        let data = (h.flags & F_DATA != 0).then_some(h.data);
+        if let Some(id) = st.rx.arrive(tagged, tag, src, h.len) {
+            let meta = Meta {
+                tagged,
+                tag,
+                len: h.len,
+                data,
+                src,
+            };
+            if rts {
+                self.start_read(st, b, id, meta, h, conn);
+            } else {
+                if let Some(r) = st.rx.recv(id) {
+                    // SAFETY: the receive contract of recvmsg / trecvmsg:
+                    // the buffer is writable until its completion.
+                    unsafe { r.buf.write_at(0, payload) };
+                }
+                st.rx.complete(b, id, meta);
+            }
+            return true;
+        }
+        let buffered = if rts { 0 } else { payload.len() };
+        let (held, repost) = if st.rx.admit(conn, buffered) {
+            let held = if rts {
+                Held::Remote(Remote {
+                    hdr: h,
+                    conn,
+                    slot: None,
+                })
+            } else {
+                let mut v = st.rx.take_buf(buffered);
+                v.extend_from_slice(payload);
+                Held::Bytes {
+                    bytes: v,
+                    ack: None,
+                }
+            };
+            (held, true)
+        } else {
+            // Over the budget (the engine paused the sender): the message
+            // stays in its receive buffer, which is not reposted.
+            let r = Remote {
+                hdr: h,
+                conn,
+                slot: Some(slot),
+            };
+            (Held::Remote(r), false)
+        };
+        let entry = Entry {
+            len: h.len,
+            data,
+            peer: conn,
+            held,
+        };
+        st.rx.keep(tagged, tag, src, entry);
+        repost
+    }
+
+    /// Remote CQ data of an RDMA write with immediate in receive buffer
+    /// `slot`: whether the buffer may be reposted now (not while the
+    /// sender is paused).
+    pub(super) fn remote_data(
+        &self,
+        st: &mut State,
+        b: &Binds,
+        conn: Option<usize>,
+        imm: u32,
+        slot: usize,
+    ) -> bool {
+        let src = conn.map_or(FiAddr::NOTAVAIL, |c| self.src_of(st, c));
+        // RDM endpoints are not offered FI_RX_CQ_DATA: nothing consumed.
+        st.rx
+            .remote_cq_data(b, u64::from(imm), src, conn.unwrap_or(usize::MAX), false);
+        if st.rx.has_actions() {
+            self.rx_actions(st, b);
+        }
+        match conn.and_then(|c| st.conns.get_mut(c)) {
+            Some(c) if c.paused => {
+                c.parked.push(slot);
+                false
+            }
+            _ => true,
+        }
+    }
+
+    /// Does what the receive engine asks of the transport: read a
+    /// rendezvous message, deliver a message left in its receive buffer,
+    /// release a sender, pause or resume a connection.
+    pub(super) fn rx_actions(&self, st: &mut State, b: &Binds) {
+        while let Some(a) = st.rx.next_action() {
+            match a {
+                Action::Fetch { recv, meta, remote } => {
+                    if remote.is_rts() {
+                        if let Some(s) = remote.slot {
+                            self.repost(s);
+                        }
+                        self.start_read(st, b, recv, meta, remote.hdr, remote.conn);
+                    } else if let Some(s) = remote.slot {
+                        let len = usize_of(remote.hdr.len).min(EAGER_MAX);
+                        // SAFETY: the buffer holds the message (HDR + len
+                        // bytes, checked on arrival) and was not reposted.
+                        let data = unsafe {
+                            std::slice::from_raw_parts(self.rx_pool.buf(s).add(HDR), len)
+                        };
+                        if let Some(r) = st.rx.recv(recv) {
+                            // SAFETY: the receive contract: writable until
+                            // its completion.
+                            unsafe { r.buf.write_at(0, data) };
+                        }
+                        st.rx.complete(b, recv, meta);
+                        self.repost(s);
+                    }
+                }
+                Action::Release(remote) => {
+                    if let Some(s) = remote.slot {
+                        self.repost(s);
+                    }
+                    if remote.is_rts() {
+                        // Nobody wants the data: the send completes.
+                        let fin = Hdr {
+                            op: OP_FIN,
+                            id: remote.hdr.id,
+                            ..Hdr::default()
+                        };
+                        self.send_control(st, remote.conn, fin);
+                    }
+                }
+                Action::Ack(()) => {}
+                Action::Pause(c) => {
+                    if let Some(c) = st.conns.get_mut(c) {
+                        c.paused = true;
+                    }
+                }
+                Action::Resume(c) => {
+                    if let Some(c) = st.conns.get_mut(c) {
+                        c.paused = false;
+                        for s in std::mem::take(&mut c.parked) {
+                            self.repost(s);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Connection `i` went away: its rendezvous requests cannot be read
+    /// (dropped), its messages left in receive buffers stay deliverable,
+    /// and the buffers its paused remote CQ data held go back.
+    pub(super) fn rx_peer_gone(&self, st: &mut State, i: usize) {
+        let mut dropped = Vec::new();
+        st.rx.peer_gone_with(i, |r| !r.is_rts(), &mut dropped);
+        for r in dropped {
+            if let Some(s) = r.slot {
+                self.repost(s);
+            }
+        }
+        if let Some(c) = st.conns.get_mut(i) {
+            c.paused = false;
+            for s in std::mem::take(&mut c.parked) {
+                self.repost(s);
+            }
+        }
+    }
+
+    /// Starts the RDMA read of a rendezvous message into receive `recv`.
+    pub(super) fn start_read(
+        &self,
+        st: &mut State,
+        b: &Binds,
+        recv: RecvId,
+        meta: Meta,
+        hdr: Hdr,
+        conn: usize,
+    ) {
+        let Some(buf) = st.rx.recv(recv).map(|r| r.buf) else {
+            return;
+        };
+        let n = usize_of(hdr.len).min(buf.len());
+        let fin = |ok: bool| Hdr {
+            op: OP_FIN,
+            flags: if ok { 0 } else { F_ERROR },
+            id: hdr.id,
+            ..Hdr::default()
+        };
+        if n == 0 {
+            // Nothing to read: truncated to an empty receive.
+            st.rx.complete(b, recv, meta);
+            return self.send_control(st, conn, fin(true));
+        }
+        let fail = |this: &Engine, st: &mut State, err: Error| {
+            st.rx.fail(b, recv, meta.tagged, &err);
+            this.send_control(st, conn, fin(false));
+        };
+        let (addr, bounce) = match buf.pieces() {
             [one] => (one.addr, None),
             _ => {
                 let mut v = vec![0u8; n];
@@ -87,7 +333,7 @@ impl Engine {
             Mr::register(
                 &self.domain.pd,
                 addr,
-                n.max(1),
+                n,
                 fabric_sys::ffi::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE,
             )
         } {
@@ -111,10 +357,9 @@ impl Engine {
             lkey: mr.lkey(),
         };
         let idx = st.reads.insert(ReadOp {
-            recv: r,
-            hdr,
-            n,
-            src,
+            recv,
+            meta,
+            id: hdr.id,
             conn,
             _mr: mr,
             bounce,
@@ -137,22 +382,12 @@ impl Engine {
         }
     }
 
+    /// An RDMA read finished (or was flushed): the sender gets its FIN,
+    /// the receive its completion or error (exactly one).
     pub(super) fn read_done(&self, st: &mut State, idx: usize, wc: &ibv_wc) {
         let Some(op) = st.reads.remove(idx) else {
             return;
         };
-        let r = op.recv;
-        let mut entry = CqEntry {
-            context: r.context,
-            flags: recv_flags(r.tagged),
-            len: op.n,
-            tag: if r.tagged { op.hdr.tag } else { 0 },
-            ..CqEntry::default()
-        };
-        if op.hdr.flags & F_DATA != 0 {
-            entry.flags |= CompletionFlags::REMOTE_CQ_DATA;
-            entry.data = op.hdr.data;
-        }
         let ok = wc.status == ibv_wc_status::IBV_WC_SUCCESS;
         self.send_control(
             st,
@@ -160,39 +395,22 @@ impl Engine {
             Hdr {
                 op: OP_FIN,
                 flags: if ok { 0 } else { F_ERROR },
-                id: op.hdr.id,
+                id: op.id,
                 ..Hdr::default()
             },
         );
+        let Some(b) = self.binds() else { return };
         if !ok {
-            self.failed(true, wc_error(wc, entry));
+            let e = wc_error(wc, CqEntry::default());
+            st.rx
+                .fail(b, op.recv, op.meta.tagged, &Error::new(e.err, e.err_text));
             return;
         }
-        if let Some(b) = &op.bounce {
-            // SAFETY: the receive's pieces are writable.
-            unsafe { scatter(r.pieces(), b) };
+        if let (Some(v), Some(r)) = (&op.bounce, st.rx.recv(op.recv)) {
+            // SAFETY: the receive contract: writable until its completion.
+            unsafe { r.buf.write_at(0, v) };
         }
-        let total = usize::try_from(op.hdr.len).unwrap_or(usize::MAX);
-        if total > r.len {
-            self.failed(
-                true,
-                CqErrEntry {
-                    entry,
-                    olen: total - r.len,
-                    err: ErrorKind::Trunc,
-                    prov_errno: 0,
-                    err_text: format!(
-                        "verbs: a {total}-byte message was truncated to the {}-byte receive",
-                        r.len
-                    ),
-                    src_addr: None,
-                },
-            );
-        } else if r.report {
-            self.rx_done(entry, op.src);
-        } else if let Some(c) = self.binds().and_then(|b| b.cntr_recv.as_ref()) {
-            c.add(1);
-        }
+        st.rx.complete(b, op.recv, op.meta);
     }
 
     pub(super) fn fin(&self, st: &mut State, h: &Hdr) {
@@ -222,172 +440,49 @@ impl Engine {
         }
     }
 
-    /// Posts a receive (or delivers the unexpected message it matches).
-    ///
-    /// # Safety
-    ///
-    /// As [`MsgOps::recvmsg`].
-    pub(super) unsafe fn recv(
+    /// Posts a receive (`fi_recvmsg` / `fi_trecvmsg`, with FI_PEEK /
+    /// FI_CLAIM / FI_DISCARD and FI_MULTI_RECV) to the engine.
+    pub(super) fn recv(
         &self,
+        b: &Binds,
         msg: &Msg<'_>,
         flags: OpFlags,
         tagged: bool,
-        report: bool,
     ) -> Result<()> {
-        if msg.iov.len() > IOV_MAX {
-            return Err(Error::inval(format!(
-                "verbs: {} IO vector pieces; the limit is {IOV_MAX}",
-                msg.iov.len()
-            )));
-        }
-        if flags.contains(OpFlags::MULTI_RECV) {
-            return Err(Error::new(
-                ErrorKind::OpNotSupp,
-                "verbs: FI_MULTI_RECV is not supported",
-            ));
-        }
-        let mut iov = [IoVec {
-            addr: std::ptr::null_mut(),
-            len: 0,
-        }; IOV_MAX];
-        iov[..msg.iov.len()].copy_from_slice(msg.iov);
-        let r = Recv {
-            context: msg.context,
-            iov,
-            n: msg.iov.len(),
-            len: iov_len(msg.iov)?,
-            tagged,
-            report,
-        };
         let mut st = lock(&self.state);
-        let (tag, ignore) = if tagged {
-            (msg.tag, msg.ignore)
-        } else {
-            (0, 0)
-        };
-        if tagged && flags.intersects(OpFlags::PEEK | OpFlags::CLAIM | OpFlags::DISCARD) {
-            return self.peek_claim(&mut st, r, msg, flags);
+        let r = st.rx.post(b, msg, flags, tagged);
+        if st.rx.has_actions() {
+            self.rx_actions(&mut st, b);
         }
-        let m = if tagged { &mut st.tagged } else { &mut st.msg };
-        if let Some((p, u)) = m.post(Posted {
-            tag,
-            ignore,
-            src: msg.addr,
-            recv: r,
-        }) {
-            self.take_unexpected(&mut st, p.recv, u);
-        }
-        Ok(())
+        r
     }
 
-    pub(super) fn take_unexpected(&self, st: &mut State, r: Recv, u: Unexpected<Unex>) {
-        let src = u.src;
-        match u.msg {
-            Unex::Eager { data, hdr } => {
-                st.unexpected_bytes = st.unexpected_bytes.saturating_sub(data.len() + 64);
-                self.deliver_eager(&r, &hdr, &data, src);
-            }
-            Unex::Rts { hdr, conn } => {
-                st.unexpected_bytes = st.unexpected_bytes.saturating_sub(64);
-                self.start_read(st, r, hdr, conn, src);
-            }
+    /// Cancels a posted receive by context.
+    pub(super) fn cancel_recv(&self, b: &Binds, context: u64) -> Result<()> {
+        let mut st = lock(&self.state);
+        let r = st.rx.cancel(b, context);
+        if st.rx.has_actions() {
+            self.rx_actions(&mut st, b);
         }
+        r
     }
 
-    pub(super) fn peek_claim(
-        &self,
-        st: &mut State,
-        r: Recv,
-        msg: &Msg<'_>,
-        flags: OpFlags,
-    ) -> Result<()> {
-        let entry_of = |h: &Hdr| {
-            let mut e = CqEntry {
-                context: r.context,
-                flags: recv_flags(true),
-                len: usize::try_from(h.len).unwrap_or(usize::MAX),
-                tag: h.tag,
-                ..CqEntry::default()
-            };
-            if h.flags & F_DATA != 0 {
-                e.flags |= CompletionFlags::REMOTE_CQ_DATA;
-                e.data = h.data;
-            }
-            e
-        };
-        if flags.contains(OpFlags::PEEK) {
-            // PEEK|DISCARD (with or without CLAIM) takes and drops the
-            // message, as tcp and shm (the kit's receive engine) do.
-            let found = if flags.contains(OpFlags::DISCARD) {
-                st.tagged
-                    .take_unexpected(msg.tag, msg.ignore, msg.addr)
-                    .map(|u| {
-                        let found = (entry_of(u.msg.hdr()), u.src);
-                        self.discard(st, u);
-                        found
-                    })
-            } else {
-                let claim = flags.contains(OpFlags::CLAIM).then_some(r.context);
-                st.tagged
-                    .peek(msg.tag, msg.ignore, msg.addr, claim)
-                    .map(|u| (entry_of(u.msg.hdr()), u.src))
-            };
-            match found {
-                Some((e, src)) => self.rx_done(e, src),
-                None => self.failed(
-                    true,
-                    CqErrEntry {
-                        entry: CqEntry {
-                            context: r.context,
-                            flags: recv_flags(true),
-                            ..CqEntry::default()
-                        },
-                        olen: 0,
-                        err: ErrorKind::NoMsg,
-                        prov_errno: 0,
-                        err_text: "verbs: no message matches the peek".into(),
-                        src_addr: None,
-                    },
-                ),
-            }
-            return Ok(());
-        }
-        // FI_CLAIM (with or without FI_DISCARD).
-        let Some(u) = st.tagged.claim(r.context) else {
-            return Err(Error::new(
-                ErrorKind::NoMsg,
-                "verbs: no message was claimed with this context",
-            ));
-        };
-        if flags.contains(OpFlags::DISCARD) {
-            let (e, src) = (entry_of(u.msg.hdr()), u.src);
-            self.discard(st, u);
-            // The message's source, as on tcp and shm.
-            self.rx_done(CqEntry { len: 0, ..e }, src);
-        } else {
-            self.take_unexpected(st, r, u);
-        }
-        Ok(())
+    /// Sets `FI_OPT_MIN_MULTI_RECV`.
+    pub(super) fn set_min_multi_recv(&self, n: usize) {
+        let mut st = lock(&self.state);
+        self.min_multi.store(n, Ordering::Relaxed);
+        st.rx.set_min_multi_recv(n);
     }
 
-    pub(super) fn discard(&self, st: &mut State, u: Unexpected<Unex>) {
-        match u.msg {
-            Unex::Eager { data, .. } => {
-                st.unexpected_bytes = st.unexpected_bytes.saturating_sub(data.len() + 64);
-            }
-            Unex::Rts { hdr, conn } => {
-                st.unexpected_bytes = st.unexpected_bytes.saturating_sub(64);
-                // Release the sender.
-                self.send_control(
-                    st,
-                    conn,
-                    Hdr {
-                        op: OP_FIN,
-                        id: hdr.id,
-                        ..Hdr::default()
-                    },
-                );
-            }
+    /// The receive side's part of progress: senders paused for a full
+    /// receive CQ resume once it has room; the engine's work is done.
+    pub(super) fn rx_progress(&self, st: &mut State) {
+        let Some(b) = self.binds() else { return };
+        if st.rx.waits_for_cq() {
+            st.rx.cq_read(b);
+        }
+        if st.rx.has_actions() {
+            self.rx_actions(st, b);
         }
     }
 }

@@ -1,0 +1,375 @@
+//! The RDM receive side on the kit's receive engine, on a real RDMA
+//! device: FI_MULTI_RECV (eager and rendezvous messages, expected and
+//! unexpected), and the unexpected budget against a peer that floods.
+//! Skips without a device (see `common`).
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::field_reassign_with_default,
+    clippy::result_large_err
+)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use fabric_core::objects::Provider;
+use fabric_core::objects::{
+    AddressVector, AvAttr, Bind, CompletionFlags, CompletionQueue, CqEntry, Domain, Endpoint,
+    Fabric, FiAddr, IoVec, Msg,
+};
+use fabric_core::*;
+use prov_verbs::VerbsProvider;
+
+fn rdm_hints() -> Info {
+    let mut h = Info::default();
+    h.caps = Caps::MSG | Caps::TAGGED | Caps::MULTI_RECV | Caps::SOURCE;
+    h.rx_attr.op_flags = OpFlags::MULTI_RECV;
+    h.addr_format = AddrFormat::SockaddrIn;
+    h
+}
+
+struct Ep {
+    ep: Box<dyn Endpoint>,
+    cq: Box<dyn CompletionQueue>,
+}
+
+struct World {
+    a: Ep,
+    b: Ep,
+    to_b: FiAddr,
+    _av: Box<dyn AddressVector>,
+    _domain: Box<dyn Domain>,
+    _fabric: Box<dyn Fabric>,
+}
+
+fn open_ep(domain: &dyn Domain, info: &Info, av: &dyn AddressVector) -> Ep {
+    let cq = domain.cq(&cq_attr()).unwrap();
+    let ep = domain.endpoint(info).unwrap();
+    ep.bind(Bind::Cq {
+        cq: cq.as_ref(),
+        transmit: true,
+        recv: true,
+        selective: false,
+    })
+    .unwrap();
+    ep.bind(Bind::Av(av)).unwrap();
+    ep.enable().unwrap();
+    Ep { ep, cq }
+}
+
+/// Sender a, receiver b (opened with `b_info` changed by `tweak`).
+fn world(tweak: impl FnOnce(&mut Info)) -> Option<World> {
+    let info = entries(EpType::Rdm, rdm_hints())?
+        .into_iter()
+        .next()
+        .unwrap();
+    assert!(info.caps.contains(Caps::MULTI_RECV));
+    assert!(info.rx_attr.op_flags.contains(OpFlags::MULTI_RECV));
+    let fabric = VerbsProvider.fabric(&info.fabric_attr).unwrap();
+    let domain = fabric.domain(&info).unwrap();
+    let av = domain.av(&AvAttr::default()).unwrap();
+    let a = open_ep(domain.as_ref(), &info, av.as_ref());
+    let mut b_info = info.clone();
+    tweak(&mut b_info);
+    let b = open_ep(domain.as_ref(), &b_info, av.as_ref());
+    let mut out = [FiAddr(0); 2];
+    let names = [a.ep.getname().unwrap(), b.ep.getname().unwrap()];
+    assert_eq!(av.insert(&names, &mut out).unwrap(), 2);
+    Some(World {
+        a,
+        b,
+        to_b: out[1],
+        _av: av,
+        _domain: domain,
+        _fabric: fabric,
+    })
+}
+
+fn iov(b: &mut [u8]) -> [IoVec; 1] {
+    [IoVec {
+        addr: b.as_mut_ptr(),
+        len: b.len(),
+    }]
+}
+
+fn m(iov: &[IoVec], addr: FiAddr, context: u64) -> Msg<'_> {
+    Msg {
+        iov,
+        desc: &[],
+        addr,
+        tag: 0,
+        ignore: 0,
+        context,
+        data: 0,
+    }
+}
+
+/// Message `k` of `len` bytes: every byte depends on the message and its
+/// offset, so misplaced bytes show.
+fn pattern(k: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u64).wrapping_mul(31).wrapping_add(k * 101) as u8)
+        .collect()
+}
+
+impl World {
+    fn spin(&self) {
+        let _ = self.a.cq.read(&mut []);
+        let _ = self.b.cq.read(&mut []);
+    }
+
+    /// Sends `buf` from a to b (retrying while Again); its completion is
+    /// read later.
+    fn send(&self, buf: &mut [u8], context: u64) {
+        let siov = iov(buf);
+        let deadline = Instant::now() + T;
+        loop {
+            // SAFETY: the caller keeps `buf` alive until the completion.
+            match unsafe {
+                self.a
+                    .ep
+                    .sendmsg(&m(&siov, self.to_b, context), OpFlags::empty())
+            } {
+                Ok(()) => return,
+                Err(e) if e.kind() == ErrorKind::Again && Instant::now() < deadline => self.spin(),
+                Err(e) => panic!("send failed: {e:?}"),
+            }
+        }
+    }
+
+    /// `n` completions from `cq`, progressing both sides.
+    fn completions(&self, cq: &dyn CompletionQueue, n: usize) -> Vec<CqEntry> {
+        let deadline = Instant::now() + T;
+        let mut got = Vec::new();
+        let mut e = [CqEntry::default(); 16];
+        while got.len() < n {
+            match cq.read(&mut e) {
+                Ok(k) => got.extend_from_slice(&e[..k]),
+                Err(err) if err.kind() == ErrorKind::Again => self.spin(),
+                Err(err) if err.kind() == ErrorKind::Avail => {
+                    panic!("error completion: {:?}", cq.readerr().unwrap())
+                }
+                Err(err) => panic!("CQ read failed: {err:?}"),
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} of {n} completions",
+                got.len()
+            );
+        }
+        got
+    }
+}
+
+/// Checks the parts of a multi-receive buffer: each completion's `buf`
+/// points at its message, in arrival order, and only the last carries
+/// FI_MULTI_RECV.
+fn check_parts(buf: &[u8], got: &[CqEntry], msgs: &[(u64, usize)]) {
+    assert_eq!(got.len(), msgs.len());
+    let base = buf.as_ptr() as u64;
+    let mut by_addr: Vec<CqEntry> = got.to_vec();
+    by_addr.sort_by_key(|e| e.buf);
+    let mut off = 0usize;
+    for (e, &(k, len)) in by_addr.iter().zip(msgs) {
+        assert_eq!(
+            e.buf,
+            base + off as u64,
+            "message {k} is where it was carved"
+        );
+        assert_eq!(e.len, len);
+        assert!(
+            e.flags
+                .contains(CompletionFlags::RECV | CompletionFlags::MSG)
+        );
+        assert_eq!(&buf[off..off + len], &pattern(k, len)[..], "message {k}");
+        off += len;
+    }
+    let last = got.last().unwrap();
+    assert!(last.flags.contains(CompletionFlags::MULTI_RECV));
+    let flagged = got
+        .iter()
+        .filter(|e| e.flags.contains(CompletionFlags::MULTI_RECV))
+        .count();
+    assert_eq!(flagged, 1, "the buffer is released once");
+}
+
+#[test]
+fn multi_recv_takes_eager_and_rendezvous_messages() {
+    let Some(w) = world(|_| {}) else { return };
+    w.b.ep.set_min_multi_recv(2000).unwrap();
+    assert_eq!(w.b.ep.min_multi_recv().unwrap(), 2000);
+    let mut big = vec![0u8; 24_000];
+    let biov = iov(&mut big);
+    // SAFETY: `big` outlives the buffer's last completion.
+    unsafe {
+        w.b.ep
+            .recvmsg(&m(&biov, FiAddr::UNSPEC, 77), OpFlags::MULTI_RECV)
+    }
+    .unwrap();
+    // 100 + 300 + 20000 (rendezvous) leave 3600; 3000 more leave 600, less
+    // than the minimum: the buffer is released.
+    let msgs = [(1u64, 100usize), (2, 300), (3, 20_000), (4, 3000)];
+    let mut bufs: Vec<Vec<u8>> = msgs.iter().map(|&(k, n)| pattern(k, n)).collect();
+    for (b, &(k, _)) in bufs.iter_mut().zip(&msgs) {
+        w.send(b, k);
+    }
+    let got = w.completions(w.b.cq.as_ref(), msgs.len());
+    assert!(got.iter().all(|e| e.context == 77));
+    check_parts(&big, &got, &msgs);
+    w.completions(w.a.cq.as_ref(), msgs.len());
+    // A fresh message goes to a new receive, not the released buffer.
+    let mut small = vec![0u8; 64];
+    let siov = iov(&mut small);
+    // SAFETY: `small` outlives its completion.
+    unsafe {
+        w.b.ep
+            .recvmsg(&m(&siov, FiAddr::UNSPEC, 78), OpFlags::empty())
+    }
+    .unwrap();
+    let mut last = pattern(5, 50);
+    w.send(&mut last, 5);
+    let e = w.completions(w.b.cq.as_ref(), 1)[0];
+    assert_eq!((e.context, e.len), (78, 50));
+    assert_eq!(&small[..50], &pattern(5, 50)[..]);
+    w.completions(w.a.cq.as_ref(), 1);
+}
+
+#[test]
+fn multi_recv_takes_unexpected_messages() {
+    let Some(w) = world(|_| {}) else { return };
+    let msgs = [(1u64, 700usize), (2, 9000), (3, 1200)];
+    let mut bufs: Vec<Vec<u8>> = msgs.iter().map(|&(k, n)| pattern(k, n)).collect();
+    for (b, &(k, _)) in bufs.iter_mut().zip(&msgs) {
+        w.send(b, k);
+    }
+    // The eager sends complete once b's device has them: unexpected there.
+    let deadline = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < deadline {
+        w.spin();
+    }
+    // Exactly big enough for the three with less than the default
+    // minimum (64) left.
+    let mut big = vec![0u8; 700 + 9000 + 1200 + 10];
+    let biov = iov(&mut big);
+    // SAFETY: `big` outlives the buffer's last completion.
+    unsafe {
+        w.b.ep
+            .recvmsg(&m(&biov, FiAddr::UNSPEC, 9), OpFlags::MULTI_RECV)
+    }
+    .unwrap();
+    let got = w.completions(w.b.cq.as_ref(), msgs.len());
+    check_parts(&big, &got, &msgs);
+    w.completions(w.a.cq.as_ref(), msgs.len());
+}
+
+/// A peer that floods unexpected messages: the receiver buffers at most
+/// its budget (`total_buffered_recv`) and holds the rest in its receive
+/// buffers, so the sender stalls (RNR) instead of growing the receiver's
+/// memory; once receives are posted, everything arrives, in order.
+#[test]
+fn a_flooding_peer_is_held_to_the_budget() {
+    const BUDGET: usize = 64 << 10;
+    const LEN: usize = 4096;
+    const N: usize = 700;
+    /// The receiver's receive buffers (`RX_BUFS`).
+    const RX_BUFS: usize = 256;
+    let Some(w) = world(|i| i.rx_attr.total_buffered_recv = BUDGET) else {
+        return;
+    };
+    let mut bufs: Vec<Vec<u8>> = (0..N).map(|k| pattern(k as u64, LEN)).collect();
+    let mut sent = 0usize;
+    let mut done = 0usize;
+    let mut last_change = Instant::now();
+    let start = Instant::now();
+    let mut e = [CqEntry::default(); 16];
+    // Flood with nothing posted until the sender makes no headway.
+    while sent < N && last_change.elapsed() < Duration::from_millis(1500) {
+        assert!(start.elapsed() < T, "the flood did not settle");
+        let siov = iov(&mut bufs[sent]);
+        // SAFETY: `bufs` outlives every completion.
+        match unsafe {
+            w.a.ep
+                .sendmsg(&m(&siov, w.to_b, sent as u64), OpFlags::empty())
+        } {
+            Ok(()) => {
+                sent += 1;
+                last_change = Instant::now();
+            }
+            Err(err) if err.kind() == ErrorKind::Again => {}
+            Err(err) => panic!("send failed: {err:?}"),
+        }
+        match w.a.cq.read(&mut e) {
+            Ok(k) => {
+                done += k;
+                last_change = Instant::now();
+            }
+            Err(err) if err.kind() == ErrorKind::Again => {}
+            Err(err) => panic!("sender CQ: {err:?}: {:?}", w.a.cq.readerr()),
+        }
+        let _ = w.b.cq.read(&mut []);
+    }
+    // What the receiver took: the budget's worth copied out (4 KiB plus a
+    // 64-byte entry each) and its receive buffers.
+    let bound = BUDGET / (LEN + 64) + RX_BUFS + 8;
+    eprintln!("flood: {sent} sends posted, {done} completed (bound {bound})");
+    assert!(
+        done <= bound,
+        "{done} sends completed: the receiver took more than its budget and buffers ({bound})"
+    );
+    assert!(sent < N, "the sender was never stalled");
+    // Now the application receives: everything arrives, in order.
+    let mut rbufs: Vec<Vec<u8>> = (0..N).map(|_| vec![0u8; LEN]).collect();
+    let mut got = 0usize;
+    let mut posted = 0usize;
+    let deadline = Instant::now() + T * 2;
+    let mut r = [CqEntry::default(); 16];
+    while got < N || done < N {
+        assert!(
+            Instant::now() < deadline,
+            "{got} of {N} received, {done} sends done"
+        );
+        if posted < N {
+            let riov = iov(&mut rbufs[posted]);
+            // SAFETY: `rbufs` outlives every completion.
+            unsafe {
+                w.b.ep
+                    .recvmsg(&m(&riov, FiAddr::UNSPEC, posted as u64), OpFlags::empty())
+            }
+            .unwrap();
+            posted += 1;
+        }
+        if sent < N {
+            let siov = iov(&mut bufs[sent]);
+            // SAFETY: `bufs` outlives every completion.
+            match unsafe {
+                w.a.ep
+                    .sendmsg(&m(&siov, w.to_b, sent as u64), OpFlags::empty())
+            } {
+                Ok(()) => sent += 1,
+                Err(err) if err.kind() == ErrorKind::Again => {}
+                Err(err) => panic!("send failed: {err:?}"),
+            }
+        }
+        match w.a.cq.read(&mut e) {
+            Ok(k) => done += k,
+            Err(err) if err.kind() == ErrorKind::Again => {}
+            Err(err) => panic!("sender CQ: {err:?}: {:?}", w.a.cq.readerr()),
+        }
+        match w.b.cq.read(&mut r) {
+            Ok(k) => {
+                for c in &r[..k] {
+                    assert_eq!(c.context, got as u64, "receives complete in order");
+                    assert_eq!(c.len, LEN);
+                    got += 1;
+                }
+            }
+            Err(err) if err.kind() == ErrorKind::Again => {}
+            Err(err) => panic!("receiver CQ: {err:?}: {:?}", w.b.cq.readerr()),
+        }
+    }
+    for (k, b) in rbufs.iter().enumerate() {
+        assert_eq!(b[..], pattern(k as u64, LEN)[..], "message {k}");
+    }
+}
