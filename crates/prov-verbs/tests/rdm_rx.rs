@@ -373,3 +373,106 @@ fn a_flooding_peer_is_held_to_the_budget() {
         assert_eq!(b[..], pattern(k as u64, LEN)[..], "message {k}");
     }
 }
+
+/// With no budget at all, every unexpected message stays in the receive
+/// buffer it arrived in: such messages still match in order, answer
+/// FI_PEEK / FI_CLAIM / FI_DISCARD (rendezvous requests too), and give
+/// their buffers back once taken (more messages than receive buffers go
+/// through).
+#[test]
+fn messages_held_in_receive_buffers_match_and_give_them_back() {
+    let Some(w) = world(|i| i.rx_attr.total_buffered_recv = 1) else {
+        return;
+    };
+    let tsend = |buf: &mut [u8], tag: u64| {
+        let siov = iov(buf);
+        let deadline = Instant::now() + T;
+        loop {
+            let msg = Msg {
+                tag,
+                ..m(&siov, w.to_b, tag)
+            };
+            // SAFETY: the caller keeps `buf` alive until the completion.
+            match unsafe { w.a.ep.tsendmsg(&msg, OpFlags::empty()) } {
+                Ok(()) => return,
+                Err(e) if e.kind() == ErrorKind::Again && Instant::now() < deadline => w.spin(),
+                Err(e) => panic!("send failed: {e:?}"),
+            }
+        }
+    };
+    let trecv = |buf: &mut [u8], tag: u64, context: u64, flags: OpFlags| {
+        let riov = iov(buf);
+        let msg = Msg {
+            tag,
+            ..m(&riov, FiAddr::UNSPEC, context)
+        };
+        // SAFETY: the caller keeps `buf` alive until the completion.
+        unsafe { w.b.ep.trecvmsg(&msg, flags) }
+    };
+    let settle = || {
+        let deadline = Instant::now() + Duration::from_millis(300);
+        while Instant::now() < deadline {
+            w.spin();
+        }
+    };
+    // Tags 1..=3 eager, 4 rendezvous, all unexpected.
+    let lens = [(1u64, 100usize), (2, 200), (3, 300), (4, 10_000)];
+    let mut sbufs: Vec<Vec<u8>> = lens.iter().map(|&(k, n)| pattern(k, n)).collect();
+    for (b, &(tag, _)) in sbufs.iter_mut().zip(&lens) {
+        tsend(b, tag);
+    }
+    // The eager sends complete when b's device has them.
+    w.completions(w.a.cq.as_ref(), 3);
+    settle();
+    let mut none = [0u8; 0];
+    // Peek tag 2 (its length), then peek and discard it.
+    trecv(&mut none, 2, 20, OpFlags::PEEK).unwrap();
+    let e = w.completions(w.b.cq.as_ref(), 1)[0];
+    assert_eq!((e.context, e.len, e.tag), (20, 200, 2));
+    trecv(&mut none, 2, 21, OpFlags::PEEK | OpFlags::DISCARD).unwrap();
+    let e = w.completions(w.b.cq.as_ref(), 1)[0];
+    assert_eq!((e.context, e.tag), (21, 2));
+    // Claim tag 3, then receive it with FI_CLAIM.
+    trecv(&mut none, 3, 30, OpFlags::PEEK | OpFlags::CLAIM).unwrap();
+    assert_eq!(w.completions(w.b.cq.as_ref(), 1)[0].context, 30);
+    let mut r3 = vec![0u8; 300];
+    trecv(&mut r3, 3, 30, OpFlags::CLAIM).unwrap();
+    let e = w.completions(w.b.cq.as_ref(), 1)[0];
+    assert_eq!((e.context, e.len), (30, 300));
+    assert_eq!(r3, pattern(3, 300));
+    // Tag 1, then the rendezvous message.
+    let mut r1 = vec![0u8; 100];
+    trecv(&mut r1, 1, 10, OpFlags::empty()).unwrap();
+    let mut r4 = vec![0u8; 10_000];
+    trecv(&mut r4, 4, 40, OpFlags::empty()).unwrap();
+    let got = w.completions(w.b.cq.as_ref(), 2);
+    let mut ctx: Vec<u64> = got.iter().map(|e| e.context).collect();
+    ctx.sort_unstable();
+    assert_eq!(ctx, [10, 40]);
+    assert_eq!(r1, pattern(1, 100));
+    assert_eq!(r4, pattern(4, 10_000));
+    // The rendezvous send completes on its FIN.
+    w.completions(w.a.cq.as_ref(), 1);
+    // 4 rounds of 100 unexpected messages: more than the 256 receive
+    // buffers, so those taken must have been reposted.
+    for round in 0..4u64 {
+        let mut s: Vec<Vec<u8>> = (0..100).map(|k| pattern(round * 100 + k, 64)).collect();
+        for (k, b) in s.iter_mut().enumerate() {
+            tsend(b, 1000 + k as u64);
+        }
+        w.completions(w.a.cq.as_ref(), 100);
+        let mut r: Vec<Vec<u8>> = (0..100).map(|_| vec![0u8; 64]).collect();
+        for (k, b) in r.iter_mut().enumerate() {
+            trecv(b, 1000 + k as u64, k as u64, OpFlags::empty()).unwrap();
+        }
+        let got = w.completions(w.b.cq.as_ref(), 100);
+        assert!(got.iter().enumerate().all(|(k, e)| e.context == k as u64));
+        for (k, b) in r.iter().enumerate() {
+            assert_eq!(
+                *b,
+                pattern(round * 100 + k as u64, 64),
+                "round {round}, {k}"
+            );
+        }
+    }
+}
