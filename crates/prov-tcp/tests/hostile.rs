@@ -19,6 +19,15 @@ use fabric_core::objects::{CompletionFlags, CqErrEntry, FiAddr, Msg};
 use fabric_core::*;
 use prov_tcp::wire::{CmHeader, Frame, HEADER_LEN, Limits, Op, decode_header};
 
+/// Tests that measure the whole process (CPU time, RSS) and tests that
+/// load it run one at a time: they hold this lock.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Reads one frame's header, extended header and payload from `s`.
 fn read_frame(s: &mut TcpStream) -> (prov_tcp::wire::Header, Vec<u8>) {
     let mut h = [0u8; HEADER_LEN];
@@ -167,6 +176,7 @@ fn hello_to(to: SocketAddr) -> TcpStream {
 
 #[test]
 fn a_paused_half_closed_connection_costs_no_cpu() {
+    let _serial = serial();
     let b = side(&auto_info_with(Caps::MSG | Caps::TAGGED));
     let name = b.ep.getname().unwrap().socket_addr().unwrap();
     let mut s = hello_to(name);
@@ -189,6 +199,7 @@ fn a_paused_half_closed_connection_costs_no_cpu() {
 
 #[test]
 fn a_peer_that_never_reads_its_answers_is_not_read_either() {
+    let _serial = serial();
     use fabric_core::objects::RmaIov;
     let b = side(&auto_info_with(Caps::MSG | Caps::TAGGED));
     let name = b.ep.getname().unwrap().socket_addr().unwrap();
@@ -355,6 +366,7 @@ fn writer_and_target(
 
 #[test]
 fn remote_cq_data_into_a_cq_nobody_reads_pauses_the_writer() {
+    let _serial = serial();
     use fabric_core::objects::CqEntry;
     let n = 20_000u64;
     let (a, b, b_at_a, _mr) = writer_and_target(&auto_info_with(Caps::MSG | Caps::RMA));
@@ -395,6 +407,7 @@ fn remote_cq_data_into_a_cq_nobody_reads_pauses_the_writer() {
 
 #[test]
 fn kept_remote_cq_data_counts_against_the_budget_and_pauses_its_sender() {
+    let _serial = serial();
     use fabric_core::objects::CqEntry;
     const MSGS: usize = 250;
     const LEN: usize = 32 << 10;
@@ -475,4 +488,63 @@ fn kept_remote_cq_data_counts_against_the_budget_and_pauses_its_sender() {
     }
     assert!(bufs.iter().all(|b| b[..] == payload[..]));
     assert!(seen.iter().all(|&s| s));
+}
+
+/// A peer's eager message larger than the unexpected budget stays in its
+/// socket, and the connection reads nothing behind it until a receive
+/// takes it: then both arrive intact, in order.
+#[test]
+fn a_payload_left_in_the_socket_waits_for_its_receive_and_arrives_intact() {
+    let _serial = serial();
+    use fabric_core::objects::CqEntry;
+    let b = side(&auto_info_with(Caps::MSG | Caps::TAGGED));
+    let name = b.ep.getname().unwrap().socket_addr().unwrap();
+    let mut s = hello_to(name);
+    let len = 9 << 20;
+    let big: Vec<u8> = (0..len).map(|i| (i * 31 % 253) as u8).collect();
+    let sent = big.clone();
+    let writer = std::thread::spawn(move || {
+        let (h, n) = Frame::tagged(1, 5, len as u64).to_bytes();
+        s.write_all(&h[..n]).unwrap();
+        s.write_all(&sent).unwrap();
+        let (h, n) = Frame::tagged(2, 6, 5).to_bytes();
+        s.write_all(&h[..n]).unwrap();
+        s.write_all(b"after").unwrap();
+        s
+    });
+    let trecv = |buf: &mut [u8], tag: u64, ctx: u64| {
+        let v = iov(buf);
+        let m = Msg {
+            iov: &v,
+            desc: &[],
+            addr: FiAddr::UNSPEC,
+            tag,
+            ignore: 0,
+            context: ctx,
+            data: 0,
+        };
+        // SAFETY: the buffers outlive the completions awaited below.
+        unsafe { b.ep.trecvmsg(&m, OpFlags::empty()) }.unwrap();
+    };
+    // The small message behind the big one is not read while the big
+    // one's payload waits in the socket.
+    let mut small = [0u8; 8];
+    trecv(&mut small, 6, 60);
+    let mut out = [CqEntry::default(); 4];
+    let t = std::time::Instant::now();
+    while t.elapsed() < Duration::from_millis(300) {
+        assert!(
+            matches!(b.cq.read(&mut out), Err(e) if e.kind() == ErrorKind::Again),
+            "a message behind a stalled payload was delivered"
+        );
+    }
+    let mut r = vec![0u8; len];
+    trecv(&mut r, 5, 50);
+    let first = next(b.cq.as_ref(), &[]).unwrap();
+    let second = next(b.cq.as_ref(), &[]).unwrap();
+    assert_eq!((first.context, first.len), (50, len));
+    assert_eq!((second.context, second.len), (60, 5));
+    assert!(r == big);
+    assert_eq!(&small[..5], b"after");
+    drop(writer.join().unwrap());
 }
