@@ -16,15 +16,15 @@ use std::time::{Duration, Instant};
 use common::*;
 use fabric_core::objects::Provider;
 use fabric_core::objects::{
-    AddressVector, AvAttr, Bind, CompletionFlags, CompletionQueue, CqEntry, Domain, Endpoint,
-    Fabric, FiAddr, IoVec, Msg,
+    AddressVector, AvAttr, Bind, CompletionFlags, CompletionQueue, CqAttr, CqEntry, Domain,
+    Endpoint, Fabric, FiAddr, IoVec, Msg, RmaIov, RmaMsg,
 };
 use fabric_core::*;
 use prov_verbs::VerbsProvider;
 
 fn rdm_hints() -> Info {
     let mut h = Info::default();
-    h.caps = Caps::MSG | Caps::TAGGED | Caps::MULTI_RECV | Caps::SOURCE;
+    h.caps = Caps::MSG | Caps::TAGGED | Caps::RMA | Caps::MULTI_RECV | Caps::SOURCE;
     h.rx_attr.op_flags = OpFlags::MULTI_RECV;
     h.addr_format = AddrFormat::SockaddrIn;
     h
@@ -40,12 +40,17 @@ struct World {
     b: Ep,
     to_b: FiAddr,
     _av: Box<dyn AddressVector>,
-    _domain: Box<dyn Domain>,
+    domain: Box<dyn Domain>,
     _fabric: Box<dyn Fabric>,
 }
 
-fn open_ep(domain: &dyn Domain, info: &Info, av: &dyn AddressVector) -> Ep {
-    let cq = domain.cq(&cq_attr()).unwrap();
+fn open_ep(domain: &dyn Domain, info: &Info, av: &dyn AddressVector, cq_size: usize) -> Ep {
+    let cq = domain
+        .cq(&CqAttr {
+            size: cq_size,
+            ..cq_attr()
+        })
+        .unwrap();
     let ep = domain.endpoint(info).unwrap();
     ep.bind(Bind::Cq {
         cq: cq.as_ref(),
@@ -61,6 +66,11 @@ fn open_ep(domain: &dyn Domain, info: &Info, av: &dyn AddressVector) -> Ep {
 
 /// Sender a, receiver b (opened with `b_info` changed by `tweak`).
 fn world(tweak: impl FnOnce(&mut Info)) -> Option<World> {
+    world_cq(tweak, 0)
+}
+
+/// As [`world`], b's CQ with `cq_size` entries (0: the default).
+fn world_cq(tweak: impl FnOnce(&mut Info), cq_size: usize) -> Option<World> {
     let info = entries(EpType::Rdm, rdm_hints())?
         .into_iter()
         .next()
@@ -70,10 +80,10 @@ fn world(tweak: impl FnOnce(&mut Info)) -> Option<World> {
     let fabric = VerbsProvider.fabric(&info.fabric_attr).unwrap();
     let domain = fabric.domain(&info).unwrap();
     let av = domain.av(&AvAttr::default()).unwrap();
-    let a = open_ep(domain.as_ref(), &info, av.as_ref());
+    let a = open_ep(domain.as_ref(), &info, av.as_ref(), 0);
     let mut b_info = info.clone();
     tweak(&mut b_info);
-    let b = open_ep(domain.as_ref(), &b_info, av.as_ref());
+    let b = open_ep(domain.as_ref(), &b_info, av.as_ref(), cq_size);
     let mut out = [FiAddr(0); 2];
     let names = [a.ep.getname().unwrap(), b.ep.getname().unwrap()];
     assert_eq!(av.insert(&names, &mut out).unwrap(), 2);
@@ -82,7 +92,7 @@ fn world(tweak: impl FnOnce(&mut Info)) -> Option<World> {
         b,
         to_b: out[1],
         _av: av,
-        _domain: domain,
+        domain,
         _fabric: fabric,
     })
 }
@@ -473,6 +483,103 @@ fn messages_held_in_receive_buffers_match_and_give_them_back() {
                 pattern(round * 100 + k as u64, 64),
                 "round {round}, {k}"
             );
+        }
+    }
+}
+
+/// Remote CQ data from a writer that fills the target's receive CQ: the
+/// writer is paused (its writes hold the target's receive buffers, so it
+/// stalls through RNR) until the application reads the CQ; nothing is
+/// lost, and the data arrives in order.
+#[test]
+fn remote_cq_data_that_fills_the_cq_pauses_the_writer() {
+    const CQ: usize = 16;
+    const N: u64 = 600;
+    /// The target's receive buffers (`RX_BUFS`).
+    const RX_BUFS: usize = 256;
+    let Some(w) = world_cq(|_| {}, CQ) else {
+        return;
+    };
+    let target = Buf::new(w.domain.as_ref(), 8);
+    let remote = [RmaIov {
+        addr: target.addr(),
+        len: 8,
+        key: target.mr.key(),
+    }];
+    let mut word = [0u8; 8];
+    let wiov = iov(&mut word);
+    let write = |k: u64| {
+        let msg = RmaMsg {
+            iov: &wiov,
+            desc: &[],
+            addr: w.to_b,
+            rma_iov: &remote,
+            context: k,
+            data: k,
+        };
+        // SAFETY: the buffers outlive every completion.
+        unsafe { w.a.ep.writemsg(&msg, OpFlags::REMOTE_CQ_DATA) }
+    };
+    let mut e = [CqEntry::default(); 16];
+    let (mut posted, mut done) = (0u64, 0usize);
+    let mut last_change = Instant::now();
+    let start = Instant::now();
+    while posted < N && last_change.elapsed() < Duration::from_millis(1500) {
+        assert!(start.elapsed() < T, "the writes did not settle");
+        match write(posted) {
+            Ok(()) => {
+                posted += 1;
+                last_change = Instant::now();
+            }
+            Err(err) if err.kind() == ErrorKind::Again => {}
+            Err(err) => panic!("write failed: {err:?}"),
+        }
+        match w.a.cq.read(&mut e) {
+            Ok(k) => {
+                done += k;
+                last_change = Instant::now();
+            }
+            Err(err) if err.kind() == ErrorKind::Again => {}
+            Err(err) => panic!("writer CQ: {err:?}: {:?}", w.a.cq.readerr()),
+        }
+        // Progress the target without reading its CQ.
+        let _ = w.b.cq.read(&mut []);
+    }
+    let bound = CQ + RX_BUFS + 8;
+    eprintln!("remote CQ data: {posted} writes posted, {done} completed (bound {bound})");
+    assert!(done <= bound, "{done} writes completed past a full CQ");
+    assert!(posted < N, "the writer was never stalled");
+    // The application reads: everything arrives, in order.
+    let mut seen = 0u64;
+    let deadline = Instant::now() + T * 2;
+    let mut r = [CqEntry::default(); 16];
+    while seen < N || (done as u64) < N {
+        assert!(
+            Instant::now() < deadline,
+            "{seen} of {N} data seen, {done} writes done"
+        );
+        if posted < N {
+            match write(posted) {
+                Ok(()) => posted += 1,
+                Err(err) if err.kind() == ErrorKind::Again => {}
+                Err(err) => panic!("write failed: {err:?}"),
+            }
+        }
+        match w.a.cq.read(&mut e) {
+            Ok(k) => done += k,
+            Err(err) if err.kind() == ErrorKind::Again => {}
+            Err(err) => panic!("writer CQ: {err:?}: {:?}", w.a.cq.readerr()),
+        }
+        match w.b.cq.read(&mut r) {
+            Ok(k) => {
+                for c in &r[..k] {
+                    assert!(c.flags.contains(CompletionFlags::REMOTE_CQ_DATA));
+                    assert_eq!(c.data, seen, "remote CQ data in order");
+                    seen += 1;
+                }
+            }
+            Err(err) if err.kind() == ErrorKind::Again => {}
+            Err(err) => panic!("target CQ: {err:?}: {:?}", w.b.cq.readerr()),
         }
     }
 }
