@@ -79,12 +79,14 @@ impl RxState {
 
     /// The application may have read the receive CQ: senders waiting for
     /// room in it resume, and remote CQ data left in the ring is taken.
-    pub(super) fn cq_room(&mut self, b: &Binds) {
+    pub(super) fn cq_room(&mut self, sh: &EpShared, b: &Binds) {
         self.rx.cq_read(b);
+        self.run_actions(sh, b);
         if self.cq_held && b.rx_cq.as_ref().is_none_or(|c| c.has_room()) {
             self.cq_held = false;
             self.ring_held = false;
         }
+        self.cq_watch = self.cq_held || self.rx.waits_for_cq();
     }
 
     /// Whether an RMA write or atomic with `flags` may be taken now. One
@@ -105,6 +107,7 @@ impl RxState {
         }
         if b.rx_cq.as_ref().is_some_and(|c| c.is_full()) {
             self.cq_held = true;
+            self.cq_watch = true;
             return false;
         }
         true

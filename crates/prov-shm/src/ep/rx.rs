@@ -119,6 +119,7 @@ impl RxState {
         }
         let peer = (pi, self.peer_uid(pi));
         if !self.rx.admit(peer, m.len) {
+            self.run_actions(sh, b);
             // Over the hard limit: the message stays in the ring.
             return false;
         }
@@ -135,6 +136,7 @@ impl RxState {
             },
         };
         self.rx.keep(tagged, tag, src, entry);
+        self.run_actions(sh, b);
         true
     }
 
@@ -199,6 +201,7 @@ impl RxState {
         }
         let peer = (pi, self.peer_uid(pi));
         if !self.rx.admit(peer, 0) {
+            self.run_actions(sh, b);
             return false;
         }
         let entry = Entry {
@@ -208,6 +211,7 @@ impl RxState {
             held: Held::Remote(rts),
         };
         self.rx.keep(tagged, tag, src, entry);
+        self.run_actions(sh, b);
         true
     }
 
@@ -237,6 +241,9 @@ impl RxState {
             };
             b.failed(true, entry, &e, 0);
         }
+        if self.rx.has_actions() {
+            self.run_actions(sh, b);
+        }
     }
 
     /// Takes every receive request still queued (before a cancel or a
@@ -261,5 +268,9 @@ impl RxState {
         let consume = sh.info.mode.contains(Mode::RX_CQ_DATA);
         let peer = (pi, self.peer_uid(pi));
         self.rx.remote_cq_data(b, data, src, peer, consume);
+        if self.rx.waits_for_cq() {
+            self.cq_watch = true;
+        }
+        self.run_actions(sh, b);
     }
 }
