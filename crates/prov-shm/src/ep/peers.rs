@@ -37,6 +37,7 @@ impl RxState {
     /// The AV handle of peer `pi` (for FI_SOURCE and directed receive),
     /// looked up again now and then while the application has not
     /// inserted it yet.
+    #[inline]
     pub(super) fn src_of(&mut self, b: &Binds, pi: u32, directed: bool) -> FiAddr {
         let Some(Some(p)) = self.peers.get_mut(pi as usize) else {
             return FiAddr::NOTAVAIL;

@@ -80,6 +80,7 @@ impl RxState {
     // -----------------------------------------------------------------
     // Messages.
 
+    #[inline]
     pub(super) fn on_msg(
         &mut self,
         sh: &EpShared,

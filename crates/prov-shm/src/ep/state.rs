@@ -261,6 +261,7 @@ impl RxState {
 
     /// Handles a command; `false` leaves it in the ring (a message over
     /// the hard limit of the unexpected budget).
+    #[inline]
     pub(super) fn on_command(
         &mut self,
         sh: &EpShared,
