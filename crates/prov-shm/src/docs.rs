@@ -236,9 +236,9 @@
 //!   ([`ring::Receiver::recover`](crate::ring::Receiver::recover)).
 //! - Unexpected messages are kept within a budget, with flow control
 //!   instead of loss (see [Unexpected messages](#unexpected-messages)).
-//! - AV handles are resolved once per endpoint and kept: after
-//!   `fi_av_remove`, an endpoint that already used a handle can still
-//!   reach that peer through it.
+//! - AV handles are resolved once per endpoint and kept while the AV
+//!   removes none; after an `fi_av_remove`, each handle is looked up once
+//!   more, so a removed one fails with `FI_ENOENT`.
 //!
 //! ## Unexpected messages
 //!

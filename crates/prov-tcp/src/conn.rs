@@ -866,6 +866,8 @@ pub(crate) struct Conn {
     pub peer: Option<SocketAddr>,
     /// The peer's handle in the AV (source of receive completions).
     pub src: FiAddr,
+    /// The AV's change count when `src` was looked up (`u64::MAX`: never).
+    pub src_gen: u64,
     pub tx: Tx,
     pub rx: Rx,
     /// This side's requests waiting for the peer's answer, by id.
@@ -898,6 +900,7 @@ impl Conn {
             phase,
             peer: None,
             src: FiAddr::NOTAVAIL,
+            src_gen: u64::MAX,
             tx: Tx::new(),
             rx: Rx {
                 dec: wire::Decoder::new(limits),

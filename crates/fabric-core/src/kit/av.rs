@@ -21,6 +21,8 @@ struct Inner {
 #[derive(Debug, Default)]
 pub struct AvTable {
     inner: RwLock<Inner>,
+    changes: std::sync::atomic::AtomicU64,
+    removals: std::sync::atomic::AtomicU64,
 }
 
 impl AvTable {
@@ -42,6 +44,8 @@ impl AvTable {
         let i = g.slots.len() as u64;
         g.slots.push(Some(addr.clone()));
         g.index.insert(addr, i);
+        self.changes
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
         FiAddr(i)
     }
 
@@ -55,6 +59,10 @@ impl AvTable {
         match slot.and_then(Option::take) {
             Some(addr) => {
                 g.index.remove(&addr);
+                self.changes
+                    .fetch_add(1, std::sync::atomic::Ordering::Release);
+                self.removals
+                    .fetch_add(1, std::sync::atomic::Ordering::Release);
                 Ok(())
             }
             None => Err(Error::new(
@@ -80,6 +88,23 @@ impl AvTable {
                     format!("fi_addr {} is not in the address vector", a.0),
                 )
             })
+    }
+
+    /// How many times the table changed (a new address inserted, a
+    /// handle removed): what [`reverse`](Self::reverse) answered while this
+    /// was `n` still holds while it is `n`; after a change, ask again (a
+    /// removed peer is FI_ADDR_NOTAVAIL, an inserted one has a handle).
+    #[inline]
+    pub fn changes(&self) -> u64 {
+        self.changes.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// How many handles were removed so far: a handle resolved while
+    /// this was `n` is still valid while it is `n` (handles are never
+    /// reused); after a change, look it up again (`NoEnt` once removed).
+    #[inline]
+    pub fn removals(&self) -> u64 {
+        self.removals.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The handle of an address, or `FiAddr::NOTAVAIL`.

@@ -42,14 +42,23 @@ impl RxState {
         let Some(Some(p)) = self.peers.get_mut(pi as usize) else {
             return FiAddr::NOTAVAIL;
         };
+        let Some(av) = &b.av else {
+            return p.fi;
+        };
+        // Asked again once the AV changed: a removed peer is
+        // FI_ADDR_NOTAVAIL (fi_av(3)), an inserted one has a handle.
+        let now = av.changes();
+        if now != p.fi_gen {
+            p.fi_gen = now;
+            p.fi = av.reverse(&p.addr);
+            return p.fi;
+        }
         if p.fi != FiAddr::NOTAVAIL {
             return p.fi;
         }
         p.fi_misses = p.fi_misses.wrapping_add(1);
         if directed || p.fi_misses % 64 == 1 {
-            if let Some(av) = &b.av {
-                p.fi = av.reverse(&p.addr);
-            }
+            p.fi = av.reverse(&p.addr);
         }
         p.fi
     }
@@ -104,6 +113,7 @@ impl RxState {
             region,
             fi: FiAddr::NOTAVAIL,
             fi_misses: 0,
+            fi_gen: u64::MAX,
             // Cross-memory attach names the peer by pid, which means
             // something only within its PID namespace.
             no_cma: !sh.cma || !local,

@@ -4,7 +4,7 @@
 //! the bindings once enabled.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use crossbeam_queue::ArrayQueue;
@@ -90,9 +90,18 @@ pub(crate) struct TxPeer {
     /// engine's queue, injects return `FI_EAGAIN`. Set and cleared by our
     /// engine on the peer's `PAUSE` / `RESUME`.
     pub paused: AtomicBool,
+    /// The AV's removal count when this handle was last found in it: the
+    /// handle is used without a lookup while the count stays.
+    checked: AtomicU64,
 }
 
 impl TxPeer {
+    /// Whether the handle was found in the AV since its last removal.
+    #[inline]
+    fn valid_at(&self, removals: u64) -> bool {
+        self.checked.load(Ordering::Relaxed) == removals
+    }
+
     /// Whether operations may be sent (introduced, alive).
     #[inline]
     pub(crate) fn ready(&self) -> bool {
@@ -350,7 +359,7 @@ impl EpShared {
     #[inline]
     pub(crate) fn peer(&self, b: &Binds, dest: FiAddr) -> Result<PeerRef<'_>> {
         if let Some(p) = self.peers.get_ref(dest) {
-            if p.ready() {
+            if p.ready() && b.av.as_ref().is_some_and(|av| p.valid_at(av.removals())) {
                 return Ok(PeerRef::Ref(p));
             }
         }
@@ -365,12 +374,20 @@ impl EpShared {
                 "shm: RDM operations need a destination address",
             ));
         }
+        let av =
+            b.av.as_ref()
+                .ok_or_else(|| Error::from_kind(ErrorKind::NoAv))?;
+        let removals = av.removals();
         let p = match self.peers.get(dest) {
-            Some(p) => p,
+            // A removed handle is invalid (fi_av(3)): checked again once
+            // the AV removed any.
+            Some(p) if p.valid_at(removals) => p,
+            Some(p) => {
+                av.lookup(dest)?;
+                p.checked.store(removals, Ordering::Relaxed);
+                p
+            }
             None => {
-                let av =
-                    b.av.as_ref()
-                        .ok_or_else(|| Error::from_kind(ErrorKind::NoAv))?;
                 let addr = av.lookup(dest)?;
                 let name = region_of(&addr)?;
                 let region = attach(name)?;
@@ -386,6 +403,7 @@ impl EpShared {
                     choice: Choice::default(),
                     dead: AtomicBool::new(false),
                     paused: AtomicBool::new(false),
+                    checked: AtomicU64::new(removals),
                 });
                 let p = self.peers.insert(dest, p);
                 let mut map = lock(&self.by_region);

@@ -41,6 +41,8 @@ pub(crate) struct RxPeer {
     pub addr: Address,
     pub(super) fi: FiAddr,
     pub(super) fi_misses: u32,
+    /// The AV's change count when `fi` was looked up (`u64::MAX`: never).
+    pub(super) fi_gen: u64,
     pub no_cma: bool,
     /// A cross-memory attach with this peer has worked: split rendezvous
     /// may be used (the sender then writes part of the message).

@@ -37,9 +37,15 @@ impl EpInner {
         let Some(c) = st.conns.get_mut(&cid) else {
             return FiAddr::NOTAVAIL;
         };
-        if c.src == FiAddr::NOTAVAIL && self.kind == Kind::Rdm {
+        if self.kind == Kind::Rdm {
             if let (Some(peer), Some(av)) = (c.peer, &b.av) {
-                c.src = av.reverse(&Address::from(peer));
+                // Asked again once the AV changed: a removed peer is
+                // FI_ADDR_NOTAVAIL (fi_av(3)), an inserted one has a handle.
+                let now = av.changes();
+                if c.src_gen != now {
+                    c.src = av.reverse(&Address::from(peer));
+                    c.src_gen = now;
+                }
             }
         }
         c.src

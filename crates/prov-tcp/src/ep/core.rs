@@ -85,6 +85,8 @@ pub(crate) struct State {
     pub peers: HashMap<SocketAddr, Peer>,
     /// AV handle to peer key (RDM), filled on first use.
     pub by_fi: IdMap<u64, SocketAddr>,
+    /// The AV's removal count `by_fi` was filled under.
+    pub by_fi_removals: u64,
     pub listener: Option<TcpListener>,
     pub msg: MsgState,
     /// Connections to read again now (a paused one whose message matched,
@@ -110,6 +112,7 @@ impl State {
             unexp_reading: 0,
             peers: HashMap::new(),
             by_fi: IdMap::default(),
+            by_fi_removals: 0,
             listener: None,
             msg: MsgState::default(),
             resume: Vec::new(),

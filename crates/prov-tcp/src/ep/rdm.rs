@@ -31,12 +31,19 @@ fn proto(detail: impl Into<std::borrow::Cow<'static, str>>) -> Error {
 impl EpInner {
     /// The peer key (listening address) of an AV handle.
     pub(crate) fn rdm_dest(&self, st: &mut State, b: &Binds, dest: FiAddr) -> Result<SocketAddr> {
-        if let Some(a) = st.by_fi.get(&dest.0) {
-            return Ok(*a);
-        }
         let av =
             b.av.as_ref()
                 .ok_or_else(|| Error::new(ErrorKind::NoAv, "the endpoint has no address vector"))?;
+        // A removed handle is invalid (fi_av(3)): forget what was resolved
+        // once the AV removed any.
+        let removals = av.removals();
+        if st.by_fi_removals != removals {
+            st.by_fi.clear();
+            st.by_fi_removals = removals;
+        }
+        if let Some(a) = st.by_fi.get(&dest.0) {
+            return Ok(*a);
+        }
         let peer = av.lookup(dest)?;
         let sa = peer.socket_addr().ok_or_else(|| {
             Error::inval(format!(
