@@ -10,6 +10,8 @@
 //! let before = fabric_core::testing::CountingAlloc::count();
 //! ```
 
+pub mod semantics;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 

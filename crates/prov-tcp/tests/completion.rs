@@ -1,16 +1,15 @@
-//! Completion semantics: inject-complete by default, FI_TRANSMIT_COMPLETE
-//! and FI_DELIVERY_COMPLETE through acknowledgements, selective
-//! completion, multi-receive buffers, and the auto-progress thread.
+//! tcp's completion levels: inject-complete by default,
+//! FI_TRANSMIT_COMPLETE and FI_DELIVERY_COMPLETE through acknowledgements,
+//! and the auto-progress thread. Selective completion, multi-receive and
+//! the rules every provider shares are in the semantics suite
+//! (tests/semantics.rs).
 
 #![allow(clippy::unwrap_used, clippy::field_reassign_with_default)]
 
 mod common;
 
 use common::*;
-use fabric_core::objects::{
-    AvAttr, Bind, CompletionFlags, CompletionQueue, CqAttr, CqEntry, CqFormat, FiAddr, IoVec, Msg,
-    Provider, WaitObj,
-};
+use fabric_core::objects::{CompletionQueue, CqEntry, FiAddr, IoVec, Msg, Provider};
 use fabric_core::*;
 use prov_tcp::TcpProvider;
 
@@ -105,122 +104,6 @@ fn delivery_complete_waits_for_a_matching_receive() {
     assert_eq!(next(a.cq.as_ref(), &[b.cq.as_ref()]).unwrap().context, 6);
     assert_eq!(next(b.cq.as_ref(), &[a.cq.as_ref()]).unwrap().context, 5);
     assert!(rbig == big);
-}
-
-#[test]
-fn selective_completion_reports_only_what_asks() {
-    let info = rdm_info();
-    let fabric = TcpProvider.fabric(&info.fabric_attr).unwrap();
-    let domain = fabric.domain(&info).unwrap();
-    let cq = domain
-        .cq(&CqAttr {
-            format: CqFormat::Data,
-            wait_obj: WaitObj::Unspec,
-            ..Default::default()
-        })
-        .unwrap();
-    let av = domain.av(&AvAttr::default()).unwrap();
-    let ep = domain.endpoint(&info).unwrap();
-    ep.bind(Bind::Cq {
-        cq: cq.as_ref(),
-        transmit: true,
-        recv: false,
-        selective: true,
-    })
-    .unwrap();
-    ep.bind(Bind::Av(av.as_ref())).unwrap();
-    ep.enable().unwrap();
-    let b = side(&info);
-    let mut out = [FiAddr(0)];
-    av.insert(&[b.ep.getname().unwrap()], &mut out).unwrap();
-    let mut s = vec![1u8; 10];
-    let siov = iov(&mut s);
-    let mut rs: Vec<Vec<u8>> = vec![vec![0u8; 10]; 2];
-    for (i, r) in rs.iter_mut().enumerate() {
-        let riov = iov(r);
-        // SAFETY: the buffers outlive the completions.
-        unsafe {
-            b.ep.recvmsg(&msg(&riov, FiAddr::UNSPEC, 10 + i as u64), OpFlags::empty())
-                .unwrap()
-        };
-    }
-    // SAFETY: s outlives the completions.
-    unsafe {
-        ep.sendmsg(&msg(&siov, out[0], 1), OpFlags::empty())
-            .unwrap();
-        ep.sendmsg(&msg(&siov, out[0], 2), OpFlags::COMPLETION)
-            .unwrap();
-    }
-    assert_eq!(next(b.cq.as_ref(), &[cq.as_ref()]).unwrap().context, 10);
-    assert_eq!(next(b.cq.as_ref(), &[cq.as_ref()]).unwrap().context, 11);
-    assert_eq!(
-        next(cq.as_ref(), &[]).unwrap().context,
-        2,
-        "only the second"
-    );
-    settle(&[cq.as_ref(), b.cq.as_ref()], 10);
-    assert!(empty(cq.as_ref()));
-}
-
-#[test]
-fn multi_receive_buffers_take_several_messages() {
-    let (a, b, b_at_a, a_at_b) = pair();
-    // Two messages arrive before the buffer is posted, three after.
-    for i in 0..2u8 {
-        a.ep.inject(&[i; 200], b_at_a, None).unwrap();
-    }
-    settle(&[a.cq.as_ref(), b.cq.as_ref()], 30);
-    let mut buf = vec![0u8; 1024];
-    let base = buf.as_ptr() as u64;
-    let biov = iov(&mut buf);
-    // SAFETY: buf outlives every completion of the buffer.
-    unsafe {
-        b.ep.recvmsg(&msg(&biov, FiAddr::UNSPEC, 7), OpFlags::MULTI_RECV)
-            .unwrap()
-    };
-    for i in 2..5u8 {
-        a.ep.inject(&[i; 200], b_at_a, Some(u64::from(i))).unwrap();
-    }
-    let mut seen = Vec::new();
-    for i in 0..5u64 {
-        let (e, src) = next_from(b.cq.as_ref(), &[a.cq.as_ref()]).unwrap();
-        assert_eq!((e.context, e.len, src), (7, 200, a_at_b));
-        assert_eq!(
-            e.buf,
-            base + 200 * i,
-            "message {i} placed after the previous"
-        );
-        seen.push(e.flags.contains(CompletionFlags::MULTI_RECV));
-    }
-    // 24 bytes are left, under the minimum: the last message releases it.
-    assert_eq!(seen, [false, false, false, false, true]);
-    for i in 0..5 {
-        assert!(buf[i * 200..(i + 1) * 200].iter().all(|&x| x == i as u8));
-    }
-    // A tagged multi-receive is refused.
-    let mut t = vec![0u8; 8];
-    let tiov = iov(&mut t);
-    // SAFETY: refused.
-    let r = unsafe {
-        b.ep.trecvmsg(&msg(&tiov, FiAddr::UNSPEC, 9), OpFlags::MULTI_RECV)
-    };
-    assert_eq!(r.unwrap_err().kind(), ErrorKind::BadFlags);
-}
-
-#[test]
-fn a_cancelled_multi_receive_buffer_is_released() {
-    let (_a, b, _, _) = pair();
-    let mut buf = vec![0u8; 1024];
-    let biov = iov(&mut buf);
-    // SAFETY: buf outlives the cancel's completion.
-    unsafe {
-        b.ep.recvmsg(&msg(&biov, FiAddr::UNSPEC, 8), OpFlags::MULTI_RECV)
-            .unwrap()
-    };
-    b.ep.cancel(8).unwrap();
-    let e = next(b.cq.as_ref(), &[]).unwrap_err();
-    assert_eq!(e.err, ErrorKind::Canceled);
-    assert!(e.entry.flags.contains(CompletionFlags::MULTI_RECV));
 }
 
 #[test]
