@@ -370,7 +370,10 @@ impl EpShared {
     /// engine finishes).
     pub(crate) fn peer_arc(&self, b: &Binds, dest: FiAddr) -> Result<Arc<TxPeer>> {
         if dest == FiAddr::UNSPEC {
-            return Err(Error::inval(
+            // No AV entry is FI_ADDR_UNSPEC: as any handle not in the AV
+            // (tcp and verbs alike).
+            return Err(Error::new(
+                ErrorKind::NoEnt,
                 "shm: RDM operations need a destination address",
             ));
         }

@@ -389,11 +389,6 @@ impl EpInner {
     /// The peer key of an operation's destination.
     pub(crate) fn dest_key(&self, st: &mut State, b: &Binds, dest: FiAddr) -> Result<SocketAddr> {
         match self.kind {
-            // FI_ADDR_UNSPEC names no peer: an invalid destination, not
-            // a missing AV entry (as on shm).
-            Kind::Rdm if dest == FiAddr::UNSPEC => Err(Error::inval(
-                "tcp: RDM operations need a destination address",
-            )),
             Kind::Rdm => self.rdm_dest(st, b, dest),
             Kind::Msg => {
                 if st.msg.closed {
