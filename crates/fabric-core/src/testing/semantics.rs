@@ -148,7 +148,10 @@ pub struct Rig {
     pub provider: &'static dyn Provider,
     /// Base hints (address format, mode, MR mode...); the suite sets the
     /// endpoint type (RDM) and the capabilities of each check. The
-    /// answers must not need FI_MR_LOCAL: the suite passes no descriptors.
+    /// answers must not need FI_MR_LOCAL: the suite passes no descriptors;
+    /// it handles FI_MR_VIRT_ADDR, FI_MR_PROV_KEY and FI_MR_ALLOCATED, and
+    /// a capability skipped under these hints must not be offered under
+    /// those modes either.
     pub hints: Info,
     /// getinfo's node.
     pub node: Option<&'static str>,
@@ -173,6 +176,18 @@ impl std::fmt::Debug for Rig {
 /// The capabilities every check uses: messages, with source addresses.
 const BASE: Caps = Caps::MSG.union(Caps::SOURCE);
 
+/// Both roles of RMA and atomics: initiator and target.
+const DIRECTIONS: Caps = Caps::READ
+    .union(Caps::WRITE)
+    .union(Caps::REMOTE_READ)
+    .union(Caps::REMOTE_WRITE);
+
+/// The MR modes the suite handles (it passes no descriptors, so not
+/// FI_MR_LOCAL).
+const MR_MODES: MrMode = MrMode::VIRT_ADDR
+    .union(MrMode::PROV_KEY)
+    .union(MrMode::ALLOCATED);
+
 impl Rig {
     /// A rig for `provider`'s RDM endpoints, asked with `hints` (its
     /// endpoint type is set to RDM), `node` and `flags`; wrong keys are
@@ -196,8 +211,13 @@ impl Rig {
     /// The first RDM answer with `caps`, or `None` when getinfo answers
     /// `NoData`; panics on any other error.
     pub fn info(&self, caps: Caps) -> Option<Info> {
+        self.info_in(caps, self.hints.domain_attr.mr_mode)
+    }
+
+    fn info_in(&self, caps: Caps, mr_mode: MrMode) -> Option<Info> {
         let mut h = self.hints.clone();
         h.caps |= caps;
+        h.domain_attr.mr_mode = mr_mode;
         let req = Request {
             node: self.node,
             flags: self.flags,
@@ -234,6 +254,10 @@ impl Rig {
                 assert!(
                     !base.caps.contains(caps),
                     "{caps:?} is in the base answer, but asking for it finds nothing"
+                );
+                assert!(
+                    self.info_in(BASE | caps, MR_MODES).is_none(),
+                    "{caps:?} is offered with mr_mode {MR_MODES:?}: the rig's hints hide it"
                 );
                 eprintln!(
                     "semantics: {what}: skipped, {} does not offer {caps:?}",
@@ -1185,8 +1209,8 @@ pub fn enable_rules(rig: &Rig) {
 }
 
 /// fi_av(3): lookup gives the inserted name; an address never inserted,
-/// and a removed one, are `NoEnt` for sends and lookups (FI_ADDR_UNSPEC
-/// is `Inval`); a message from a removed peer reports FI_ADDR_NOTAVAIL
+/// and a removed one, are `NoEnt` for sends and lookups (so is
+/// FI_ADDR_UNSPEC, which no AV entry is); a message from a removed peer reports FI_ADDR_NOTAVAIL
 /// as its source; a peer inserted again is reachable again.
 pub fn addresses(rig: &Rig) {
     let w = rig.world(&rig.base(), 2, Opts::default());
@@ -1215,7 +1239,7 @@ pub fn addresses(rig: &Rig) {
     );
     assert_eq!(
         w.ep(0).inject(b"x", FiAddr::UNSPEC, None).refused(),
-        ErrorKind::Inval,
+        ErrorKind::NoEnt,
         "inject to FI_ADDR_UNSPEC"
     );
     w.nothing(0);
@@ -1299,7 +1323,7 @@ pub fn addresses(rig: &Rig) {
 /// region closed while a write into it is in flight ends that write with
 /// success or the wrong-key error, never a hang.
 pub fn rma_protection(rig: &Rig) {
-    let Some(info) = rig.offers(Caps::RMA, "RMA protection") else {
+    let Some(info) = rig.offers(Caps::RMA | DIRECTIONS, "RMA protection") else {
         return;
     };
     let w = rig.world(&info, 2, Opts::default());
@@ -1336,11 +1360,8 @@ pub fn rma_protection(rig: &Rig) {
         e.flags
     );
     // SAFETY: the leaked read buffer, written before the completion above.
-    same(
-        "read",
-        unsafe { std::slice::from_raw_parts(bp, 100) },
-        &d[1000..1100],
-    );
+    let got = unsafe { std::slice::from_raw_parts(bp, 100) };
+    same("read", got, &d[1000..1100]);
     let wrong = rw.key().wrapping_add(0x1_0000_0001);
     let cases: [(&str, bool, RmaIov, &[u8], ErrorKind); 7] = [
         (
@@ -1409,11 +1430,8 @@ pub fn rma_protection(rig: &Rig) {
         same(&format!("target after {what}"), target, &before);
         if !write {
             // SAFETY: the leaked local buffer; the operation has ended.
-            same(
-                &format!("local after {what}"),
-                unsafe { std::slice::from_raw_parts(lp, remote.len) },
-                &lcopy,
-            );
+            let got = unsafe { std::slice::from_raw_parts(lp, remote.len) };
+            same(&format!("local after {what}"), got, &lcopy);
         }
     }
     // The key of a closed region is a wrong key.
@@ -1461,7 +1479,7 @@ pub fn rma_protection(rig: &Rig) {
 /// sum into a read-only region (`Access`) fail as error completions and
 /// change nothing.
 pub fn atomic_protection(rig: &Rig) {
-    let Some(info) = rig.offers(Caps::ATOMIC, "atomic protection") else {
+    let Some(info) = rig.offers(Caps::ATOMIC | DIRECTIONS, "atomic protection") else {
         return;
     };
     let w = rig.world(&info, 2, Opts::default());
@@ -1509,11 +1527,8 @@ pub fn atomic_protection(rig: &Rig) {
     assert_eq!(e.context, 1);
     assert!(has(&e, CompletionFlags::ATOMIC), "{:?}", e.flags);
     // SAFETY: the leaked result buffer, written before the completion.
-    assert_eq!(
-        word(unsafe { std::slice::from_raw_parts(rp, 8) }),
-        0,
-        "fetched"
-    );
+    let fetched = unsafe { std::slice::from_raw_parts(rp, 8) };
+    assert_eq!(word(fetched), 0, "fetched");
     assert_eq!(word(&rwb[8..]), 5, "summed");
     let (r, _) = atomic(rwb, 8, rw.key(), 2, false);
     r.expect("sum");
@@ -1744,10 +1759,13 @@ pub fn counters(rig: &Rig) {
             .expect("wait drives progress");
     });
     w.ok(0);
-    let Some(info) = rig.offers(Caps::RMA, "RMA counters") else {
+    let Some(info) = rig.offers(Caps::RMA | DIRECTIONS, "RMA counters") else {
         return;
     };
-    let rma_event = rig.offers(Caps::RMA | Caps::RMA_EVENT, "remote RMA counters");
+    let rma_event = rig.offers(
+        Caps::RMA | DIRECTIONS | Caps::RMA_EVENT,
+        "remote RMA counters",
+    );
     let remote: &[Caps] = if rma_event.is_some() {
         &[Caps::REMOTE_WRITE, Caps::REMOTE_READ]
     } else {
