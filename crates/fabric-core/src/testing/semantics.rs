@@ -106,6 +106,12 @@ macro_rules! semantics_tests {
             }
         }
         #[test]
+        fn errors_spare_the_endpoint() {
+            if let Some(r) = $rig() {
+                $crate::testing::semantics::errors_spare_the_endpoint(&r);
+            }
+        }
+        #[test]
         fn atomic_protection() {
             if let Some(r) = $rig() {
                 $crate::testing::semantics::atomic_protection(&r);
@@ -653,6 +659,17 @@ impl<T> Refused for crate::Result<T> {
             Err(e) => e.kind(),
         }
     }
+}
+
+/// A key no live region has, of the same width as `live[0]` (verbs'
+/// keys are 32 bits: a wider one is refused at once as `NoKey`, which is
+/// another check).
+fn wrong_key(live: &[u64]) -> u64 {
+    let mut k = live[0] ^ 0x5a5a;
+    while live.contains(&k) {
+        k = k.wrapping_add(0x100);
+    }
+    k
 }
 
 fn has(e: &CqEntry, f: CompletionFlags) -> bool {
@@ -1322,11 +1339,25 @@ pub fn addresses(rig: &Rig) {
 /// nothing is written; the key of a closed region is a wrong key; a
 /// region closed while a write into it is in flight ends that write with
 /// success or the wrong-key error, never a hang.
+///
+/// Each refusal runs on fresh endpoints, so that each is checked on its
+/// own; [`errors_spare_the_endpoint`] checks that an endpoint goes on
+/// after one.
 pub fn rma_protection(rig: &Rig) {
     let Some(info) = rig.offers(Caps::RMA | DIRECTIONS, "RMA protection") else {
         return;
     };
-    let w = rig.world(&info, 2, Opts::default());
+    for only in 0..RMA_CASES + 2 {
+        rma_protection_case(rig, &info, only);
+    }
+}
+
+/// The refusals of [`rma_protection`], and a stale key and a region
+/// closed in use after them.
+const RMA_CASES: usize = 7;
+
+fn rma_protection_case(rig: &Rig, info: &Info, only: usize) {
+    let w = rig.world(info, 2, Opts::default());
     let n = 4096;
     let (rw, rwb) = w.region(n, 0, MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE);
     let (ro, rob) = w.region(n, 1, MrAccess::REMOTE_READ);
@@ -1362,8 +1393,8 @@ pub fn rma_protection(rig: &Rig) {
     // SAFETY: the leaked read buffer, written before the completion above.
     let got = unsafe { std::slice::from_raw_parts(bp, 100) };
     same("read", got, &d[1000..1100]);
-    let wrong = rw.key().wrapping_add(0x1_0000_0001);
-    let cases: [(&str, bool, RmaIov, &[u8], ErrorKind); 7] = [
+    let wrong = wrong_key(&[rw.key(), ro.key(), wo.key()]);
+    let cases: [(&str, bool, RmaIov, &[u8], ErrorKind); RMA_CASES] = [
         (
             "write, wrong key",
             true,
@@ -1415,6 +1446,9 @@ pub fn rma_protection(rig: &Rig) {
         ),
     ];
     for (k, (what, write, remote, target, want)) in cases.into_iter().enumerate() {
+        if k != only {
+            continue;
+        }
         let before = target.to_vec();
         let local = leak(pattern(remote.len, seed()));
         let lp = local.as_ptr();
@@ -1435,54 +1469,114 @@ pub fn rma_protection(rig: &Rig) {
         }
     }
     // The key of a closed region is a wrong key.
-    let (stale, sb) = w.region(n, 3, MrAccess::REMOTE_WRITE | MrAccess::REMOTE_READ);
-    let key = stale.key();
-    drop(stale);
-    w.rma(true, leak(pattern(64, seed())), at(sb, 0, 64, key), 30)
-        .expect("post");
-    let e = w.err(0);
-    assert_eq!(
-        (e.entry.context, e.err),
-        (30, rig.bad_key),
-        "write with a closed region's key"
-    );
-    assert!(sb.iter().all(|&b| b == 3), "a closed region was written");
-    // Closed while a write into it is in flight.
-    let big = 4 << 20;
-    let (busy, bb) = w.region(big, 4, MrAccess::REMOTE_WRITE);
-    w.rma(
-        true,
-        leak(pattern(big, seed())),
-        at(bb, 0, big, busy.key()),
-        31,
-    )
-    .expect("post");
-    drop(busy);
-    match w.next(0) {
-        Ok((e, _)) => assert_eq!(e.context, 31),
-        Err(e) => assert_eq!(
+    if only == RMA_CASES {
+        let (stale, sb) = w.region(n, 3, MrAccess::REMOTE_WRITE | MrAccess::REMOTE_READ);
+        let key = stale.key();
+        drop(stale);
+        w.rma(true, leak(pattern(64, seed())), at(sb, 0, 64, key), 30)
+            .expect("post");
+        let e = w.err(0);
+        assert_eq!(
             (e.entry.context, e.err),
-            (31, rig.bad_key),
-            "write into a region closed meanwhile"
-        ),
+            (30, rig.bad_key),
+            "write with a closed region's key"
+        );
+        assert!(sb.iter().all(|&b| b == 3), "a closed region was written");
     }
-    // The endpoint still works.
-    w.rma(true, leak(d[..64].to_vec()), at(rwb, 64, 64, rw.key()), 32)
-        .expect("write");
-    assert_eq!(w.ok(0).0.context, 32);
+    // Closed while a write into it is in flight.
+    if only == RMA_CASES + 1 {
+        let big = 4 << 20;
+        let (busy, bb) = w.region(big, 4, MrAccess::REMOTE_WRITE);
+        w.rma(
+            true,
+            leak(pattern(big, seed())),
+            at(bb, 0, big, busy.key()),
+            31,
+        )
+        .expect("post");
+        drop(busy);
+        match w.next(0) {
+            Ok((e, _)) => assert_eq!(e.context, 31),
+            Err(e) => assert_eq!(
+                (e.entry.context, e.err),
+                (31, rig.bad_key),
+                "write into a region closed meanwhile"
+            ),
+        }
+    }
     w.nothing(1);
     drop((rw, ro, wo));
+}
+
+/// After a refused RMA (a wrong key), the endpoint goes on: the next
+/// write to the same peer and a message both ways complete. An RDM
+/// endpoint is connectionless to the application: one failed operation
+/// does not fail the ones after it.
+pub fn errors_spare_the_endpoint(rig: &Rig) {
+    let Some(info) = rig.offers(Caps::RMA | DIRECTIONS, "errors spare the endpoint") else {
+        return;
+    };
+    let w = rig.world(&info, 2, Opts::default());
+    let (mr, b) = w.region(256, 0, MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE);
+    let at = RmaIov {
+        addr: w.raddr(b, 0),
+        len: 64,
+        key: mr.key(),
+    };
+    w.rma(
+        true,
+        leak(pattern(64, seed())),
+        RmaIov {
+            key: wrong_key(&[mr.key()]),
+            ..at
+        },
+        1,
+    )
+    .expect("post");
+    assert_eq!(w.err(0).err, rig.bad_key);
+    let d = pattern(64, seed());
+    w.rma(true, leak(d.clone()), at, 2)
+        .expect("write after a refusal");
+    let r = w.next(0);
+    assert!(
+        matches!(r, Ok((e, _)) if e.context == 2),
+        "the write after a refused one: {r:?}"
+    );
+    same("written after a refusal", &b[..64], &d);
+    for (from, to) in [(0, 1), (1, 0)] {
+        let m = pattern(32, seed());
+        let r = w
+            .recv(to, 64, FiAddr::UNSPEC, None, 3, OpFlags::empty())
+            .expect("recv");
+        w.send(from, to, &m, 4);
+        assert_eq!(
+            w.ok(to).0.context,
+            3,
+            "message {from} -> {to} after a refusal"
+        );
+        same("message after a refusal", &r[..32], &m);
+        assert_eq!(w.ok(from).0.context, 4);
+    }
+    drop(mr);
 }
 
 /// Atomic protection (fi_atomic(3)): a fetching sum works; a wrong key
 /// ([`Rig::bad_key`]), an element past the region's end (`Access`) and a
 /// sum into a read-only region (`Access`) fail as error completions and
 /// change nothing.
+///
+/// Each refusal runs on fresh endpoints, as in [`rma_protection`].
 pub fn atomic_protection(rig: &Rig) {
     let Some(info) = rig.offers(Caps::ATOMIC | DIRECTIONS, "atomic protection") else {
         return;
     };
-    let w = rig.world(&info, 2, Opts::default());
+    for only in 0..3 {
+        atomic_protection_case(rig, &info, only);
+    }
+}
+
+fn atomic_protection_case(rig: &Rig, info: &Info, only: u64) {
+    let w = rig.world(info, 2, Opts::default());
     let (rw, rwb) = w.region(64, 0, MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE);
     let (ro, rob) = w.region(64, 0, MrAccess::REMOTE_READ);
     let word = |b: &[u8]| u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
@@ -1534,12 +1628,15 @@ pub fn atomic_protection(rig: &Rig) {
     r.expect("sum");
     w.ok(0);
     assert_eq!(word(&rwb[8..]), 10);
-    let wrong = rw.key().wrapping_add(0x1_0000_0001);
+    let wrong = wrong_key(&[rw.key(), ro.key()]);
     for (what, target, off, key, want, ctx) in [
         ("wrong key", rwb, 0, wrong, rig.bad_key, 10),
         ("past the end", rwb, 64, rw.key(), ErrorKind::Access, 11),
         ("read-only region", rob, 0, ro.key(), ErrorKind::Access, 12),
     ] {
+        if ctx != 10 + only {
+            continue;
+        }
         let before = target.to_vec();
         let (r, _) = atomic(target, off, key, ctx, true);
         match r {
@@ -1795,7 +1892,7 @@ pub fn counters(rig: &Rig) {
         true,
         leak(vec![0; 64]),
         RmaIov {
-            key: mr.key().wrapping_add(0x1_0000_0001),
+            key: wrong_key(&[mr.key()]),
             ..at
         },
         3,
