@@ -1090,12 +1090,7 @@ pub fn multi_recv(rig: &Rig) {
     );
     w.ok(0);
     // Tagged multi-receive: refused.
-    if info.caps.contains(Caps::TAGGED)
-        || rig.info(BASE | Caps::TAGGED | Caps::MULTI_RECV).is_some()
-    {
-        let ti = rig
-            .info(BASE | Caps::TAGGED | Caps::MULTI_RECV)
-            .expect("tagged with multi-recv");
+    if let Some(ti) = rig.offers(Caps::TAGGED | Caps::MULTI_RECV, "tagged multi-recv refusal") {
         let t = rig.world(&ti, 1, Opts::default());
         let r = t.recv(0, 64, FiAddr::UNSPEC, Some((1, 0)), 1, OpFlags::MULTI_RECV);
         assert_eq!(r.refused(), ErrorKind::BadFlags, "tagged FI_MULTI_RECV");
