@@ -397,6 +397,23 @@ impl CmId {
         Ok(())
     }
 
+    /// Destroys the QP (the id stays, for its remaining events).
+    pub(crate) fn destroy_qp(&mut self) {
+        if !self.has_qp {
+            return;
+        }
+        let Ok(lib) = lib() else { return };
+        // SAFETY: the QP is ours and destroyed once (`has_qp`).
+        unsafe { lib.rdma_destroy_qp(self.ptr.0) };
+        self.has_qp = false;
+        self._pd = None;
+    }
+
+    /// Whether the id has a QP.
+    pub(crate) fn has_qp(&self) -> bool {
+        self.has_qp
+    }
+
     /// The QP, once created.
     pub(crate) fn qp(&self) -> *mut ibv_qp {
         // SAFETY: live id.

@@ -67,17 +67,27 @@ impl Engine {
             backlog: VecDeque::new(),
             paused: false,
             parked: Vec::new(),
+            posted: 0,
         });
         st.out.insert(peer, i);
         Ok(i)
     }
 
     pub(super) fn conn_failed(&self, st: &mut State, i: usize, err: Error) {
+        self.conn_down(st, i, &err);
+        self.fail_rndv(st, i, &err);
+        // Unexpected rendezvous announcements from it cannot be read.
+        self.rx_peer_gone(st, i);
+    }
+
+    /// Connection `i` is down: what waited for it fails, and an outgoing
+    /// one is forgotten (with its error kept for the next operation).
+    fn conn_down(&self, st: &mut State, i: usize, err: &Error) {
         let Some(c) = st.conns.get_mut(i) else { return };
         c.state = ConnState::Down;
         let backlog = std::mem::take(&mut c.backlog);
         for d in backlog {
-            self.fail_deferred(st, d, &err);
+            self.fail_deferred(st, d, err);
         }
         let Some(c) = st.conns.get_mut(i) else { return };
         if let Some(p) = c.peer {
@@ -86,7 +96,10 @@ impl Engine {
                 st.failed.insert(p, err.clone());
             }
         }
-        // Rendezvous sends waiting for a FIN on this connection fail.
+    }
+
+    /// Rendezvous sends waiting for a FIN on connection `i` fail.
+    fn fail_rndv(&self, st: &mut State, i: usize, err: &Error) {
         let waiting: Vec<usize> = (0..st.rndv.items.len())
             .filter(|&k| st.rndv.get(k).is_some_and(|r| r.conn == i))
             .collect();
@@ -113,8 +126,73 @@ impl Engine {
                 );
             }
         }
-        // Unexpected rendezvous announcements from it cannot be read.
+    }
+
+    /// A work request on connection `i` failed (`status`, not a flush):
+    /// its RC queue pair is in the error state for good. The connection
+    /// is torn down as if the peer had disconnected: the peer sees
+    /// DISCONNECTED, rendezvous sends waiting for a FIN on it fail, its
+    /// kept messages stay deliverable, the work requests still on its
+    /// queue pair come back flushed (each failing once, `Canceled`), and
+    /// the next operation to the peer, from either side, connects again.
+    pub(super) fn conn_broken(&self, st: &mut State, i: usize, status: u32) {
+        let Some(c) = st.conns.get(i) else { return };
+        if c.state == ConnState::Down {
+            return;
+        }
+        tracing::debug!(
+            status = verbs::wc_status_str(status),
+            "verbs: RDM connection broken; the next operation reconnects"
+        );
+        let disconnected = c.id.disconnect().is_ok();
+        if let Some(p) = c.peer {
+            if st.out.get(&p) == Some(&i) {
+                st.out.remove(&p);
+            }
+        }
+        st.closing.push(i);
+        let err = Error::new(
+            ErrorKind::ConnReset,
+            format!(
+                "verbs: the connection broke ({})",
+                verbs::wc_status_str(status)
+            ),
+        );
+        // Not a standing failure: `out` no longer names it, so none is kept.
+        self.conn_down(st, i, &err);
+        // Its rendezvous sends fail when the disconnect is through (the
+        // peer then dropped their announcements): DISCONNECTED, on the
+        // peer's answer or the CM's timeout.
+        if !disconnected {
+            self.fail_rndv(st, i, &err);
+        }
         self.rx_peer_gone(st, i);
+    }
+
+    /// Destroys the queue pairs of torn-down connections whose send work
+    /// has all come back (flushed), and forgets their queue pair numbers.
+    /// Called with the CQ just drained: the queue pair is in the error
+    /// state, so no completion of it is left behind (its receives use the
+    /// shared queue and are not flushed).
+    pub(super) fn reap_closed(&self, st: &mut State) {
+        let closing = std::mem::take(&mut st.closing);
+        for i in closing {
+            let Some(c) = st.conns.get_mut(i) else {
+                continue;
+            };
+            if c.posted > 0 {
+                st.closing.push(i);
+                continue;
+            }
+            if c.id.has_qp() {
+                // SAFETY: read before the QP is destroyed.
+                let qpn = unsafe { (*c.qp()).qp_num };
+                c.id.destroy_qp();
+                if st.by_qp.get(&qpn) == Some(&i) {
+                    st.by_qp.remove(&qpn);
+                }
+            }
+        }
     }
 
     /// The connection is established (its event arrived, or, on the
@@ -123,7 +201,8 @@ impl Engine {
     /// what waited for it.
     pub(super) fn mark_up(&self, st: &mut State, i: usize) {
         let Some(c) = st.conns.get_mut(i) else { return };
-        if c.state == ConnState::Up {
+        if matches!(c.state, ConnState::Up | ConnState::Down) {
+            // A message polled after a teardown does not revive it.
             return;
         }
         c.state = ConnState::Up;
@@ -160,6 +239,7 @@ impl Engine {
                 backlog: VecDeque::new(),
                 paused: false,
                 parked: Vec::new(),
+                posted: 0,
             });
             return;
         }
@@ -214,6 +294,20 @@ impl Engine {
             ),
             ev::RDMA_CM_EVENT_DISCONNECTED | ev::RDMA_CM_EVENT_DEVICE_REMOVAL => {
                 let _ = st.conns[i].id.disconnect();
+                if st.conns[i].state == ConnState::Down {
+                    // Torn down here (a broken queue pair), and now the
+                    // peer has dropped what it kept from it: rendezvous
+                    // sends that waited for a FIN fail. The rest failed at
+                    // the teardown, and the peer may have a new connection
+                    // (or a standing failure) by now.
+                    self.fail_rndv(
+                        st,
+                        i,
+                        &Error::new(ErrorKind::ConnReset, "verbs: the connection broke"),
+                    );
+                    return;
+                }
+                st.closing.push(i);
                 st.conns[i].state = ConnState::Down;
                 let peer = st.conns[i].peer;
                 if let Some(p) = peer {
@@ -261,7 +355,9 @@ impl Engine {
                 ));
             }
         }
-        self.post_buf_now(c.qp(), slot, bytes)
+        self.post_buf_now(c.qp(), slot, bytes)?;
+        c.posted += 1;
+        Ok(())
     }
 
     pub(super) fn post_buf_now(&self, qp: *mut ibv_qp, slot: usize, bytes: usize) -> Result<()> {

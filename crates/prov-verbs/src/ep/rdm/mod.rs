@@ -22,7 +22,12 @@
 //! `FI_ECONNREFUSED`), and the next operation returns that error once; a
 //! connection that breaks fails what was in flight on it (error
 //! completions with the verbs status), and the next operation connects
-//! again.
+//! again. A work request that fails (a refused RMA: remote access error)
+//! leaves its RC queue pair in the error state: that operation completes
+//! with its own error, the connection is torn down as if the peer had
+//! disconnected (the rest of its send queue comes back flushed, each
+//! operation failing once with `FI_ECANCELED`; its queue pair is destroyed
+//! once they are reaped), and the next operation either way reconnects.
 //!
 //! A peer process that dies is seen through its kernel: closing its
 //! rdma_cm file destroys its ids, and the CM sends a disconnect request
@@ -174,6 +179,8 @@ struct Conn {
     /// Receive buffers its remote CQ data used while it was paused (given
     /// back when it resumes).
     parked: Vec<usize>,
+    /// Work requests on its send queue not yet completed (all signaled).
+    posted: usize,
 }
 
 /// An RMA or atomic work request (also kept while connecting).
@@ -273,6 +280,9 @@ struct State {
     reads: Slab<ReadOp>,
     rma: Slab<RmaOp>,
     control: VecDeque<(usize, Hdr)>,
+    /// Connections torn down whose queue pairs are destroyed once their
+    /// flushed work has been reaped.
+    closing: Vec<usize>,
 }
 
 pub(crate) struct Engine {
@@ -401,6 +411,7 @@ impl RdmEndpoint {
                 reads: Slab::new(),
                 rma: Slab::new(),
                 control: VecDeque::new(),
+                closing: Vec::new(),
             }),
             _listener: listener,
             srq,
@@ -534,6 +545,27 @@ impl Engine {
     }
 
     fn handle_wc(&self, st: &mut State, wc: &ibv_wc) {
+        if wc.wr_id & KIND_MASK != K_RX {
+            if let Some(c) = st.by_qp.get(&wc.qp_num).and_then(|&c| st.conns.get_mut(c)) {
+                c.posted = c.posted.saturating_sub(1);
+            }
+        }
+        self.handle_wc_op(st, wc);
+        // Any other failure leaves an RC queue pair in the error state:
+        // the operation above has its own error; the connection goes
+        // (what else was posted on it comes back flushed, each failing
+        // once), and the next operation to the peer connects again.
+        if !matches!(
+            wc.status,
+            ibv_wc_status::IBV_WC_SUCCESS | ibv_wc_status::IBV_WC_WR_FLUSH_ERR
+        ) {
+            if let Some(&c) = st.by_qp.get(&wc.qp_num) {
+                self.conn_broken(st, c, wc.status);
+            }
+        }
+    }
+
+    fn handle_wc_op(&self, st: &mut State, wc: &ibv_wc) {
         let idx = (wc.wr_id & INDEX_MASK) as usize;
         match wc.wr_id & !INDEX_MASK {
             K_RX => {
@@ -586,6 +618,9 @@ impl Engine {
             if n < wcs.len() {
                 break;
             }
+        }
+        if !st.closing.is_empty() {
+            self.reap_closed(st);
         }
         self.rx_progress(st);
         if !st.control.is_empty() {
@@ -741,6 +776,7 @@ impl Engine {
             }
             return Err(e);
         }
+        st.conns[conn].posted += 1;
         Ok(())
     }
 
@@ -785,7 +821,9 @@ impl Engine {
         match *d {
             Deferred::Buf { slot, bytes } => self.post_buf_now(qp, slot, bytes),
             Deferred::Rma { idx, wr } => Self::post_rma_now(qp, idx, &wr),
-        }
+        }?;
+        st.conns[conn].posted += 1;
+        Ok(())
     }
 
     /// Fails deferred work whose connection could not be made.

@@ -376,9 +376,12 @@ impl Engine {
         wr.wr.rdma.rkey = hdr.rkey;
         // SAFETY: live QP of an established connection; the local memory is
         // registered and kept by the read op.
-        if let Err(e) = unsafe { verbs::post_send(qp, &mut wr) } {
-            let _ = st.reads.remove(idx);
-            fail(self, st, from_errno(e, "ibv_post_send (RDMA read)"));
+        match unsafe { verbs::post_send(qp, &mut wr) } {
+            Ok(()) => st.conns[conn].posted += 1,
+            Err(e) => {
+                let _ = st.reads.remove(idx);
+                fail(self, st, from_errno(e, "ibv_post_send (RDMA read)"));
+            }
         }
     }
 
