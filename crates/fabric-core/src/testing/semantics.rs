@@ -246,10 +246,10 @@ impl Rig {
         }
     }
 
-    /// The answer for [`BASE`] and `caps`, when the provider offers
-    /// `caps`. Otherwise asserts that it does not (the base answer lacks
-    /// them; asking for them is `NoData`), prints that `what` is skipped
-    /// and returns `None`.
+    /// The answer for the base capabilities (FI_MSG, FI_SOURCE) and
+    /// `caps`, when the provider offers `caps`. Otherwise asserts that it
+    /// does not (the base answer lacks them; asking for them is `NoData`),
+    /// prints that `what` is skipped and returns `None`.
     pub fn offers(&self, caps: Caps, what: &str) -> Option<Info> {
         let base = self
             .info(BASE)
