@@ -779,68 +779,53 @@ impl EpInner {
         Ok(())
     }
 
-    /// The answer to an RMA read of this side.
-    pub(super) fn on_read_rsp(&self, st: &mut State, b: &Binds, cid: u32, f: &Frame) -> Result<()> {
-        let plen = f.header.payload_len;
-        let Some(conn) = st.conns.get_mut(&cid) else {
-            return Ok(());
-        };
-        let id = f.header.id;
-        let Pending::Read { buf, len, done } =
-            take_pending(&mut conn.pending, id, "ReadRsp", |p| {
-                matches!(p, Pending::Read { .. })
-            })?
-        else {
-            return Err(proto(format!(
-                "tcp: ReadRsp for request {id} of another kind"
-            )));
-        };
-        if let Some(kind) = f.header.status {
-            self.tx_complete(b, done, Some(&remote(kind, "RMA read")));
-        } else if plen != len {
-            let e = proto(format!("tcp: ReadRsp of {plen} bytes for a read of {len}"));
-            self.tx_complete(b, done, Some(&e));
-            return Err(e);
-        } else if plen == 0 {
-            self.tx_complete(b, done, None);
-        } else {
-            self.set_cur(st, cid, f, Sink::Read { buf, done });
-        }
-        Ok(())
-    }
-
-    /// The old values a fetching atomic of this side asked for.
-    pub(super) fn on_atomic_rsp(
+    /// The answer to a request of this side that brings data back: an RMA
+    /// read (`ReadRsp`, `read`) or a fetching atomic (`AtomicRsp`). A
+    /// status ends the operation in error; the payload goes to the
+    /// operation's buffer.
+    pub(super) fn on_data_rsp(
         &self,
         st: &mut State,
         b: &Binds,
         cid: u32,
         f: &Frame,
+        read: bool,
     ) -> Result<()> {
+        let (name, what) = if read {
+            ("ReadRsp", "RMA read")
+        } else {
+            ("AtomicRsp", "atomic operation")
+        };
         let plen = f.header.payload_len;
         let Some(conn) = st.conns.get_mut(&cid) else {
             return Ok(());
         };
         let id = f.header.id;
-        let Pending::Fetch { buf, len, done } =
-            take_pending(&mut conn.pending, id, "AtomicRsp", |p| {
-                matches!(p, Pending::Fetch { .. })
-            })?
-        else {
+        let p = take_pending(&mut conn.pending, id, name, |p| match p {
+            Pending::Read { .. } => read,
+            Pending::Fetch { .. } => !read,
+            _ => false,
+        })?;
+        let (Pending::Read { buf, len, done } | Pending::Fetch { buf, len, done }) = p else {
             return Err(proto(format!(
-                "tcp: AtomicRsp for request {id} of another kind"
+                "tcp: {name} for request {id} of another kind"
             )));
         };
         if let Some(kind) = f.header.status {
-            self.tx_complete(b, done, Some(&remote(kind, "atomic operation")));
+            self.tx_complete(b, done, Some(&remote(kind, what)));
         } else if plen != len {
-            let e = proto(format!(
-                "tcp: AtomicRsp of {plen} bytes for {len} bytes of results"
-            ));
+            let e = proto(format!("tcp: {name} of {plen} bytes for a {what} of {len}"));
             self.tx_complete(b, done, Some(&e));
             return Err(e);
+        } else if plen == 0 {
+            self.tx_complete(b, done, None);
         } else {
-            self.set_cur(st, cid, f, Sink::Fetch { buf, done });
+            let sink = if read {
+                Sink::Read { buf, done }
+            } else {
+                Sink::Fetch { buf, done }
+            };
+            self.set_cur(st, cid, f, sink);
         }
         Ok(())
     }
