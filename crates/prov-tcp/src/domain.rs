@@ -3,15 +3,13 @@
 use std::sync::Arc;
 
 use fabric_core::kit::mr::{MrTable, Region};
-use fabric_core::kit::objects::{AddressBook, Av, Cntr, Cq, Eq};
+use fabric_core::kit::net::IpBook;
+use fabric_core::kit::objects::{Av, Cntr, Cq, Eq};
 use fabric_core::objects::{
     AddressVector, AvAttr, CntrAttr, CompletionQueue, Counter, CqAttr, Domain, Endpoint, EqAttr,
     EventQueue, Fabric, MemoryRegion, MrAttr, MrDesc, PassiveEndpoint,
 };
-use fabric_core::resolve::{Query, resolve};
-use fabric_core::{
-    Address, DomainAttr, EpType, Error, ErrorKind, FabricAttr, Info, MrMode, Result,
-};
+use fabric_core::{DomainAttr, EpType, Error, ErrorKind, FabricAttr, Info, MrMode, Result};
 
 use crate::ep::TcpEndpoint;
 use crate::ep::passive::TcpPassiveEndpoint;
@@ -59,33 +57,6 @@ pub struct TcpDomain {
     attr: DomainAttr,
     poller: Arc<Poller>,
     mr: Arc<MrTable>,
-}
-
-/// How the tcp provider reads addresses for an AV.
-#[derive(Debug)]
-struct IpBook;
-
-impl AddressBook for IpBook {
-    fn resolve(&self, node: &str, service: &str) -> Result<Address> {
-        let q = Query {
-            node: Some(node),
-            service: Some(service),
-            ..Query::default()
-        };
-        let first = resolve(&q)?.into_iter().next();
-        first
-            .map(Address::from)
-            .ok_or_else(|| Error::no_data(format!("`{node}` resolves to nothing")))
-    }
-
-    fn accept(&self, addr: &Address) -> Result<()> {
-        match addr.socket_addr() {
-            Some(_) => Ok(()),
-            None => Err(Error::inval(format!(
-                "tcp cannot reach `{addr}`: not an IP socket address"
-            ))),
-        }
-    }
 }
 
 impl TcpDomain {
@@ -148,7 +119,7 @@ impl Domain for TcpDomain {
     }
 
     fn av(&self, _attr: &AvAttr) -> Result<Box<dyn AddressVector>> {
-        Ok(Box::new(Av::new(Arc::new(IpBook))))
+        Ok(Box::new(Av::new(Arc::new(IpBook::new("tcp")))))
     }
 
     fn cntr(&self, _attr: &CntrAttr) -> Result<Box<dyn Counter>> {

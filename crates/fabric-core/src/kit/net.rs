@@ -1,7 +1,75 @@
 //! Naming helpers of the IP-based providers: the fabric name of an
-//! interface (its subnet) and the local address the system routes from.
+//! interface (its subnet), the local address the system routes from, and
+//! the address book of an AV of IP socket addresses.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+
+use crate::kit::objects::AddressBook;
+use crate::resolve::{Query, resolve};
+use crate::{Address, Error, Result};
+
+/// The address book of providers that reach peers by IP socket address:
+/// `fi_av_insertsvc` resolves node / service like getinfo does, and an
+/// inserted address must be an IP socket address, or one more kind the
+/// provider names with [`IpBook::or`].
+#[derive(Debug, Clone, Copy)]
+pub struct IpBook {
+    provider: &'static str,
+    other: Option<(Accepts, &'static str)>,
+}
+
+/// Says whether an address is one more kind an [`IpBook`] takes.
+type Accepts = fn(&Address) -> bool;
+
+impl IpBook {
+    /// The book of `provider` (named in its errors).
+    pub const fn new(provider: &'static str) -> Self {
+        IpBook {
+            provider,
+            other: None,
+        }
+    }
+
+    /// Also accepts the addresses `accepts` says yes to, called `what` in
+    /// errors.
+    pub const fn or(self, accepts: Accepts, what: &'static str) -> Self {
+        IpBook {
+            provider: self.provider,
+            other: Some((accepts, what)),
+        }
+    }
+}
+
+impl AddressBook for IpBook {
+    fn resolve(&self, node: &str, service: &str) -> Result<Address> {
+        let q = Query {
+            node: Some(node),
+            service: Some(service),
+            ..Query::default()
+        };
+        resolve(&q)?
+            .into_iter()
+            .next()
+            .map(Address::from)
+            .ok_or_else(|| Error::no_data(format!("`{node}` resolves to nothing")))
+    }
+
+    fn accept(&self, addr: &Address) -> Result<()> {
+        if addr.socket_addr().is_some() {
+            return Ok(());
+        }
+        let p = self.provider;
+        match self.other {
+            Some((accepts, _)) if accepts(addr) => Ok(()),
+            Some((_, what)) => Err(Error::inval(format!(
+                "{p} cannot reach `{addr}`: neither an IP socket address nor {what}"
+            ))),
+            None => Err(Error::inval(format!(
+                "{p} cannot reach `{addr}`: not an IP socket address"
+            ))),
+        }
+    }
+}
 
 /// The fabric name of an interface with address `ip` and prefix length
 /// `prefix`: its subnet, `192.0.2.0/24`.

@@ -93,13 +93,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use fabric_core::kit::av::AvTable;
 use fabric_core::kit::hash::IdMap;
-use fabric_core::kit::objects::{AddressBook, Av, Progress};
+use fabric_core::kit::net::IpBook;
+use fabric_core::kit::objects::{Av, Progress};
 use fabric_core::kit::rx::{Budget, MIN_MULTI_RECV, Meta, RecvId, RxEngine};
 use fabric_core::objects::{
     AtomicMsg, AtomicOp, AtomicOps, Bind, CmOps, CompletionFlags, CqEntry, CqErrEntry, Datatype,
     Endpoint, FiAddr, IoVec, Msg, MsgOps, RmaMsg, RmaOps, TaggedOps,
 };
-use fabric_core::resolve::{Query, resolve};
 use fabric_core::{Address, Caps, Error, ErrorKind, Info, OpFlags, Result};
 use fabric_sys::ffi::{
     ibv_qp, ibv_qp_init_attr, ibv_qp_type, ibv_send_flags, ibv_send_wr, ibv_sge, ibv_wc,

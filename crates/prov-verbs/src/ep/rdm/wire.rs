@@ -94,36 +94,11 @@ pub(super) fn decode_name(b: &[u8]) -> Option<SocketAddr> {
     }
 }
 
-/// How RDM endpoints read addresses for an AV: IP socket addresses.
-#[derive(Debug)]
-struct IpBook;
-
-impl AddressBook for IpBook {
-    fn resolve(&self, node: &str, service: &str) -> Result<Address> {
-        let q = Query {
-            node: Some(node),
-            service: Some(service),
-            ..Query::default()
-        };
-        resolve(&q)?
-            .into_iter()
-            .next()
-            .map(Address::from)
-            .ok_or_else(|| Error::no_data(format!("`{node}` resolves to nothing")))
-    }
-
-    /// IP socket addresses (RDM) and UD names (DGRAM).
-    fn accept(&self, addr: &Address) -> Result<()> {
-        if addr.socket_addr().is_some() || crate::ep::dgram::UdName::of(addr).is_some() {
-            return Ok(());
-        }
-        Err(Error::inval(format!(
-            "verbs cannot reach `{addr}`: neither an IP socket address nor an FI_ADDR_IB_UD name"
-        )))
-    }
-}
-
-/// An address vector of IP socket addresses.
+/// An address vector of IP socket addresses (RDM) and UD names (DGRAM).
 pub(crate) fn new_av() -> Av {
-    Av::new(Arc::new(IpBook))
+    let book = IpBook::new("verbs").or(
+        |a| crate::ep::dgram::UdName::of(a).is_some(),
+        "an FI_ADDR_IB_UD name",
+    );
+    Av::new(Arc::new(book))
 }
