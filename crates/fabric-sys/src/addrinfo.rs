@@ -12,21 +12,20 @@
 //! | `ai_family` (`AF_INET`, `AF_INET6`, `AF_IB`) | [`AiFamily`] |
 //! | `ai_qp_type` (`IBV_QPT_RC`, `IBV_QPT_UD`) | [`QpType`] |
 //! | `ai_port_space` (`RDMA_PS_TCP`, `RDMA_PS_UDP`, `RDMA_PS_IB`, `RDMA_PS_IPOIB`) | [`PortSpace`] |
-//! | `ai_src_len` / `ai_src_addr`, `ai_dst_len` / `ai_dst_addr` | `Option<Address>` (length 0 = `None`) |
+//! | `ai_src_len` / `ai_src_addr`, `ai_dst_len` / `ai_dst_addr` | `Option<Vec<u8>>`: the `struct sockaddr` bytes (length 0 = `None`) |
 //! | `ai_src_canonname`, `ai_dst_canonname` | `Option<String>` |
 //! | `ai_route_len` / `ai_route` (IB path records) | `Vec<u8>` (empty = none) |
 //! | `ai_connect_len` / `ai_connect` (data to send first as private data) | `Vec<u8>` |
 //! | `ai_next` | the position in the returned `Vec` |
 //!
 //! Errors are [`AddrInfoError`]: the `EAI_*` code with the page's meaning,
-//! or the errno of a system error; `From` maps them to
-//! [`fabric_core::Error`] kinds (see [`Eai::kind`]).
+//! or the errno of a system error. This crate depends on no crate of the
+//! workspace: what the codes mean to a provider (its error kinds) is the
+//! provider's mapping, not this crate's.
 
 use std::ffi::{CStr, CString};
 use std::fmt;
 use std::os::raw::{c_char, c_int};
-
-use fabric_core::{AddrFormat, Address, Error, ErrorKind};
 
 use crate::ffi::{self, RdmaCore, rdma_addrinfo};
 
@@ -178,10 +177,12 @@ pub struct Hints<'a> {
     /// `ai_port_space`; `None` for any.
     pub port_space: Option<PortSpace>,
     /// `ai_src_addr`: the local address to use, when no node is given or
-    /// to choose among local devices.
-    pub src_addr: Option<&'a Address>,
-    /// `ai_dst_addr`: the destination, when no node is given.
-    pub dst_addr: Option<&'a Address>,
+    /// to choose among local devices (the bytes of a `struct sockaddr_in`,
+    /// `sockaddr_in6` or `sockaddr_ib`).
+    pub src_addr: Option<&'a [u8]>,
+    /// `ai_dst_addr`: the destination, when no node is given (as
+    /// `src_addr`).
+    pub dst_addr: Option<&'a [u8]>,
     /// `ai_route`: IB routing data restricting the paths (an array of
     /// `struct ibv_path_record` or `struct ibv_path_data`).
     pub route: Option<&'a [u8]>,
@@ -198,11 +199,13 @@ pub struct AddrInfo {
     pub qp_type: Option<QpType>,
     /// `ai_port_space`.
     pub port_space: Option<PortSpace>,
-    /// `ai_src_addr`: the local RDMA device's address; `None` when no
-    /// source could be found for the destination.
-    pub src_addr: Option<Address>,
-    /// `ai_dst_addr`: the destination; `None` with [`RaiFlags::PASSIVE`].
-    pub dst_addr: Option<Address>,
+    /// `ai_src_addr`: the local RDMA device's address (the bytes of its
+    /// `struct sockaddr`); `None` when no source could be found for the
+    /// destination.
+    pub src_addr: Option<Vec<u8>>,
+    /// `ai_dst_addr`: the destination (as `src_addr`); `None` with
+    /// [`RaiFlags::PASSIVE`].
+    pub dst_addr: Option<Vec<u8>>,
     /// `ai_src_canonname`.
     pub src_canonname: Option<String>,
     /// `ai_dst_canonname`.
@@ -315,23 +318,6 @@ impl Eai {
             Eai::Unknown(_) => "unknown rdma_getaddrinfo error",
         }
     }
-
-    /// The `fabric_core` kind: nothing found (`NoName`, `NoData`,
-    /// `AddrFamily`, `Service`) is `NoData`, as getinfo reports "no match";
-    /// bad hints are `BadFlags` / `Inval`; `Again`, `NoMem`, `Overflow`
-    /// and `Io` (permanent resolver failure) as named.
-    pub fn kind(self) -> ErrorKind {
-        match self {
-            Eai::AddrFamily | Eai::NoData | Eai::NoName | Eai::Service => ErrorKind::NoData,
-            Eai::Again => ErrorKind::Again,
-            Eai::BadFlags => ErrorKind::BadFlags,
-            Eai::Family | Eai::QpType => ErrorKind::Inval,
-            Eai::Fail => ErrorKind::Io,
-            Eai::Memory => ErrorKind::NoMem,
-            Eai::Overflow => ErrorKind::Overflow,
-            Eai::System | Eai::Unknown(_) => ErrorKind::Other,
-        }
-    }
 }
 
 /// A failed `rdma_getaddrinfo`: the code, and the errno for system errors.
@@ -363,18 +349,6 @@ impl fmt::Display for AddrInfoError {
 }
 
 impl std::error::Error for AddrInfoError {}
-
-impl From<AddrInfoError> for Error {
-    /// The kind of [`Eai::kind`]; a system error keeps its errno's kind
-    /// (`ENODEV` with no device is `NoDev`).
-    fn from(e: AddrInfoError) -> Self {
-        let kind = match (e.eai, e.errno) {
-            (Eai::System, Some(errno)) => ErrorKind::from_errno(errno).unwrap_or(ErrorKind::Other),
-            (eai, _) => eai.kind(),
-        };
-        Error::new(kind, e.to_string())
-    }
-}
 
 /// Frees the result list when dropped.
 struct List<'l> {
@@ -425,18 +399,15 @@ unsafe fn string(p: *const c_char) -> Option<String> {
     Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
 }
 
-fn address(raw: &[u8]) -> Option<Address> {
-    if raw.is_empty() {
-        return None;
-    }
-    Address::from_bytes(AddrFormat::Sockaddr, raw).ok()
+fn address(raw: Vec<u8>) -> Option<Vec<u8>> {
+    (!raw.is_empty()).then_some(raw)
 }
 
 /// Resolves `node` / `service` with `hints` (rdma_getaddrinfo(3)). At
 /// least one of node, service or hints must be given (else `EAI_NONAME`).
 ///
 /// librdmacm needs an RDMA device to answer: without one the call fails
-/// with a system error `ENODEV`, which maps to [`ErrorKind::NoDev`].
+/// with a system error (`errno` `ENODEV`).
 pub fn rdma_getaddrinfo(
     lib: &RdmaCore,
     node: Option<&str>,
@@ -451,19 +422,19 @@ pub fn rdma_getaddrinfo(
     let c_node = cstring("node", node)?;
     let c_service = cstring("service", service)?;
     // The C forms of the hint addresses live until the call returns.
-    let src = hints.and_then(|h| h.src_addr).map(Address::to_bytes);
-    let dst = hints.and_then(|h| h.dst_addr).map(Address::to_bytes);
+    let src = hints.and_then(|h| h.src_addr);
+    let dst = hints.and_then(|h| h.dst_addr);
     let mut c_hints = rdma_addrinfo::default();
     if let Some(h) = hints {
         c_hints.ai_flags = h.flags.bits();
         c_hints.ai_family = h.family.raw();
         c_hints.ai_qp_type = h.qp_type.map_or(0, QpType::raw);
         c_hints.ai_port_space = h.port_space.map_or(0, PortSpace::raw);
-        if let Some(s) = &src {
+        if let Some(s) = src {
             c_hints.ai_src_len = s.len() as libc::socklen_t;
             c_hints.ai_src_addr = s.as_ptr().cast_mut().cast();
         }
-        if let Some(d) = &dst {
+        if let Some(d) = dst {
             c_hints.ai_dst_len = d.len() as libc::socklen_t;
             c_hints.ai_dst_addr = d.as_ptr().cast_mut().cast();
         }
@@ -526,8 +497,8 @@ pub fn rdma_getaddrinfo(
             family: AiFamily::from_raw(ai.ai_family),
             qp_type: QpType::from_raw(ai.ai_qp_type),
             port_space: PortSpace::from_raw(ai.ai_port_space),
-            src_addr: address(&src_raw),
-            dst_addr: address(&dst_raw),
+            src_addr: address(src_raw),
+            dst_addr: address(dst_raw),
             src_canonname: src_name,
             dst_canonname: dst_name,
             route,
@@ -543,31 +514,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn codes_map_to_their_meanings_and_kinds() {
+    fn codes_map_to_their_meanings() {
         assert_eq!(Eai::from_code(libc::EAI_NONAME), Eai::NoName);
         assert_eq!(Eai::from_code(libc::EAI_SOCKTYPE), Eai::QpType);
         assert_eq!(Eai::from_code(-1), Eai::BadFlags);
         assert_eq!(Eai::from_code(libc::EAI_SYSTEM), Eai::System);
         assert_eq!(Eai::from_code(-4242), Eai::Unknown(-4242));
-        assert_eq!(Eai::NoName.kind(), ErrorKind::NoData);
-        assert_eq!(Eai::BadFlags.kind(), ErrorKind::BadFlags);
-        assert_eq!(Eai::QpType.kind(), ErrorKind::Inval);
-        let e: Error = AddrInfoError {
+        let e = AddrInfoError {
             eai: Eai::System,
             errno: Some(libc::ENODEV),
             what: "x".into(),
-        }
-        .into();
-        assert_eq!(e.kind(), ErrorKind::NoDev);
-        assert!(e.detail().contains("no RDMA device"), "{e}");
-        let e: Error = AddrInfoError {
+        };
+        assert!(e.to_string().contains("no RDMA device"), "{e}");
+        let e = AddrInfoError {
             eai: Eai::Service,
             errno: None,
             what: "x".into(),
-        }
-        .into();
-        assert_eq!(e.kind(), ErrorKind::NoData);
-        assert!(e.detail().contains("EAI_SERVICE"), "{e}");
+        };
+        assert!(e.to_string().contains("EAI_SERVICE"), "{e}");
     }
 
     #[test]
@@ -621,16 +585,18 @@ mod tests {
         match rdma_getaddrinfo(lib, Some("127.0.0.1"), Some("7471"), Some(&hints)) {
             Ok(list) => {
                 let first = list.first().expect("at least one answer");
-                assert_eq!(
-                    first.src_addr,
-                    Some("fi_sockaddr_in://127.0.0.1:7471".parse().unwrap())
-                );
+                // struct sockaddr_in: family, port (big-endian), address.
+                let mut want = vec![0u8; std::mem::size_of::<libc::sockaddr_in>()];
+                want[..2].copy_from_slice(&(libc::AF_INET as u16).to_ne_bytes());
+                want[2..4].copy_from_slice(&7471u16.to_be_bytes());
+                want[4..8].copy_from_slice(&[127, 0, 0, 1]);
+                assert_eq!(first.src_addr, Some(want));
                 assert_eq!(first.dst_addr, None);
             }
             Err(e) => {
                 eprintln!("no device: {e}");
                 assert_eq!(e.eai, Eai::System, "{e}");
-                assert_eq!(Error::from(e).kind(), ErrorKind::NoDev);
+                assert_eq!(e.errno, Some(libc::ENODEV), "{e}");
             }
         }
     }

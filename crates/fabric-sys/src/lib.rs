@@ -18,8 +18,12 @@
 //!   with no C in between; `ibv_query_port` (a compat-symbol macro in C) and
 //!   `ibv_query_gid_ex` go through the extended context as the headers do.
 //! - [`addrinfo`]: a safe wrapper of `rdma_getaddrinfo(3)` with every flag
-//!   and field of the manual page, and its `EAI_*` errors mapped to
-//!   [`fabric_core::Error`].
+//!   and field of the manual page, and its `EAI_*` errors with their
+//!   meanings.
+//!
+//! A leaf crate: it depends on no crate of the workspace. Its errors are
+//! its own ([`LoadError`], [`addrinfo::AddrInfoError`]) or errno values;
+//! the provider maps them to `fabric_core` errors.
 //!
 //! # Linking: loaded at run time
 //!

@@ -23,7 +23,6 @@ use fabric_core::{
     AddrFormat, Address, Caps, CompOrder, EpType, Error, GetinfoFlags, Info, Mode, MrMode,
     MsgOrder, OpFlags, Progress, Protocol, ResourceMgmt, Result, Threading, Version,
 };
-use fabric_sys::addrinfo::{self, AiFamily, Hints, PortSpace, QpType, RaiFlags};
 use fabric_sys::ffi::{ibv_atomic_cap, ibv_port_state};
 
 use crate::raw::{self, cm, device};
@@ -462,14 +461,6 @@ fn dgram_offer(p: &PortAddr) -> Info {
     i
 }
 
-fn ai_family(f: AddrFormat) -> AiFamily {
-    match f {
-        AddrFormat::SockaddrIn => AiFamily::Inet,
-        AddrFormat::SockaddrIn6 => AiFamily::Inet6,
-        _ => AiFamily::Unspec,
-    }
-}
-
 /// What node / service resolve to: the local address to use (a specific
 /// IP or the wildcard, with a port) and the destination, if any.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -506,30 +497,16 @@ fn resolve(req: &Request<'_>) -> Result<Vec<Placement>> {
             "verbs: a service without a node names the loopback address, which no RDMA device has (use FI_SOURCE for a local service)",
         ));
     }
-    let lib = raw::lib()?;
-    let mut flags = RaiFlags::empty();
-    if source {
-        flags |= RaiFlags::PASSIVE;
-    }
-    if req.flags.contains(GetinfoFlags::NUMERICHOST) {
-        flags |= RaiFlags::NUMERICHOST;
-    }
-    let family = ai_family(req.hints.map_or(AddrFormat::Unspec, |h| h.addr_format));
-    if family != AiFamily::Unspec {
-        flags |= RaiFlags::FAMILY;
-    }
-    let hints = Hints {
-        flags,
-        family,
-        qp_type: Some(QpType::Rc),
-        port_space: Some(PortSpace::Tcp),
-        ..Hints::default()
-    };
-    let list = addrinfo::rdma_getaddrinfo(lib, req.node, req.service, Some(&hints))?;
+    let list = raw::addrinfo::resolve(&raw::addrinfo::Query {
+        node: req.node,
+        service: req.service,
+        passive: source,
+        numeric: req.flags.contains(GetinfoFlags::NUMERICHOST),
+        family: req.hints.map_or(AddrFormat::Unspec, |h| h.addr_format),
+    })?;
     let mut out = Vec::new();
     for ai in list {
-        let src = ai.src_addr.as_ref().and_then(Address::socket_addr);
-        let dest = ai.dst_addr.as_ref().and_then(Address::socket_addr);
+        let (src, dest) = (ai.src, ai.dest);
         let p = if source {
             Placement { src, dest: None }
         } else {

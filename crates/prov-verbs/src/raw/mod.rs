@@ -9,6 +9,7 @@
 //! depends on (the PD of a MR, the CQs of a QP) are kept alive by the
 //! types that hold them (`Arc`s in the layers above).
 
+pub(crate) mod addrinfo;
 pub(crate) mod cm;
 pub(crate) mod device;
 pub(crate) mod verbs;
