@@ -453,6 +453,58 @@ pub trait Endpoint: AsAny + MsgOps + TaggedOps + RmaOps + AtomicOps + CmOps + Se
     fn event_id(&self) -> Option<u64> {
         None
     }
+
+    /// Binds a shared receive context (`fi_ep_bind` of an srx); before
+    /// [`enable`](Endpoint::enable), on an endpoint opened with
+    /// `ep_attr.rx_ctx_cnt` = [`SHARED_CONTEXT`](crate::attr::SHARED_CONTEXT).
+    /// From then on the messages arriving at this endpoint match the
+    /// receives posted on `srx`; their completions still go to this
+    /// endpoint's receive CQ and counter, and this endpoint's own receive
+    /// calls are refused. `NoSys` from providers without shared receive
+    /// contexts.
+    fn bind_srx(&self, srx: &dyn SharedRx) -> Result<()> {
+        let _ = srx;
+        Err(Error::new(
+            ErrorKind::NoSys,
+            "this provider has no shared receive contexts",
+        ))
+    }
+}
+
+/// A shared receive context (`fi_srx_context(3)`): one set of posted
+/// receives that the messages arriving at every endpoint bound to it
+/// ([`Endpoint::bind_srx`]) match, in the order they were posted.
+///
+/// Receives go through [`MsgOps::recvmsg`] and [`TaggedOps::trecvmsg`]
+/// (with FI_MULTI_RECV, and FI_PEEK / FI_CLAIM / FI_DISCARD on tagged
+/// receives), one call through this trait object as on an endpoint. The
+/// sends of [`MsgOps`] and [`TaggedOps`] are refused (`OpNotSupp`).
+///
+/// A receive completes on the receive CQ (and counter) of the endpoint
+/// the message arrived at, with that endpoint's source address; what
+/// concerns no message (a cancelled receive, a peek that found nothing,
+/// the receives failed when the context closes) goes to the endpoint bound
+/// first that is still open. Receives may be posted before any endpoint is
+/// bound or enabled: they are kept. Dropping the context while endpoints
+/// use it keeps it alive until the last of them closes (the C layer
+/// answers `fi_close` with `FI_EBUSY` then).
+pub trait SharedRx: AsAny + MsgOps + TaggedOps + Send + Sync {
+    /// The receive attributes the context was opened with.
+    fn attr(&self) -> &crate::attr::RxAttr;
+
+    /// Cancels a receive posted on the context (`fi_cancel`); it completes
+    /// with `Canceled`. `NoEnt` when none is posted with this context.
+    fn cancel(&self, context: u64) -> Result<()>;
+
+    /// `fi_getopt(FI_OPT_MIN_MULTI_RECV)` of the context's multi-receive
+    /// buffers.
+    fn min_multi_recv(&self) -> Result<usize>;
+
+    /// `fi_setopt(FI_OPT_MIN_MULTI_RECV)`.
+    fn set_min_multi_recv(&self, bytes: usize) -> Result<()>;
+
+    /// Endpoints bound to the context and still open.
+    fn bound_endpoints(&self) -> usize;
 }
 
 /// A passive (listening) endpoint of MSG endpoints (`fi_passive_ep`).

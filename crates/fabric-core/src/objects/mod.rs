@@ -38,7 +38,7 @@ pub use resources::*;
 
 use std::any::Any;
 
-use crate::attr::{DomainAttr, FabricAttr};
+use crate::attr::{DomainAttr, FabricAttr, RxAttr};
 use crate::error::Result;
 use crate::info::Info;
 use crate::matching::Request;
@@ -139,4 +139,17 @@ pub trait Domain: AsAny + Send + Sync {
     /// granted the application must expect remote peers to read or write
     /// it at any time.
     unsafe fn mr_reg(&self, attr: &MrAttr) -> Result<Box<dyn MemoryRegion>>;
+
+    /// Opens a shared receive context (`fi_srx_context`) for endpoints
+    /// opened with `ep_attr.rx_ctx_cnt` =
+    /// [`SHARED_CONTEXT`](crate::attr::SHARED_CONTEXT); getinfo says a
+    /// provider has them with `domain_attr.max_ep_srx_ctx > 0`. `NoSys`
+    /// from providers without them.
+    fn srx_context(&self, attr: &RxAttr) -> Result<Box<dyn SharedRx>> {
+        let _ = attr;
+        Err(crate::Error::new(
+            crate::ErrorKind::NoSys,
+            "this provider has no shared receive contexts",
+        ))
+    }
 }

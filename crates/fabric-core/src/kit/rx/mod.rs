@@ -227,6 +227,32 @@ impl<C: CqSink> Report for Binds<C> {
     }
 }
 
+/// Where the completions of an engine call go, by the sender of the
+/// message a receive took (`None`: no message, as for a cancelled
+/// receive or a peek that found nothing).
+///
+/// Every [`Report`] routes everything to itself: an endpoint's own engine
+/// is called with its binds. A shared receive context (`fi_srx_context`)
+/// calls its engine with a router that finds the endpoint each sender
+/// belongs to, so that a receive completes on the CQ of the endpoint the
+/// message arrived at.
+pub trait Route<P> {
+    /// Where the completions go.
+    type To: Report;
+    /// Where the completion of a receive that took a message from `peer`
+    /// goes.
+    fn to(&self, peer: Option<&P>) -> &Self::To;
+}
+
+impl<R: Report, P> Route<P> for R {
+    type To = R;
+
+    #[inline]
+    fn to(&self, _peer: Option<&P>) -> &R {
+        self
+    }
+}
+
 /// A multi-receive buffer being filled.
 #[derive(Debug)]
 struct Multi {
@@ -309,6 +335,14 @@ impl<T: Transport, const N: usize> RxEngine<T, N> {
         self.actions.pop_front()
     }
 
+    /// Puts back work for the transport that the provider took out with
+    /// [`next_action`](Self::next_action) and could not do there (a shared
+    /// receive context's engine gives work about one endpoint's senders to
+    /// whichever endpoint drives it; that one hands it on).
+    pub fn requeue(&mut self, a: Action<T>) {
+        self.actions.push_back(a);
+    }
+
     /// Whether work for the transport is waiting.
     #[inline]
     pub fn has_actions(&self) -> bool {
@@ -362,7 +396,7 @@ impl<T: Transport, const N: usize> RxEngine<T, N> {
     /// fetched: [`Action::Fetch`]).
     pub fn post(
         &mut self,
-        b: &impl Report,
+        b: &impl Route<T::Peer>,
         msg: &Msg<'_>,
         flags: OpFlags,
         tagged: bool,
@@ -434,9 +468,9 @@ impl<T: Transport, const N: usize> RxEngine<T, N> {
     /// FI_PEEK (with FI_CLAIM or FI_DISCARD) and FI_CLAIM (with
     /// FI_DISCARD). A peek that finds nothing completes with `NoMsg`; a
     /// claim with nothing claimed by this context is refused with `NoMsg`.
-    fn peek_claim(&mut self, b: &impl Report, msg: &Msg<'_>, flags: OpFlags) -> Result<()> {
+    fn peek_claim(&mut self, b: &impl Route<T::Peer>, msg: &Msg<'_>, flags: OpFlags) -> Result<()> {
         let context = msg.context;
-        let report = |len: u64, tag: u64, data: Option<u64>, src: FiAddr| {
+        let report = |len: u64, tag: u64, data: Option<u64>, src: FiAddr, peer: &T::Peer| {
             let mut f = msg_flags(true, true);
             if data.is_some() {
                 f |= CompletionFlags::REMOTE_CQ_DATA;
@@ -449,21 +483,35 @@ impl<T: Transport, const N: usize> RxEngine<T, N> {
                 data: data.unwrap_or(0),
                 tag,
             };
-            b.done(e, src, true);
+            b.to(Some(peer)).done(e, src, true);
         };
         if flags.contains(OpFlags::PEEK) {
             let found = if flags.contains(OpFlags::DISCARD) {
                 self.tagged
                     .take_unexpected(msg.tag, msg.ignore, msg.addr)
                     .map(|u| {
-                        report(u.msg.entry.len, u.tag, u.msg.entry.data, u.src);
+                        report(
+                            u.msg.entry.len,
+                            u.tag,
+                            u.msg.entry.data,
+                            u.src,
+                            &u.msg.entry.peer,
+                        );
                         self.discard(u);
                     })
             } else {
                 let claim = flags.contains(OpFlags::CLAIM).then_some(context);
                 self.tagged
                     .peek(msg.tag, msg.ignore, msg.addr, claim)
-                    .map(|u| report(u.msg.entry.len, u.tag, u.msg.entry.data, u.src))
+                    .map(|u| {
+                        report(
+                            u.msg.entry.len,
+                            u.tag,
+                            u.msg.entry.data,
+                            u.src,
+                            &u.msg.entry.peer,
+                        );
+                    })
             };
             if found.is_none() {
                 let e = CqEntry {
@@ -471,7 +519,7 @@ impl<T: Transport, const N: usize> RxEngine<T, N> {
                     flags: msg_flags(true, true),
                     ..CqEntry::default()
                 };
-                b.failed(
+                b.to(None).failed(
                     e,
                     &Error::new(ErrorKind::NoMsg, "FI_PEEK: no matching message"),
                     0,
@@ -488,7 +536,7 @@ impl<T: Transport, const N: usize> RxEngine<T, N> {
             )
         })?;
         if flags.contains(OpFlags::DISCARD) {
-            report(0, u.tag, u.msg.entry.data, u.src);
+            report(0, u.tag, u.msg.entry.data, u.src, &u.msg.entry.peer);
             self.discard(u);
         } else {
             let id = self.recvs.post(msg.iov, context, flags, None);
@@ -499,7 +547,7 @@ impl<T: Transport, const N: usize> RxEngine<T, N> {
 
     /// Cancels the posted receive with this context (`fi_cancel`): it
     /// completes with `Canceled`. `NoEnt` when none is posted.
-    pub fn cancel(&mut self, b: &impl Report, context: u64) -> Result<()> {
+    pub fn cancel(&mut self, b: &impl Route<T::Peer>, context: u64) -> Result<()> {
         let recvs = &self.recvs;
         let (found, tagged) = match self
             .msg
@@ -529,7 +577,7 @@ impl<T: Transport, const N: usize> RxEngine<T, N> {
 
     /// Fails every posted receive with `err` (the endpoint closes, a
     /// connected endpoint's peer went away). Kept messages stay.
-    pub fn drain(&mut self, b: &impl Report, err: &Error) {
+    pub fn drain(&mut self, b: &impl Route<T::Peer>, err: &Error) {
         let mut list = std::mem::take(&mut self.scratch);
         list.extend(self.msg.drain_posted().map(|p| (p.recv, false)));
         list.extend(self.tagged.drain_posted().map(|p| (p.recv, true)));
@@ -543,7 +591,7 @@ impl<T: Transport, const N: usize> RxEngine<T, N> {
     /// Ends a posted receive taken out of its queue with `err`: a
     /// multi-receive buffer is released, and flagged FI_MULTI_RECV when
     /// none of its parts is still in flight.
-    fn abort(&mut self, b: &impl Report, id: RecvId, tagged: bool, err: &Error) {
+    fn abort(&mut self, b: &impl Route<T::Peer>, id: RecvId, tagged: bool, err: &Error) {
         let r = self.recvs.take(id);
         let mut flags = msg_flags(tagged, true);
         if let Some(slot) = r.multi {
@@ -562,7 +610,7 @@ impl<T: Transport, const N: usize> RxEngine<T, N> {
             flags,
             ..CqEntry::default()
         };
-        b.failed(e, err, 0);
+        b.to(None).failed(e, err, 0);
     }
 
     // ---------------------------------------------------------------
@@ -633,7 +681,12 @@ impl<T: Transport, const N: usize> RxEngine<T, N> {
     /// Completes receive `id`, whose data is in its buffer (or fails it
     /// with `Trunc` when the message was longer).
     #[inline]
-    pub fn complete(&mut self, b: &impl Report, id: RecvId, m: Meta) {
+    pub fn complete(&mut self, b: &impl Route<T::Peer>, id: RecvId, m: Meta) {
+        self.complete_to(b.to(None), id, m);
+    }
+
+    #[inline]
+    fn complete_to(&mut self, b: &impl Report, id: RecvId, m: Meta) {
         let d = self.recvs.finish(id);
         let mut flags = msg_flags(m.tagged, true);
         if m.data.is_some() {
@@ -667,7 +720,7 @@ impl<T: Transport, const N: usize> RxEngine<T, N> {
     }
 
     /// Fails receive `id` (its message could not be brought in).
-    pub fn fail(&mut self, b: &impl Report, id: RecvId, tagged: bool, err: &Error) {
+    pub fn fail(&mut self, b: &impl Route<T::Peer>, id: RecvId, tagged: bool, err: &Error) {
         let d = self.recvs.finish(id);
         let flags = msg_flags(tagged, true) | self.part_done(d.multi);
         let e = CqEntry {
@@ -675,7 +728,7 @@ impl<T: Transport, const N: usize> RxEngine<T, N> {
             flags,
             ..CqEntry::default()
         };
-        b.failed(e, err, 0);
+        b.to(None).failed(e, err, 0);
     }
 
     /// Whether a payload of `len` bytes from `peer` may be buffered. When
@@ -712,7 +765,14 @@ impl<T: Transport, const N: usize> RxEngine<T, N> {
 
     /// Delivers a message now complete in a buffer: into the oldest
     /// matching receive posted meanwhile, else kept.
-    pub fn land(&mut self, b: &impl Report, tagged: bool, tag: u64, src: FiAddr, entry: Entry<T>) {
+    pub fn land(
+        &mut self,
+        b: &impl Route<T::Peer>,
+        tagged: bool,
+        tag: u64,
+        src: FiAddr,
+        entry: Entry<T>,
+    ) {
         match self.arrive(tagged, tag, src, entry.len) {
             Some(id) => {
                 let u = Unexpected {
@@ -765,9 +825,16 @@ impl<T: Transport, const N: usize> RxEngine<T, N> {
 
     /// Hands a kept message to receive `id`.
     #[allow(unsafe_code)]
-    fn deliver(&mut self, b: &impl Report, id: RecvId, u: Unexpected<Kept<T>>, tagged: bool) {
+    fn deliver(
+        &mut self,
+        b: &impl Route<T::Peer>,
+        id: RecvId,
+        u: Unexpected<Kept<T>>,
+        tagged: bool,
+    ) {
         let Kept { entry, cost } = u.msg;
         self.uncharge(entry.peer, cost);
+        let b = b.to(Some(&entry.peer));
         let meta = Meta {
             tagged,
             tag: u.tag,
@@ -783,7 +850,7 @@ impl<T: Transport, const N: usize> RxEngine<T, N> {
                     unsafe { r.buf.write_at(0, &bytes) };
                 }
                 self.give_buf(bytes);
-                self.complete(b, id, meta);
+                self.complete_to(b, id, meta);
                 if let Some(a) = ack {
                     self.actions.push_back(Action::Ack(a));
                 }
@@ -819,12 +886,13 @@ impl<T: Transport, const N: usize> RxEngine<T, N> {
     /// posted.
     pub fn remote_cq_data(
         &mut self,
-        b: &impl Report,
+        b: &impl Route<T::Peer>,
         data: u64,
         src: FiAddr,
         peer: T::Peer,
         consume: bool,
     ) {
+        let b = b.to(Some(&peer));
         let meta = Meta {
             tagged: false,
             tag: 0,
@@ -883,8 +951,8 @@ impl<T: Transport, const N: usize> RxEngine<T, N> {
 
     /// The application read the receive CQ: once it has room, the senders
     /// paused for it resume.
-    pub fn cq_read(&mut self, b: &impl Report) {
-        if self.cq_paused.is_empty() || !b.roomy() {
+    pub fn cq_read(&mut self, b: &impl Route<T::Peer>) {
+        if self.cq_paused.is_empty() || !b.to(None).roomy() {
             return;
         }
         for p in std::mem::take(&mut self.cq_paused) {
