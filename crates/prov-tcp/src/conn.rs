@@ -802,6 +802,11 @@ impl Rx {
 /// messages whose data is not here are rendezvous requests or payloads
 /// left in a paused socket, buffered messages are acknowledged by
 /// connection and request id, and senders are connections.
+///
+/// Connections are named by their epoll token (endpoint number and
+/// connection number, [`crate::progress::token`]), so that the engine of
+/// a shared receive context, which several endpoints drive, names each
+/// sender with the endpoint it belongs to.
 #[derive(Debug)]
 pub(crate) struct TcpWire;
 
@@ -811,7 +816,8 @@ pub(crate) enum Remote {
     /// Announced by a rendezvous request; the data stays with the sender
     /// until a clear-to-send.
     Rndv {
-        conn: u32,
+        /// The connection's token.
+        conn: u64,
         /// The sender's request id.
         id: u64,
         /// The acknowledgement the sender asked for.
@@ -819,15 +825,18 @@ pub(crate) enum Remote {
     },
     /// Its payload is still in the socket of `conn`, which reads nothing
     /// else until a receive takes it or it is discarded.
-    Stalled { conn: u32 },
+    Stalled {
+        /// The connection's token.
+        conn: u64,
+    },
 }
 
 impl Transport for TcpWire {
     type Remote = Remote;
-    /// Connection and request id.
-    type Ack = (u32, u64);
-    /// Connection number.
-    type Peer = u32;
+    /// Connection token and request id.
+    type Ack = (u64, u64);
+    /// Connection token.
+    type Peer = u64;
 }
 
 /// An endpoint's receive engine.

@@ -7,12 +7,13 @@ use fabric_core::kit::net::IpBook;
 use fabric_core::kit::objects::{Av, Cntr, Cq, Eq};
 use fabric_core::objects::{
     AddressVector, AvAttr, CntrAttr, CompletionQueue, Counter, CqAttr, Domain, Endpoint, EqAttr,
-    EventQueue, Fabric, MemoryRegion, MrAttr, MrDesc, PassiveEndpoint,
+    EventQueue, Fabric, MemoryRegion, MrAttr, MrDesc, PassiveEndpoint, SharedRx,
 };
-use fabric_core::{DomainAttr, EpType, Error, ErrorKind, FabricAttr, Info, MrMode, Result};
+use fabric_core::{DomainAttr, EpType, Error, ErrorKind, FabricAttr, Info, MrMode, Result, RxAttr};
 
 use crate::ep::TcpEndpoint;
 use crate::ep::passive::TcpPassiveEndpoint;
+use crate::ep::srx::TcpSrx;
 use crate::progress::{Poller, spawn_auto, wants_auto};
 
 /// A tcp fabric (one IP subnet).
@@ -124,6 +125,10 @@ impl Domain for TcpDomain {
 
     fn cntr(&self, _attr: &CntrAttr) -> Result<Box<dyn Counter>> {
         Ok(Box::new(Cntr::new(self.poller.clone())?))
+    }
+
+    fn srx_context(&self, attr: &RxAttr) -> Result<Box<dyn SharedRx>> {
+        Ok(Box::new(TcpSrx::new(attr, self.poller.clone())))
     }
 
     // An `unsafe fn` of the trait (the registration contract); the body

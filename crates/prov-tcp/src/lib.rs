@@ -386,6 +386,7 @@ use fabric_core::{FabricAttr, Info, Result, Version};
 
 pub use domain::{TcpDomain, TcpFabric, TcpMr};
 pub use ep::passive::TcpPassiveEndpoint;
+pub use ep::srx::TcpSrx;
 pub use ep::{RdmEndpoint, TcpEndpoint};
 
 /// The tcp provider.

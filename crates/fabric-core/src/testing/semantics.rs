@@ -141,8 +141,35 @@ macro_rules! semantics_tests {
                 $crate::testing::semantics::error_completions(&r);
             }
         }
+        #[test]
+        fn srx_messages() {
+            if let Some(r) = $rig() {
+                $crate::testing::semantics::srx_messages(&r);
+            }
+        }
+        #[test]
+        fn srx_tagged() {
+            if let Some(r) = $rig() {
+                $crate::testing::semantics::srx_tagged(&r);
+            }
+        }
+        #[test]
+        fn srx_multi_recv() {
+            if let Some(r) = $rig() {
+                $crate::testing::semantics::srx_multi_recv(&r);
+            }
+        }
+        #[test]
+        fn srx_cancel() {
+            if let Some(r) = $rig() {
+                $crate::testing::semantics::srx_cancel(&r);
+            }
+        }
     };
 }
+
+mod srx;
+pub use srx::{srx_cancel, srx_messages, srx_multi_recv, srx_tagged};
 
 /// How long any wait may take (TCG guests are slow).
 const T: Duration = Duration::from_secs(30);

@@ -146,7 +146,7 @@ impl EpInner {
         }
         // Rendezvous requests and stalled payloads of this connection are
         // gone with it; its buffered messages stay deliverable.
-        st.rx.peer_gone(cid);
+        st.rx.peer_gone(self.token(cid));
         if self.kind == Kind::Msg {
             self.msg_conn_lost(st, b, cid, err);
         }

@@ -20,18 +20,20 @@ use std::collections::{HashMap, VecDeque};
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use fabric_core::kit::binds::Binds;
 use fabric_core::kit::hash::IdMap;
 use fabric_core::kit::lock;
 use fabric_core::kit::mr::MrTable;
+use fabric_core::kit::rx::Action;
 use fabric_core::{Address, Caps, Error, ErrorKind, Info, Result};
 
 use super::conns::Conns;
+use super::srx::{Pass, SrxInner};
 use crate::backoff::AcceptBackoff;
-use crate::conn::{Conn, Done, Engine, Phase, Queued, Sink, Src};
+use crate::conn::{Conn, Done, Engine, Phase, Queued, Sink, Src, TcpWire};
 use crate::limits::RX_BUDGET;
 use crate::progress::{EpProgress, Poller, conn_of, ep_of, token};
 use crate::sys;
@@ -101,6 +103,9 @@ pub(crate) struct State {
     pub dead: Vec<(u32, Error)>,
     /// Scratch list of connections to flush.
     flush_ids: Vec<u32>,
+    /// Work of a shared receive context's engine about the senders of
+    /// other endpoints bound to it, handed on when the pass ends.
+    pub(super) foreign: Vec<Action<TcpWire>>,
 }
 
 impl State {
@@ -120,6 +125,7 @@ impl State {
             hello_due: None,
             dead: Vec::new(),
             flush_ids: Vec::new(),
+            foreign: Vec::new(),
         }
     }
 
@@ -175,6 +181,12 @@ pub(crate) struct EpInner {
     /// The receive engine paused senders until the receive CQ has room:
     /// progress checks it ([`Engine::cq_read`]) even with nothing to read.
     pub cq_wait: AtomicBool,
+    /// The shared receive context the endpoint receives through: its
+    /// engine takes the place of `State::rx` while the endpoint works
+    /// ([`Pass`]).
+    pub srx: OnceLock<Arc<SrxInner>>,
+    /// The shared receive context holds work for this endpoint.
+    pub srx_mail: AtomicBool,
 }
 
 pub(super) fn proto(detail: impl Into<std::borrow::Cow<'static, str>>) -> Error {
@@ -225,6 +237,8 @@ impl EpInner {
             limits,
             min_multi_recv: AtomicUsize::new(fabric_core::kit::rx::MIN_MULTI_RECV),
             cq_wait: AtomicBool::new(false),
+            srx: OnceLock::new(),
+            srx_mail: AtomicBool::new(false),
         });
         let weak: std::sync::Weak<dyn EpProgress> =
             Arc::downgrade(&(inner.clone() as Arc<dyn EpProgress>));
@@ -232,8 +246,21 @@ impl EpInner {
         inner
     }
 
-    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        lock(&self.state)
+    /// Takes the endpoint's state for one operation or progress pass.
+    #[inline]
+    pub(crate) fn lock(&self) -> Pass<'_> {
+        Pass::new(self, lock(&self.state))
+    }
+
+    /// As [`lock`](Self::lock), unless another thread holds the state.
+    #[inline]
+    pub(crate) fn try_lock(&self) -> Option<Pass<'_>> {
+        let g = match self.state.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        };
+        Some(Pass::new(self, g))
     }
 
     pub(crate) fn bound(&self) -> Result<&Binds> {
@@ -442,10 +469,7 @@ impl EpProgress for EpInner {
     fn progress_direct(&self) -> Option<()> {
         let b = self.bound.get()?;
         self.progressed();
-        let mut guard = match self.state.try_lock() {
-            Ok(g) => g,
-            Err(_) => return None,
-        };
+        let mut guard = self.try_lock()?;
         let st = &mut *guard;
         if !direct_ok(st) {
             return None;
@@ -492,17 +516,16 @@ impl EpProgress for EpInner {
             && !self.accept_rest.is_paused()
             && !self.hello_waiting.load(Ordering::Relaxed)
             && !self.cq_wait.load(Ordering::Relaxed)
+            && !self.srx_mail.load(Ordering::Relaxed)
         {
             return Ok(());
         }
         let Some(b) = self.bound.get() else {
             return Ok(());
         };
-        let mut guard = match self.state.try_lock() {
-            Ok(g) => g,
+        let Some(mut guard) = self.try_lock() else {
             // Another thread is working on this endpoint right now.
-            Err(std::sync::TryLockError::WouldBlock) => return Ok(()),
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            return Ok(());
         };
         let st = &mut *guard;
         if self.tx_waiting.swap(false, Ordering::AcqRel) {

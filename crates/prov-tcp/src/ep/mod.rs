@@ -23,6 +23,7 @@ pub(crate) mod passive;
 pub(crate) mod rdm;
 pub(crate) mod rma;
 pub(crate) mod rx;
+pub(crate) mod srx;
 pub(crate) mod tx;
 
 use std::net::{SocketAddr, TcpListener};
@@ -34,7 +35,7 @@ use fabric_core::kit::mr::MrTable;
 use fabric_core::kit::objects::Progress;
 use fabric_core::objects::{
     AtomicMsg, AtomicOp, AtomicOps, Bind, CmOps, Datatype, Endpoint, FiAddr, Msg, MsgOps, RmaIov,
-    RmaMsg, RmaOps, TaggedOps,
+    RmaMsg, RmaOps, SharedRx, TaggedOps,
 };
 use fabric_core::{Address, Caps, Error, ErrorKind, Info, OpFlags, Result};
 
@@ -426,8 +427,24 @@ impl Endpoint for TcpEndpoint {
     }
 
     fn set_min_multi_recv(&self, bytes: usize) -> Result<()> {
+        if self.inner.srx.get().is_some() {
+            return Err(Error::new(
+                ErrorKind::OpNotSupp,
+                "tcp: the endpoint receives through its shared receive context; set it there",
+            ));
+        }
         self.inner.set_min_multi_recv(bytes);
         Ok(())
+    }
+
+    fn bind_srx(&self, srx: &dyn SharedRx) -> Result<()> {
+        if self.inner.enabled.load(Ordering::Acquire) {
+            return Err(Error::new(ErrorKind::OpBadState, "bind after enable"));
+        }
+        let srx = srx.as_any().downcast_ref::<srx::TcpSrx>().ok_or_else(|| {
+            Error::inval("bind: the shared receive context belongs to another provider")
+        })?;
+        srx.attach(&self.inner)
     }
 
     /// MSG endpoints only: RDM endpoints carry no private data.

@@ -328,7 +328,11 @@ impl EpInner {
         if let Some(key) = st.msg.peer {
             self.fail_backlog(st, b, key, err);
         }
-        st.rx.drain(b, err);
+        if self.srx.get().is_none() {
+            // A shared receive context's receives are not this
+            // connection's: they stay for the other endpoints.
+            st.rx.drain(b, err);
+        }
         if st.msg.connected && !st.msg.reported {
             st.msg.reported = true;
             st.msg.closed = true;

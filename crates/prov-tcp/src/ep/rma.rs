@@ -134,7 +134,7 @@ impl EpInner {
     pub(super) fn remote_cq_data(&self, st: &mut State, b: &Binds, cid: u32, data: u64) {
         let src = self.source(st, b, cid);
         let consume = self.info.mode.contains(Mode::RX_CQ_DATA);
-        st.rx.remote_cq_data(b, data, src, cid, consume);
+        st.rx.remote_cq_data(b, data, src, self.token(cid), consume);
     }
 
     /// An atomic request is complete: check, execute, answer.

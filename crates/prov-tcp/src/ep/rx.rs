@@ -15,9 +15,11 @@ use fabric_core::{Error, ErrorKind, OpFlags, Result};
 
 use super::conns::Conns;
 use super::core::{EpInner, Kind, State, proto, u64_of, usize_of};
+use super::srx::owner;
 use crate::conn::{
     Conn, Cur, DIRECT_READ_MIN, Done, Landed, Phase, Remote, RndvRecv, Sink, Src, copy_in,
 };
+use crate::progress::{conn_of, ep_of};
 use crate::sys;
 use crate::wire::{Event, Ext, Flags, Frame, Op, Want};
 
@@ -33,6 +35,7 @@ impl EpInner {
     /// Posts a receive (untagged or tagged), with FI_PEEK / FI_CLAIM /
     /// FI_DISCARD and FI_MULTI_RECV.
     pub(crate) fn post_recv(&self, msg: &Msg<'_>, flags: OpFlags, tagged: bool) -> Result<()> {
+        self.own_receives()?;
         let b = self.bound()?;
         let mut guard = self.lock();
         let st = &mut *guard;
@@ -49,12 +52,26 @@ impl EpInner {
 
     /// Cancels a posted receive by context.
     pub(crate) fn cancel(&self, context: u64) -> Result<()> {
+        self.own_receives()?;
         let b = self.bound()?;
         let mut guard = self.lock();
         let st = &mut *guard;
         let r = st.rx.cancel(b, context);
         self.finish_pass(st, b);
         r
+    }
+
+    /// Refuses the endpoint's own receive calls once it receives through
+    /// a shared receive context.
+    #[inline]
+    fn own_receives(&self) -> Result<()> {
+        if self.srx.get().is_some() {
+            return Err(Error::new(
+                ErrorKind::OpNotSupp,
+                "tcp: the endpoint receives through its shared receive context; post there",
+            ));
+        }
+        Ok(())
     }
 
     /// Sets `FI_OPT_MIN_MULTI_RECV`.
@@ -69,34 +86,44 @@ impl EpInner {
     /// a connection.
     pub(super) fn rx_actions(&self, st: &mut State, b: &Binds) {
         while let Some(a) = st.rx.next_action() {
+            // The engine of a shared receive context also holds work about
+            // the senders of the other endpoints bound to it: theirs to do.
+            if ep_of(owner(&a)) != self.ep_no {
+                st.foreign.push(a);
+                continue;
+            }
             match a {
                 Action::Fetch { recv, meta, remote } => match remote {
                     Remote::Rndv { conn, id, ack } => {
-                        self.accept_rndv(st, b, conn, id, recv, meta, ack);
+                        self.accept_rndv(st, b, conn_of(conn), id, recv, meta, ack);
                     }
                     Remote::Stalled { conn } => {
-                        if !self.unstall(st, conn, Sink::Recv(recv)) {
+                        if !self.unstall(st, conn_of(conn), Sink::Recv(recv)) {
                             let err = Error::new(ErrorKind::ConnReset, "tcp: the sender went away");
                             st.rx.fail(b, recv, meta.tagged, &err);
                         }
                     }
                 },
                 Action::Release(Remote::Rndv { conn, id, .. }) => {
-                    self.push_frame(st, b, conn, &Frame::cts(id, 0, None), Src::None, Done::None);
+                    let cts = Frame::cts(id, 0, None);
+                    self.push_frame(st, b, conn_of(conn), &cts, Src::None, Done::None);
                 }
                 Action::Release(Remote::Stalled { conn }) => {
-                    self.unstall(st, conn, Sink::Discard);
+                    self.unstall(st, conn_of(conn), Sink::Discard);
                 }
                 Action::Ack((conn, id)) => {
-                    self.push_frame(st, b, conn, &Frame::ack(id, None), Src::None, Done::None);
+                    let ack = Frame::ack(id, None);
+                    self.push_frame(st, b, conn_of(conn), &ack, Src::None, Done::None);
                 }
                 Action::Pause(conn) => {
+                    let conn = conn_of(conn);
                     if let Some(c) = st.conns.get_mut(&conn) {
                         c.rx.paused = true;
                         self.rewatch(c, conn);
                     }
                 }
                 Action::Resume(conn) => {
+                    let conn = conn_of(conn);
                     if let Some(c) = st.conns.get_mut(&conn) {
                         c.rx.paused = false;
                         st.resume.push(conn);
@@ -370,7 +397,7 @@ impl EpInner {
             None => {
                 let len = usize_of(plen);
                 let reading = len.saturating_add(st.unexp_reading);
-                if plen == 0 || st.rx.admit(cid, reading) {
+                if plen == 0 || st.rx.admit(self.token(cid), reading) {
                     let mut v = st.rx.take_buf(len);
                     let whole = plen == 0
                         || take_inline(&mut st.conns, cid, plen, |d| v.extend_from_slice(d))?;
@@ -392,8 +419,10 @@ impl EpInner {
                     let entry = Entry {
                         len: plen,
                         data,
-                        peer: cid,
-                        held: Held::Remote(Remote::Stalled { conn: cid }),
+                        peer: self.token(cid),
+                        held: Held::Remote(Remote::Stalled {
+                            conn: self.token(cid),
+                        }),
                     };
                     st.rx.keep(tagged, tag, src, entry);
                     self.set_cur(st, cid, f, Sink::Stalled);
@@ -433,8 +462,12 @@ impl EpInner {
                 let entry = Entry {
                     len: msg_len,
                     data,
-                    peer: cid,
-                    held: Held::Remote(Remote::Rndv { conn: cid, id, ack }),
+                    peer: self.token(cid),
+                    held: Held::Remote(Remote::Rndv {
+                        conn: self.token(cid),
+                        id,
+                        ack,
+                    }),
                 };
                 st.rx.keep(tagged, tag, src, entry);
             }
@@ -513,10 +546,10 @@ impl EpInner {
                 let entry = Entry {
                     len: meta.len,
                     data,
-                    peer: cid,
+                    peer: self.token(cid),
                     held: Held::Bytes {
                         bytes,
-                        ack: delivery.then_some((cid, id)),
+                        ack: delivery.then_some((self.token(cid), id)),
                     },
                 };
                 st.rx.land(b, tagged, meta.tag, src, entry);
