@@ -1,14 +1,24 @@
 //! A native Rust fabric interface in the libfabric (OFI) model.
 //!
-//! An application asks [`getinfo`] how it can reach a peer with the
-//! capabilities it needs, gets a list of [`Info`] entries back, fastest
-//! first, and opens the fabric, domain and endpoints of the entry it picks
-//! through its provider.
+//! An application asks [`getinfo`] (or the [`Hints`] builder) how it can
+//! reach a peer with the capabilities it needs, gets a list of [`Info`]
+//! entries back, fastest first, and opens the objects of the entry it
+//! picks.
 //!
 //! Providers are chosen at build time with Cargo features: `tcp` and `shm`
 //! (on by default) and `verbs` (needs rdma-core), and at run time with the
 //! `FI_PROVIDER` variable (`tcp,shm`, or `^tcp` to exclude), as in
 //! libfabric.
+//!
+//! # From an `Info` to objects
+//!
+//! [`Registry::fabric`] opens the [`Fabric`] of an entry (`fi_fabric`),
+//! [`Fabric::domain`] its [`Domain`], and the domain opens the
+//! [`Endpoint`], [`CompletionQueue`], [`AddressVector`], [`Counter`] and
+//! registers memory. Bind the endpoint ([`Endpoint::bind`]) and
+//! [`enable`](Endpoint::enable) it before use.
+//!
+//! Listing what the compiled-in providers offer:
 //!
 //! ```
 //! use fabric::{Caps, EpType, ErrorKind, Hints};
@@ -25,13 +35,60 @@
 //! }
 //! ```
 //!
-//! Everything of [`fabric_core`] is re-exported: the `Info` model, the
-//! flag sets and enumerations, [`Error`] with its `FI_E*` kinds, addresses,
-//! the matching rules and the object traits.
+//! # What is exported
+//!
+//! The `Info` model, its flag sets and enumerations, [`Error`] with its
+//! `FI_E*` kinds, addresses, and the object traits (also as the
+//! [`objects`] module) come from `fabric_core`; the building blocks of
+//! providers (`fabric_core::kit`, `fabric_core::testing`) do not: provider
+//! authors depend on `fabric-core` directly. [`prelude`] holds what most
+//! programs need.
 
 mod hints;
 mod registry;
 
-pub use fabric_core::*;
 pub use hints::Hints;
 pub use registry::{ENV_VARS, Registry, getinfo};
+
+// The `Info` model: the entry, its attributes, flag sets and enumerations.
+pub use fabric_core::{
+    AddrFormat, AvType, Caps, CompOrder, DomainAttr, EpAttr, EpType, FabricAttr, GetinfoFlags,
+    Handle, Info, Mode, MrMode, MsgOrder, OpFlags, Progress, Protocol, ResourceMgmt, RxAttr,
+    SHARED_CONTEXT, Threading, TxAttr,
+};
+// Addresses, versions, errors.
+pub use fabric_core::version::BadVersion;
+pub use fabric_core::{Address, SockaddrIb, UnknownName, Version};
+pub use fabric_core::{Error, ErrorKind, Result};
+// Requests and provider selection, as `Registry` takes them.
+pub use fabric_core::matching::ProviderFilter;
+pub use fabric_core::{Provider, Request};
+
+/// The object model: the traits every provider implements (fabric, domain,
+/// endpoint and its operation groups, CQ, EQ, AV, MR, counter), their
+/// attributes, and the types of the zero-copy operations.
+pub use fabric_core::objects;
+pub use fabric_core::objects::{
+    AddressVector, AtomicOp, AtomicOps, AvAttr, Bind, CmOps, CntrAttr, CompletionFlags,
+    CompletionQueue, Counter, CqAttr, CqEntry, CqErrEntry, CqFormat, Datatype, Domain, Endpoint,
+    EqAttr, EqErrEntry, EqEvent, EventQueue, Fabric, FiAddr, MemoryRegion, MrAccess, MsgOps,
+    PassiveEndpoint, RmaIov, RmaOps, TaggedOps, WaitObj,
+};
+
+/// What most programs need: `use fabric::prelude::*;`.
+///
+/// The object traits (so their methods can be called on `Box<dyn …>`
+/// objects), [`Info`] with [`Hints`], [`getinfo`] and [`Registry`], the
+/// common flag sets and enumerations, [`Error`] / [`Result`].
+pub mod prelude {
+    pub use crate::objects::{
+        AddressVector, AtomicOp, AtomicOps, AvAttr, Bind, CmOps, CntrAttr, CompletionFlags,
+        CompletionQueue, Counter, CqAttr, CqEntry, CqFormat, Domain, Endpoint, EqAttr, EqEvent,
+        EventQueue, Fabric, FiAddr, MemoryRegion, MrAccess, MsgOps, PassiveEndpoint, RmaOps,
+        TaggedOps, WaitObj,
+    };
+    pub use crate::{
+        AddrFormat, Address, Caps, EpType, Error, ErrorKind, GetinfoFlags, Hints, Info, Mode,
+        MrMode, OpFlags, Progress, Registry, Result, Threading, Version, getinfo,
+    };
+}

@@ -3,9 +3,11 @@
 
 #![allow(clippy::field_reassign_with_default, clippy::unwrap_used)]
 
-use fabric::matching::{ProviderFilter, select};
+use fabric::ProviderFilter;
+// `select` builds a provider's answers: a provider-level tool, from fabric-core.
 use fabric::objects::Fabric;
 use fabric::*;
+use fabric_core::matching::select;
 use proptest::prelude::*;
 
 /// A provider that is nothing but its offers (test data, not shipped).
