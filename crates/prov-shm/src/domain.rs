@@ -6,16 +6,18 @@ use fabric_core::kit::mr::{MrTable, Region as MrRegion};
 use fabric_core::kit::objects::{AddressBook, Av, Cq, Eq};
 use fabric_core::objects::{
     AddressVector, AvAttr, CntrAttr, CompletionQueue, Counter, CqAttr, Domain, Endpoint, EqAttr,
-    EventQueue, Fabric, MemoryRegion, MrAttr, MrDesc, PassiveEndpoint,
+    EventQueue, Fabric, MemoryRegion, MrAttr, MrDesc, PassiveEndpoint, SharedRx,
 };
 use fabric_core::{
     Address, DomainAttr, EpType, Error, ErrorKind, FabricAttr, Info, MrMode, Progress, Result,
+    RxAttr,
 };
 
 pub use crate::cntr::ShmCntr;
 use crate::config::{SCHEME, region_of};
 use crate::ep::ShmEndpoint;
 use crate::ep::engine::Engine;
+use crate::ep::srx::ShmSrx;
 
 /// The shm fabric (this node's shared memory).
 #[derive(Debug)]
@@ -154,6 +156,10 @@ impl Domain for ShmDomain {
 
     fn cntr(&self, _attr: &CntrAttr) -> Result<Box<dyn Counter>> {
         Ok(Box::new(ShmCntr::new(self.engine.clone())?))
+    }
+
+    fn srx_context(&self, attr: &RxAttr) -> Result<Box<dyn SharedRx>> {
+        Ok(Box::new(ShmSrx::new(attr, self.engine.clone())))
     }
 
     unsafe fn mr_reg(&self, attr: &MrAttr) -> Result<Box<dyn MemoryRegion>> {

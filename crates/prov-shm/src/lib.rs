@@ -125,6 +125,7 @@ pub mod fuzzing {
     }
 }
 pub use ep::ShmEndpoint;
+pub use ep::srx::ShmSrx;
 
 /// The shm provider.
 #[derive(Debug, Default, Clone, Copy)]

@@ -160,6 +160,12 @@ macro_rules! semantics_tests {
             }
         }
         #[test]
+        fn srx_flow_control() {
+            if let Some(r) = $rig() {
+                $crate::testing::semantics::srx_flow_control(&r);
+            }
+        }
+        #[test]
         fn srx_cancel() {
             if let Some(r) = $rig() {
                 $crate::testing::semantics::srx_cancel(&r);
@@ -169,7 +175,7 @@ macro_rules! semantics_tests {
 }
 
 mod srx;
-pub use srx::{srx_cancel, srx_messages, srx_multi_recv, srx_tagged};
+pub use srx::{srx_cancel, srx_flow_control, srx_messages, srx_multi_recv, srx_tagged};
 
 /// How long any wait may take (TCG guests are slow).
 const T: Duration = Duration::from_secs(30);

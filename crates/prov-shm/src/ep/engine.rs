@@ -10,10 +10,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use fabric_core::{Error, Result};
+use fabric_core::kit::rx::{Action, Route, RxEngine};
+use fabric_core::{Error, ErrorKind, Result};
 use spin::mutex::{SpinMutex, SpinMutexGuard};
 
+use super::binds::Binds;
+use super::rx::{Peer, ShmWire, owner};
 use super::state::EpRx;
+use crate::pieces::IOV_LIMIT;
 use crate::{region, sys};
 
 /// Idle time after which progress announces that it may block.
@@ -29,9 +33,30 @@ const STUCK_AFTER: Duration = Duration::from_millis(50);
 /// Longest sleep of the auto-progress thread between looks.
 pub(crate) const AUTO_SLEEP: Duration = Duration::from_millis(50);
 
+/// A receive engine of shm.
+pub(crate) type ShmRx = RxEngine<ShmWire, IOV_LIMIT>;
+
+/// A shared receive context (`fi_srx_context`): its engine, which takes
+/// the place of each bound endpoint's own while the engine works on that
+/// endpoint ([`on_ep`]).
+#[derive(Debug)]
+struct SrxSlot {
+    id: u32,
+    engine: ShmRx,
+    /// Ids of the endpoints bound, in the order they were bound.
+    members: Vec<u32>,
+    /// The handle was dropped: the slot goes with its last endpoint.
+    closed: bool,
+}
+
 #[derive(Debug)]
 struct State {
     eps: Vec<EpRx>,
+    srxs: Vec<SrxSlot>,
+    next_srx: u32,
+    /// Where completions of a shared receive context go when none of its
+    /// endpoints is enabled.
+    nowhere: Binds,
     idle_since: Option<Instant>,
     announced: bool,
     calls: u32,
@@ -75,6 +100,9 @@ impl Engine {
         let e = Arc::new(Engine {
             state: SpinMutex::new(State {
                 eps: Vec::new(),
+                srxs: Vec::new(),
+                next_srx: 1,
+                nowhere: Binds::default(),
                 idle_since: None,
                 announced: false,
                 calls: 0,
@@ -128,7 +156,15 @@ impl Engine {
         let ep = {
             let mut st = self.lock();
             let i = st.eps.iter().position(|e| e.shared.id == id);
-            i.map(|i| st.eps.swap_remove(i))
+            let ep = i.map(|i| st.eps.swap_remove(i));
+            let State { eps, srxs, .. } = &mut *st;
+            srxs.retain(|s| {
+                !s.closed
+                    || s.members
+                        .iter()
+                        .any(|m| eps.iter().any(|e| e.shared.id == *m))
+            });
+            ep
         };
         // The region file goes with the endpoint; inotify drops the watch
         // by itself when the file is removed.
@@ -138,7 +174,8 @@ impl Engine {
     /// Runs `f` on endpoint `id` under the engine's lock (waiting for it).
     pub(crate) fn with_ep<R>(&self, id: u32, f: impl FnOnce(&mut EpRx) -> R) -> Option<R> {
         let mut st = self.lock();
-        st.eps.iter_mut().find(|e| e.shared.id == id).map(f)
+        let i = st.eps.iter().position(|e| e.shared.id == id)?;
+        Some(on_ep(&mut st, i, f))
     }
 
     /// Starts the operations endpoint `id` queued, at once, unless another
@@ -148,8 +185,8 @@ impl Engine {
     #[inline]
     pub(crate) fn try_start(&self, id: u32) {
         if let Some(mut st) = self.state.try_lock() {
-            if let Some(ep) = st.eps.iter_mut().find(|e| e.shared.id == id) {
-                ep.start_queued();
+            if let Some(i) = st.eps.iter().position(|e| e.shared.id == id) {
+                on_ep(&mut st, i, EpRx::start_queued);
             }
         }
     }
@@ -212,8 +249,8 @@ impl Engine {
             self.drain_inotify();
         }
         let mut work = false;
-        for ep in st.eps.iter_mut() {
-            work |= ep.progress();
+        for i in 0..st.eps.len() {
+            work |= on_ep(st, i, EpRx::progress);
         }
         st.calls = st.calls.wrapping_add(1);
         let mut now = None;
@@ -254,8 +291,8 @@ impl Engine {
                         // A command came in before the announcement: take
                         // it now (the announcement stays: the caller may
                         // block right after this call).
-                        for ep in st.eps.iter_mut() {
-                            work |= ep.progress();
+                        for i in 0..st.eps.len() {
+                            work |= on_ep(st, i, EpRx::progress);
                         }
                     }
                 }
@@ -307,9 +344,27 @@ impl Engine {
 /// pending transfers, rings blocked by a dead claimer.
 fn housekeeping(st: &mut State, now: Instant) {
     let mut reclaim = false;
-    for ep in st.eps.iter_mut() {
+    for i in 0..st.eps.len() {
+        reclaim |= on_ep(st, i, |ep| check_ep(ep, now));
+    }
+    if reclaim {
+        match region::reclaim_stale() {
+            Ok(v) if !v.is_empty() => {
+                tracing::debug!(removed = ?v, "shm: removed regions of exited processes")
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The periodic checks of one endpoint; `true`: a peer went away.
+fn check_ep(ep: &mut EpRx, now: Instant) -> bool {
+    let mut reclaim = false;
+    {
         let sh = ep.shared.clone();
-        let Some(b) = sh.bound.get() else { continue };
+        let Some(b) = sh.bound.get() else {
+            return false;
+        };
         for p in ep.st.op_peers() {
             if !p.check_alive() {
                 tracing::debug!(
@@ -340,12 +395,209 @@ fn housekeeping(st: &mut State, now: Instant) {
             ep.st.stuck_since = None;
         }
     }
-    if reclaim {
-        match region::reclaim_stale() {
-            Ok(v) if !v.is_empty() => {
-                tracing::debug!(removed = ?v, "shm: removed regions of exited processes")
-            }
-            _ => {}
+    reclaim
+}
+
+/// Runs `f` on endpoint `i` (an index in `st.eps`). For an endpoint bound
+/// to a shared receive context the context's engine takes the place of
+/// its own for the call, and the work the engine left about other
+/// endpoints' senders is done on them afterwards.
+#[inline]
+fn on_ep<R>(st: &mut State, i: usize, f: impl FnOnce(&mut EpRx) -> R) -> R {
+    match st.eps[i].shared.srx.get() {
+        None => f(&mut st.eps[i]),
+        Some(&sid) => on_shared(st, i, sid, f),
+    }
+}
+
+#[cold]
+fn on_shared<R>(st: &mut State, i: usize, sid: u32, f: impl FnOnce(&mut EpRx) -> R) -> R {
+    let Some(s) = st.srxs.iter().position(|x| x.id == sid) else {
+        return f(&mut st.eps[i]);
+    };
+    std::mem::swap(&mut st.eps[i].st.rx, &mut st.srxs[s].engine);
+    let r = f(&mut st.eps[i]);
+    std::mem::swap(&mut st.eps[i].st.rx, &mut st.srxs[s].engine);
+    let mut work = std::mem::take(&mut st.eps[i].st.foreign);
+    hand_on(st, s, &mut work);
+    st.eps[i].st.foreign = work;
+    r
+}
+
+/// Does `work` (and what the context's engine holds) on the endpoints it
+/// concerns, each with the context's engine in place, until none is
+/// left; a fetch for an endpoint that closed fails its receive.
+fn hand_on(st: &mut State, s: usize, work: &mut Vec<Action<ShmWire>>) {
+    loop {
+        while let Some(a) = st.srxs[s].engine.next_action() {
+            work.push(a);
         }
+        if work.is_empty() {
+            return;
+        }
+        let a = work.remove(0);
+        let to = owner(&a);
+        let found = st
+            .eps
+            .iter()
+            .position(|e| e.shared.id == to && e.shared.bound.get().is_some());
+        let Some(j) = found else {
+            if let Action::Fetch { recv, meta, .. } = a {
+                let err = Error::new(
+                    ErrorKind::ConnReset,
+                    "shm: the endpoint the message arrived at is closed",
+                );
+                let State {
+                    eps, srxs, nowhere, ..
+                } = st;
+                let SrxSlot {
+                    engine, members, ..
+                } = &mut srxs[s];
+                let router = Router {
+                    eps,
+                    members,
+                    nowhere,
+                };
+                engine.fail(&router, recv, meta.tagged, &err);
+            }
+            continue;
+        };
+        let sh = st.eps[j].shared.clone();
+        let Some(b) = sh.bound.get() else { continue };
+        std::mem::swap(&mut st.eps[j].st.rx, &mut st.srxs[s].engine);
+        st.eps[j].st.rx.requeue(a);
+        st.eps[j].st.run_actions(&sh, b);
+        std::mem::swap(&mut st.eps[j].st.rx, &mut st.srxs[s].engine);
+        work.append(&mut st.eps[j].st.foreign);
+    }
+}
+
+/// Routes the completions of a shared receive context's own calls to the
+/// endpoint each sender belongs to (by the endpoint id in its number),
+/// else to the first bound endpoint that is enabled.
+pub(crate) struct Router<'a> {
+    eps: &'a [EpRx],
+    members: &'a [u32],
+    nowhere: &'a Binds,
+}
+
+impl Router<'_> {
+    fn binds_of(&self, id: u32) -> Option<&Binds> {
+        self.eps
+            .iter()
+            .find(|e| e.shared.id == id)
+            .and_then(|e| e.shared.bound.get())
+    }
+}
+
+impl Route<Peer> for Router<'_> {
+    type To = Binds;
+
+    fn to(&self, peer: Option<&Peer>) -> &Binds {
+        let first = || self.members.iter().find_map(|m| self.binds_of(*m));
+        peer.and_then(|(_, uid)| {
+            let id = (uid >> 32) as u32;
+            self.members
+                .contains(&id)
+                .then(|| self.binds_of(id))
+                .flatten()
+        })
+        .or_else(first)
+        .unwrap_or(self.nowhere)
+    }
+}
+
+impl Engine {
+    /// Opens a shared receive context; its id.
+    pub(crate) fn srx_open(&self, directed: bool) -> u32 {
+        let mut st = self.lock();
+        let id = st.next_srx;
+        st.next_srx = st.next_srx.wrapping_add(1);
+        st.srxs.push(SrxSlot {
+            id,
+            engine: ShmRx::new(directed, super::flow::BUDGET),
+            members: Vec::new(),
+            closed: false,
+        });
+        id
+    }
+
+    /// Binds endpoint `ep` to context `sid`.
+    pub(crate) fn srx_attach(&self, sid: u32, ep: u32) -> Result<()> {
+        let mut st = self.lock();
+        let slot = st
+            .srxs
+            .iter_mut()
+            .find(|x| x.id == sid && !x.closed)
+            .ok_or_else(|| Error::inval("shm: the shared receive context is closed"))?;
+        slot.members.push(ep);
+        Ok(())
+    }
+
+    /// The handle of context `sid` was dropped: the context goes now, or
+    /// with the last endpoint bound to it.
+    pub(crate) fn srx_close(&self, sid: u32) {
+        let mut st = self.lock();
+        let State { eps, srxs, .. } = &mut *st;
+        for s in srxs.iter_mut().filter(|x| x.id == sid) {
+            s.closed = true;
+        }
+        srxs.retain(|s| {
+            !s.closed
+                || s.members
+                    .iter()
+                    .any(|m| eps.iter().any(|e| e.shared.id == *m))
+        });
+    }
+
+    /// The endpoints bound to context `sid` and still open.
+    pub(crate) fn srx_bound(&self, sid: u32) -> usize {
+        let st = self.lock();
+        st.srxs.iter().find(|x| x.id == sid).map_or(0, |s| {
+            s.members
+                .iter()
+                .filter(|m| st.eps.iter().any(|e| e.shared.id == **m))
+                .count()
+        })
+    }
+
+    /// Runs `f` on context `sid`'s engine, with the router of its
+    /// endpoints, then does the work it left on the endpoints concerned.
+    /// Receives posted may take what messages held in the endpoints'
+    /// rings wait for: those rings are read again.
+    pub(crate) fn srx_call<R>(
+        &self,
+        sid: u32,
+        f: impl FnOnce(&mut ShmRx, &Router<'_>) -> R,
+    ) -> Result<R> {
+        let mut g = self.lock();
+        let st = &mut *g;
+        let s = st
+            .srxs
+            .iter()
+            .position(|x| x.id == sid)
+            .ok_or_else(|| Error::inval("shm: the shared receive context is closed"))?;
+        let r = {
+            let State {
+                eps, srxs, nowhere, ..
+            } = &mut *st;
+            let SrxSlot {
+                engine, members, ..
+            } = &mut srxs[s];
+            let router = Router {
+                eps,
+                members,
+                nowhere,
+            };
+            f(engine, &router)
+        };
+        for ep in st.eps.iter_mut() {
+            if ep.shared.srx.get() == Some(&sid) {
+                ep.st.ring_held = false;
+            }
+        }
+        let mut work = Vec::new();
+        hand_on(st, s, &mut work);
+        Ok(r)
     }
 }

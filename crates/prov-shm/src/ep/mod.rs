@@ -24,6 +24,7 @@ mod rndv;
 mod rx;
 pub(crate) mod shared;
 mod slab;
+pub(crate) mod srx;
 mod state;
 // RMA and atomics into and out of registered memory.
 #[allow(unsafe_code)]
@@ -40,7 +41,7 @@ use fabric_core::kit::lock;
 use fabric_core::kit::mr::MrTable;
 use fabric_core::objects::{
     AtomicMsg, AtomicOp, AtomicOps, Bind, CmOps, CompletionFlags, Datatype, Endpoint, FiAddr, Msg,
-    MsgOps, RmaIov, RmaMsg, RmaOps, TaggedOps,
+    MsgOps, RmaIov, RmaMsg, RmaOps, SharedRx, TaggedOps,
 };
 use fabric_core::{Address, Error, ErrorKind, Info, OpFlags, Result};
 
@@ -277,7 +278,21 @@ impl ShmEndpoint {
         )
     }
 
+    /// Refuses the endpoint's own receive calls once it receives through
+    /// a shared receive context.
+    #[inline]
+    fn own_receives(&self) -> Result<()> {
+        if self.shared.srx.get().is_some() {
+            return Err(Error::new(
+                ErrorKind::OpNotSupp,
+                "shm: the endpoint receives through its shared receive context; post there",
+            ));
+        }
+        Ok(())
+    }
+
     fn post_recv(&self, msg: &Msg<'_>, flags: OpFlags, tagged: bool) -> Result<()> {
+        self.own_receives()?;
         let sh = &*self.shared;
         sh.bound()?;
         if flags.contains(OpFlags::MULTI_RECV) && tagged {
@@ -689,6 +704,7 @@ impl Endpoint for ShmEndpoint {
     }
 
     fn cancel(&self, context: u64) -> Result<()> {
+        self.own_receives()?;
         let sh = &*self.shared;
         sh.bound()?;
         self.engine
@@ -706,8 +722,19 @@ impl Endpoint for ShmEndpoint {
     }
 
     fn set_min_multi_recv(&self, bytes: usize) -> Result<()> {
+        self.own_receives()?;
         self.shared.min_multi_recv.store(bytes, Ordering::Relaxed);
         Ok(())
+    }
+
+    fn bind_srx(&self, srx: &dyn SharedRx) -> Result<()> {
+        if self.shared.enabled.load(Ordering::Acquire) {
+            return Err(Error::new(ErrorKind::OpBadState, "bind after enable"));
+        }
+        let srx = srx.as_any().downcast_ref::<srx::ShmSrx>().ok_or_else(|| {
+            Error::inval("bind: the shared receive context belongs to another provider")
+        })?;
+        srx.attach(&self.shared, &self.engine)
     }
 }
 

@@ -20,22 +20,37 @@ use crate::wire::{self, flag};
 pub(crate) struct ShmWire;
 
 /// A sender: its index among the endpoint's peers and its number (an
-/// index reused by a later peer has another number).
+/// index reused by a later peer has another number). The number's high
+/// 32 bits are the endpoint's id ([`owner`]): the engine of a shared
+/// receive context, which several endpoints feed, names each sender with
+/// the endpoint it belongs to.
 pub(crate) type Peer = (u32, u64);
 
 impl Transport for ShmWire {
     /// An announced message whose data stays with its sender.
     type Remote = Rts;
-    /// (peer index, operation id) of a message whose sender asked for an
-    /// acknowledgement.
-    type Ack = (u32, u64);
+    /// The sender and operation id of a message whose sender asked for
+    /// an acknowledgement.
+    type Ack = (Peer, u64);
     type Peer = Peer;
+}
+
+/// The id of the endpoint whose sender a piece of the engine's work
+/// concerns.
+pub(crate) fn owner(a: &Action<ShmWire>) -> u32 {
+    let uid = match a {
+        Action::Fetch { remote, .. } | Action::Release(remote) => remote.uid,
+        Action::Ack(((_, uid), _)) | Action::Pause((_, uid)) | Action::Resume((_, uid)) => *uid,
+    };
+    (uid >> 32) as u32
 }
 
 /// A rendezvous announcement: where the sender's data is.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Rts {
     pub peer: u32,
+    /// The sender's number (see [`Peer`]).
+    pub uid: u64,
     pub id: u64,
     pub len: usize,
     pub iovs: [(u64, u64); IOV_LIMIT],
@@ -53,12 +68,19 @@ impl RxState {
     /// sender, `PAUSE` / `RESUME`.
     pub(crate) fn run_actions(&mut self, sh: &EpShared, b: &Binds) {
         while let Some(a) = self.rx.next_action() {
+            // The engine of a shared receive context also holds work about
+            // the senders of the other endpoints bound to it: theirs to do
+            // (the domain's engine hands it on).
+            if owner(&a) != sh.id {
+                self.foreign.push(a);
+                continue;
+            }
             match a {
                 Action::Fetch { recv, meta, remote } => {
                     self.accept_rts(sh, b, recv, meta, remote);
                 }
                 Action::Release(r) => self.reply(sh, r.peer, Reply::ack(r.id, None)),
-                Action::Ack((pi, id)) => self.reply(sh, pi, Reply::ack(id, None)),
+                Action::Ack(((pi, _), id)) => self.reply(sh, pi, Reply::ack(id, None)),
                 Action::Pause(p) => self.flow(sh, p, true),
                 Action::Resume(p) => {
                     // Room again: a message left in the ring is tried again.
@@ -133,7 +155,7 @@ impl RxState {
             peer,
             held: Held::Bytes {
                 bytes: v,
-                ack: ack.map(|id| (pi, id)),
+                ack: ack.map(|id| (peer, id)),
             },
         };
         self.rx.keep(tagged, tag, src, entry);
@@ -183,6 +205,7 @@ impl RxState {
         let src = self.src_of(b, pi, sh.directed);
         let rts = Rts {
             peer: pi,
+            uid: self.peer_uid(pi),
             id,
             len,
             iovs,

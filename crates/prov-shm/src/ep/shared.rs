@@ -308,6 +308,9 @@ pub(crate) struct EpShared {
     /// A multi-receive buffer is released once less than this is left
     /// (`FI_OPT_MIN_MULTI_RECV`).
     pub min_multi_recv: AtomicUsize,
+    /// The shared receive context (its id in the domain's engine) the
+    /// endpoint receives through, once bound.
+    pub srx: OnceLock<u32>,
 }
 
 impl EpShared {
@@ -342,6 +345,7 @@ impl EpShared {
             directed: info.caps.contains(fabric_core::Caps::DIRECTED_RECV),
             by_region: Mutex::new(HashMap::new()),
             min_multi_recv: AtomicUsize::new(fabric_core::kit::rx::MIN_MULTI_RECV),
+            srx: OnceLock::new(),
         }
     }
 

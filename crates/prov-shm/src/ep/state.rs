@@ -96,6 +96,9 @@ pub(crate) struct RxState {
     pub(super) next_uid: u64,
     /// `start_ops` stopped at a message for a peer that paused us.
     pub send_paused: bool,
+    /// Work of a shared receive context's engine about the senders of
+    /// other endpoints bound to it, handed on by the domain's engine.
+    pub foreign: Vec<fabric_core::kit::rx::Action<ShmWire>>,
 }
 
 pub(super) fn usize_of(v: u64) -> usize {
@@ -106,6 +109,7 @@ impl EpRx {
     pub(crate) fn new(shared: Arc<EpShared>, region: Region, rx: Receiver) -> EpRx {
         let tx = shared.info.tx_attr.size.max(1);
         let directed = shared.directed;
+        let first_uid = u64::from(shared.id) << 32;
         EpRx {
             shared,
             region,
@@ -127,8 +131,10 @@ impl EpRx {
                 ring_held: false,
                 cq_held: false,
                 cq_watch: false,
-                next_uid: 0,
+                // Numbers carry the endpoint's id (see `rx::Peer`).
+                next_uid: first_uid,
                 send_paused: false,
+                foreign: Vec::new(),
             },
         }
     }

@@ -663,3 +663,92 @@ pub fn srx_cancel(rig: &Rig) {
         w.nothing(i);
     }
 }
+
+/// Flow control through a context: two senders each send more to their
+/// bound endpoint than the unexpected-message budget holds (eager
+/// messages, which are buffered at the receiver) before any receive is
+/// posted; senders are paused and resumed, and every message arrives
+/// whole and in its sender's order, on its own endpoint's CQ.
+pub fn srx_flow_control(rig: &Rig) {
+    let Some(info) = rig.offers_srx(Caps::empty(), "shared receive context flow control") else {
+        return;
+    };
+    let (w, srx) = rig.srx_world(&info, |_| {});
+    let srx = srx.as_ref();
+    const N: usize = 200;
+    const LEN: usize = 32 * 1024;
+    let seeds: [u64; 2] = [seed(), seed()];
+    // Endpoint 0 sends to endpoint 1, endpoint 3 to endpoint 2.
+    let pairs = [(0usize, 1usize), (3, 2)];
+    std::thread::scope(|scope| {
+        for (p, &(from, to)) in pairs.iter().enumerate() {
+            let w = &w;
+            let sd = seeds[p];
+            scope.spawn(move || {
+                for k in 0..N {
+                    let d = pattern(LEN, sd.wrapping_add(k as u64));
+                    w.send(from, to, &d, k as u64);
+                }
+            });
+        }
+        // Let the budget fill before any receive is posted.
+        let until = Instant::now() + Duration::from_millis(300);
+        while Instant::now() < until {
+            w.spin();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let mut bufs = Vec::new();
+        for k in 0..2 * N {
+            let r = srx_recv(
+                &w,
+                srx,
+                LEN,
+                FiAddr::UNSPEC,
+                None,
+                k as u64,
+                OpFlags::empty(),
+            )
+            .expect("srx recv");
+            bufs.push(r);
+        }
+        let mut seen = [0usize; 2];
+        let deadline = Instant::now() + T;
+        while seen.iter().sum::<usize>() < 2 * N {
+            assert!(
+                Instant::now() < deadline,
+                "only {seen:?} of {N} messages each arrived"
+            );
+            for (p, &(from, at)) in pairs.iter().enumerate() {
+                let mut e = [CqEntry::default()];
+                let mut src = [FiAddr(0)];
+                match w.eps[at].cq.readfrom(&mut e, &mut src) {
+                    Ok(1) => {}
+                    Ok(_) => continue,
+                    Err(err) if err.kind() == ErrorKind::Again => {
+                        std::thread::yield_now();
+                        continue;
+                    }
+                    Err(err) => panic!("endpoint {at}: {err}"),
+                }
+                let k = seen[p];
+                assert_eq!(
+                    (e[0].len, src[0]),
+                    (LEN, w.addr[from]),
+                    "message {k} at {at}"
+                );
+                let want = pattern(LEN, seeds[p].wrapping_add(k as u64));
+                let r = bufs[usize::try_from(e[0].context).expect("context")];
+                same(&format!("message {k} from {from} at {at}"), r, &want);
+                seen[p] += 1;
+            }
+        }
+    });
+    for (from, _) in pairs {
+        for _ in 0..N {
+            w.ok(from);
+        }
+    }
+    for i in 0..4 {
+        w.nothing(i);
+    }
+}
