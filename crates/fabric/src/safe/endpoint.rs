@@ -1,0 +1,1123 @@
+//! The safe endpoint: operations on owned buffers, and the slab that maps
+//! completions back to them.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fabric_core::objects::{
+    self, AddressVector, AtomicMsg, AtomicOp, AvAttr, Bind, CompletionFlags, CompletionQueue,
+    CqAttr, CqEntry, CqErrEntry, CqFormat, FiAddr, IoVec, MrDesc, Msg, RmaIov, RmaMsg, WaitObj,
+};
+use fabric_core::{Address, Caps, EpType, Error, ErrorKind, Info, MrMode, OpFlags, Result};
+
+use super::Shared;
+use super::atomic::AtomicValue;
+use super::buf::{IoBufMut, Rejected, RemoteRegion};
+
+/// Completion-queue entries read per call.
+const BATCH: usize = 16;
+/// The longest one blocking read of the completion queue lasts before the
+/// wait loop looks again (a safety net for wait objects that miss a wake).
+const MAX_SLEEP: Duration = Duration::from_millis(50);
+/// How long a drop waits for operations in flight, by default.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+/// Words of per-slot storage for atomics: operand, compare, result.
+const SCRATCH_WORDS: usize = 3;
+/// How long a wait polls the completion queue back to back before it
+/// yields the CPU between reads.
+const SPIN_FOR: Duration = Duration::from_micros(20);
+/// How long a wait polls, yielding between reads, before it blocks in the
+/// provider's blocking read.
+const POLL_FOR: Duration = Duration::from_millis(2);
+/// Empty reads between two clock readings while polling (a clock reading
+/// can cost several reads in a virtual machine).
+const CLOCK_EVERY: u32 = 16;
+
+/// The spin-then-yield-then-block schedule of one wait: low latency while
+/// completions come quickly, no CPU once they stop.
+#[derive(Default)]
+struct Idle {
+    since: Option<Instant>,
+    reads: u32,
+    yielding: bool,
+    parked: bool,
+}
+
+impl Idle {
+    /// After an empty read: whether to read again (spinning, or after a
+    /// yield) rather than block.
+    fn keep_polling(&mut self) -> bool {
+        if self.parked {
+            return false;
+        }
+        let since = *self.since.get_or_insert_with(Instant::now);
+        self.reads = self.reads.wrapping_add(1);
+        if self.reads % CLOCK_EVERY == 0 {
+            let idle = since.elapsed();
+            if idle >= POLL_FOR {
+                self.parked = true;
+                return false;
+            }
+            self.yielding = idle >= SPIN_FOR;
+        }
+        if self.yielding {
+            std::thread::yield_now();
+        }
+        true
+    }
+}
+
+/// The ticket of an operation in flight: its context in the completion
+/// queue (slot index and generation), handed back in its [`Completion`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct OpId(u64);
+
+impl OpId {
+    fn new(index: usize, generation: u32) -> OpId {
+        OpId((u64::from(generation) << 32) | index as u64)
+    }
+
+    fn index(self) -> usize {
+        (self.0 & 0xffff_ffff) as usize
+    }
+
+    fn generation(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+
+    /// The context value the provider sees (and that a completion read
+    /// through the object traits would carry).
+    pub fn context(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for OpId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "operation {}.{}", self.index(), self.generation())
+    }
+}
+
+/// What an operation does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum OpKind {
+    /// A message send.
+    Send,
+    /// A posted receive.
+    Recv,
+    /// A tagged send.
+    TaggedSend,
+    /// A tagged receive.
+    TaggedRecv,
+    /// An RMA read into a local buffer.
+    Read,
+    /// An RMA write from a local buffer.
+    Write,
+    /// An atomic operation.
+    Atomic,
+    /// An atomic operation returning the old value.
+    FetchAtomic,
+    /// A compare-and-operate atomic returning the old value.
+    CompareAtomic,
+}
+
+impl OpKind {
+    fn is_receive(self) -> bool {
+        matches!(self, OpKind::Recv | OpKind::TaggedRecv)
+    }
+
+    fn fetches(self) -> bool {
+        matches!(self, OpKind::FetchAtomic | OpKind::CompareAtomic)
+    }
+}
+
+impl fmt::Display for OpKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            OpKind::Send => "send",
+            OpKind::Recv => "receive",
+            OpKind::TaggedSend => "tagged send",
+            OpKind::TaggedRecv => "tagged receive",
+            OpKind::Read => "RMA read",
+            OpKind::Write => "RMA write",
+            OpKind::Atomic => "atomic",
+            OpKind::FetchAtomic => "fetching atomic",
+            OpKind::CompareAtomic => "compare atomic",
+        })
+    }
+}
+
+/// A finished operation, with its buffer back.
+pub struct Completion<B> {
+    id: OpId,
+    kind: OpKind,
+    error: Option<Error>,
+    len: usize,
+    tag: u64,
+    data: Option<u64>,
+    source: Option<FiAddr>,
+    buf: Option<B>,
+    fetched: Option<u64>,
+}
+
+impl<B> Completion<B> {
+    /// The operation's ticket, as its post returned it.
+    pub fn id(&self) -> OpId {
+        self.id
+    }
+
+    /// What the operation did.
+    pub fn kind(&self) -> OpKind {
+        self.kind
+    }
+
+    /// Whether it succeeded.
+    pub fn is_ok(&self) -> bool {
+        self.error.is_none()
+    }
+
+    /// Why it failed (an error completion), if it did.
+    pub fn error(&self) -> Option<&Error> {
+        self.error.as_ref()
+    }
+
+    /// The completion if it succeeded, its error otherwise (the buffer is
+    /// then dropped: use [`error`](Completion::error) and
+    /// [`into_buf`](Completion::into_buf) to keep it).
+    pub fn check(mut self) -> Result<Self> {
+        match self.error.take() {
+            None => Ok(self),
+            Some(e) => Err(e),
+        }
+    }
+
+    /// Bytes moved: received bytes for receives and reads, sent or written
+    /// bytes otherwise.
+    pub fn transferred(&self) -> usize {
+        self.len
+    }
+
+    /// The tag of the message a tagged receive matched.
+    pub fn tag(&self) -> u64 {
+        self.tag
+    }
+
+    /// Remote CQ data the sender attached, if any.
+    pub fn data(&self) -> Option<u64> {
+        self.data
+    }
+
+    /// The sender of a received message, when the endpoint reports sources
+    /// (`FI_SOURCE`) and the sender is in the address vector.
+    pub fn source(&self) -> Option<FiAddr> {
+        self.source
+    }
+
+    /// The operation's buffer (none for atomics).
+    pub fn buf(&self) -> Option<&B> {
+        self.buf.as_ref()
+    }
+
+    /// Takes the buffer back, to reuse it.
+    pub fn into_buf(self) -> Option<B> {
+        self.buf
+    }
+
+    /// The bytes the operation moved: the start of its buffer, as long as
+    /// [`transferred`](Completion::transferred).
+    pub fn received(&self) -> Option<&[u8]>
+    where
+        B: AsRef<[u8]>,
+    {
+        let b = self.buf.as_ref()?.as_ref();
+        Some(&b[..self.len.min(b.len())])
+    }
+
+    /// The old value a fetching or compare atomic returned.
+    pub fn fetched<T: AtomicValue>(&self) -> Option<T> {
+        self.fetched.map(T::from_word)
+    }
+}
+
+impl<B> fmt::Debug for Completion<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Completion")
+            .field("id", &self.id)
+            .field("kind", &self.kind)
+            .field("error", &self.error)
+            .field("len", &self.len)
+            .field("tag", &self.tag)
+            .field("data", &self.data)
+            .field("source", &self.source)
+            .field("buf", &self.buf.is_some())
+            .field("fetched", &self.fetched)
+            .finish()
+    }
+}
+
+/// An operation in flight.
+struct InFlight<B> {
+    kind: OpKind,
+    buf: Option<B>,
+}
+
+/// A slot of the slab; `scratch` (atomic operands and results) is
+/// allocated the first time the slot serves an atomic and reused.
+struct Slot<B> {
+    generation: u32,
+    op: Option<InFlight<B>>,
+    scratch: Vec<u64>,
+}
+
+/// An enabled endpoint whose operations own their buffers.
+///
+/// Opened by [`Domain::endpoint`](super::Domain::endpoint), with its own
+/// completion queue and address vector. Each operation returns an
+/// [`OpId`]; its [`Completion`] (with the buffer) comes from
+/// [`wait_for`](Endpoint::wait_for), [`wait`](Endpoint::wait),
+/// [`poll`](Endpoint::poll) or [`try_take`](Endpoint::try_take), in any
+/// order. A post that is refused hands its buffer back in [`Rejected`];
+/// `Again` there means the queue is full: read completions and retry.
+///
+/// Operations use the endpoint's default flags (`tx_attr.op_flags`,
+/// `rx_attr.op_flags` of its entry). See the [module docs](super) for what
+/// a drop does with operations in flight.
+pub struct Endpoint<B: IoBufMut = Vec<u8>> {
+    // Drop order: the endpoint before the objects it is bound to, the
+    // buffers after the endpoint, the domain last.
+    ep: Box<dyn objects::Endpoint>,
+    av: Box<dyn AddressVector>,
+    cq: Box<dyn CompletionQueue>,
+    slots: Vec<Slot<B>>,
+    free: Vec<usize>,
+    in_flight: usize,
+    ready: VecDeque<Completion<B>>,
+    blocking: bool,
+    with_source: bool,
+    local_mr: bool,
+    tx_flags: OpFlags,
+    rx_flags: OpFlags,
+    drain_timeout: Duration,
+    _domain: Arc<Shared>,
+}
+
+/// Prefixes an error with what was being done.
+fn doing(what: &'static str) -> impl Fn(Error) -> Error {
+    move |e| Error::new(e.kind(), format!("{what}: {}", e.detail()))
+}
+
+/// The one descriptor of a buffer, or none.
+fn descs(desc: &Option<MrDesc>) -> &[MrDesc] {
+    desc.as_slice()
+}
+
+impl<B: IoBufMut> Endpoint<B> {
+    pub(super) fn open(shared: Arc<Shared>) -> Result<Self> {
+        let info = &shared.info;
+        let ep_type = info.ep_attr.ep_type;
+        if !matches!(ep_type, EpType::Rdm | EpType::Dgram) {
+            return Err(Error::new(
+                ErrorKind::OpNotSupp,
+                format!(
+                    "the safe layer opens RDM and DGRAM endpoints, and this entry is {ep_type}: \
+                     use the object traits for it"
+                ),
+            ));
+        }
+        let domain = shared.domain.as_ref();
+        let attr = |wait_obj| CqAttr {
+            format: CqFormat::Tagged,
+            wait_obj,
+            ..CqAttr::default()
+        };
+        // A CQ that can block; one that can only be polled if the provider
+        // offers no wait object.
+        let (cq, blocking) = match domain.cq(&attr(WaitObj::Unspec)) {
+            Ok(cq) => (cq, true),
+            Err(_) => (
+                domain
+                    .cq(&attr(WaitObj::None))
+                    .map_err(doing("opening a completion queue"))?,
+                false,
+            ),
+        };
+        let av = domain
+            .av(&AvAttr::default())
+            .map_err(doing("opening an address vector"))?;
+        let ep = domain
+            .endpoint(info)
+            .map_err(doing("opening the endpoint"))?;
+        ep.bind(Bind::Cq {
+            cq: cq.as_ref(),
+            transmit: true,
+            recv: true,
+            selective: false,
+        })
+        .map_err(doing("binding the completion queue"))?;
+        ep.bind(Bind::Av(av.as_ref()))
+            .map_err(doing("binding the address vector"))?;
+        ep.enable().map_err(doing("enabling the endpoint"))?;
+        let info = ep.info();
+        let with_source = info.caps.contains(Caps::SOURCE);
+        let local_mr = info.domain_attr.mr_mode.contains(MrMode::LOCAL);
+        let tx_flags = info.tx_attr.op_flags;
+        let rx_flags = info.rx_attr.op_flags;
+        Ok(Endpoint {
+            ep,
+            av,
+            cq,
+            slots: Vec::new(),
+            free: Vec::new(),
+            in_flight: 0,
+            ready: VecDeque::new(),
+            blocking,
+            with_source,
+            local_mr,
+            tx_flags,
+            rx_flags,
+            drain_timeout: DRAIN_TIMEOUT,
+            _domain: shared,
+        })
+    }
+
+    /// The entry the endpoint was opened with, as the provider altered it.
+    pub fn info(&self) -> &Info {
+        self.ep.info()
+    }
+
+    /// The endpoint object, for the zero-copy API. Completions of
+    /// operations posted through it arrive in this endpoint's queue, where
+    /// the safe layer does not know their contexts: it logs and skips them.
+    pub fn raw(&self) -> &dyn objects::Endpoint {
+        self.ep.as_ref()
+    }
+
+    /// The endpoint's address, for peers to insert.
+    pub fn name(&self) -> Result<Address> {
+        self.ep
+            .getname()
+            .map_err(doing("reading the endpoint's address"))
+    }
+
+    /// Inserts a peer's address into the endpoint's address vector; the
+    /// handle names the peer in operations.
+    pub fn insert(&self, addr: &Address) -> Result<FiAddr> {
+        let mut out = [FiAddr::NOTAVAIL];
+        let n = self
+            .av
+            .insert(std::slice::from_ref(addr), &mut out)
+            .map_err(|e| {
+                Error::new(
+                    e.kind(),
+                    format!("inserting {addr} into the address vector: {}", e.detail()),
+                )
+            })?;
+        if n != 1 || out[0] == FiAddr::NOTAVAIL {
+            return Err(Error::new(
+                ErrorKind::AddrNotAvail,
+                format!("the address vector did not take {addr} (the provider gave no reason)"),
+            ));
+        }
+        Ok(out[0])
+    }
+
+    /// Removes a peer from the address vector.
+    pub fn remove(&self, peer: FiAddr) -> Result<()> {
+        self.av
+            .remove(&[peer])
+            .map_err(doing("removing a peer from the address vector"))
+    }
+
+    /// How many operations are in flight (posted, completion not yet read
+    /// from the queue).
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// How long a drop waits for operations in flight before leaking their
+    /// buffers (two seconds by default).
+    pub fn set_drain_timeout(&mut self, timeout: Duration) {
+        self.drain_timeout = timeout;
+    }
+
+    /// Sends `buf` to `to`.
+    pub fn send(&mut self, to: FiAddr, buf: B) -> std::result::Result<OpId, Rejected<B>> {
+        let flags = self.tx_flags;
+        self.post(OpKind::Send, buf, false, |ep, iov, desc, context| {
+            let msg = Msg {
+                iov: &[iov],
+                desc: descs(&desc),
+                addr: to,
+                tag: 0,
+                ignore: 0,
+                context,
+                data: 0,
+            };
+            // SAFETY: the buffer is owned by the slab until its completion
+            // is read (or leaked by the drop), and `IoBuf` keeps its bytes
+            // in place meanwhile.
+            unsafe { ep.sendmsg(&msg, flags) }
+        })
+    }
+
+    /// Posts `buf` to receive a message from any peer; the message may
+    /// fill it (a longer one is an error completion, truncated).
+    pub fn recv(&mut self, buf: B) -> std::result::Result<OpId, Rejected<B>> {
+        let flags = self.rx_flags;
+        self.post(OpKind::Recv, buf, true, |ep, iov, desc, context| {
+            let msg = Msg {
+                iov: &[iov],
+                desc: descs(&desc),
+                addr: FiAddr::UNSPEC,
+                tag: 0,
+                ignore: 0,
+                context,
+                data: 0,
+            };
+            // SAFETY: as in `send`; nobody else can reach the buffer while
+            // the slab owns it, so the provider may write it.
+            unsafe { ep.recvmsg(&msg, flags) }
+        })
+    }
+
+    /// Sends `buf` to `to` with `tag`.
+    pub fn tsend(
+        &mut self,
+        to: FiAddr,
+        tag: u64,
+        buf: B,
+    ) -> std::result::Result<OpId, Rejected<B>> {
+        let flags = self.tx_flags;
+        self.post(OpKind::TaggedSend, buf, false, |ep, iov, desc, context| {
+            let msg = Msg {
+                iov: &[iov],
+                desc: descs(&desc),
+                addr: to,
+                tag,
+                ignore: 0,
+                context,
+                data: 0,
+            };
+            // SAFETY: as in `send`.
+            unsafe { ep.tsendmsg(&msg, flags) }
+        })
+    }
+
+    /// Posts `buf` for a tagged message from any peer whose tag equals
+    /// `tag` in the bits `ignore` leaves (`ignore = 0`: exactly `tag`).
+    /// [`Completion::tag`] gives the tag that arrived.
+    pub fn trecv(
+        &mut self,
+        tag: u64,
+        ignore: u64,
+        buf: B,
+    ) -> std::result::Result<OpId, Rejected<B>> {
+        let flags = self.rx_flags;
+        self.post(OpKind::TaggedRecv, buf, true, |ep, iov, desc, context| {
+            let msg = Msg {
+                iov: &[iov],
+                desc: descs(&desc),
+                addr: FiAddr::UNSPEC,
+                tag,
+                ignore,
+                context,
+                data: 0,
+            };
+            // SAFETY: as in `recv`.
+            unsafe { ep.trecvmsg(&msg, flags) }
+        })
+    }
+
+    /// Sends a small message at once, copying it: no completion, `bytes`
+    /// is free when the call returns. At most `tx_attr.inject_size` bytes.
+    pub fn inject(&mut self, to: FiAddr, bytes: &[u8]) -> Result<()> {
+        self.ep.inject(bytes, to, None)
+    }
+
+    /// Tagged [`inject`](Endpoint::inject).
+    pub fn tinject(&mut self, to: FiAddr, tag: u64, bytes: &[u8]) -> Result<()> {
+        self.ep.tinject(bytes, to, tag, None)
+    }
+
+    /// Writes all of `buf` to the start of `remote` on peer `to`.
+    pub fn write(
+        &mut self,
+        to: FiAddr,
+        buf: B,
+        remote: &RemoteRegion,
+    ) -> std::result::Result<OpId, Rejected<B>> {
+        self.rma(OpKind::Write, to, buf, remote)
+    }
+
+    /// Reads from the start of `remote` on peer `from` until `buf` is full.
+    pub fn read(
+        &mut self,
+        from: FiAddr,
+        buf: B,
+        remote: &RemoteRegion,
+    ) -> std::result::Result<OpId, Rejected<B>> {
+        self.rma(OpKind::Read, from, buf, remote)
+    }
+
+    fn rma(
+        &mut self,
+        kind: OpKind,
+        peer: FiAddr,
+        buf: B,
+        remote: &RemoteRegion,
+    ) -> std::result::Result<OpId, Rejected<B>> {
+        let len = buf.bytes_len();
+        if len as u64 > remote.len {
+            return Err(Rejected::new(
+                Error::inval(format!(
+                    "{kind} of {len} bytes does not fit the remote region of {} bytes",
+                    remote.len
+                )),
+                Some(buf),
+            ));
+        }
+        let flags = self.tx_flags;
+        let range = RmaIov {
+            addr: remote.addr,
+            len,
+            key: remote.key.0,
+        };
+        let is_read = kind == OpKind::Read;
+        self.post(kind, buf, is_read, |ep, iov, desc, context| {
+            let msg = RmaMsg {
+                iov: &[iov],
+                desc: descs(&desc),
+                addr: peer,
+                rma_iov: &[range],
+                context,
+                data: 0,
+            };
+            // SAFETY: as in `send` (a write reads the buffer) and `recv` (a
+            // read writes it).
+            unsafe {
+                if is_read {
+                    ep.readmsg(&msg, flags)
+                } else {
+                    ep.writemsg(&msg, flags)
+                }
+            }
+        })
+    }
+
+    /// Applies `op` with `operand` to the first element of `target` on
+    /// peer `to` (`fi_atomic`); no value comes back.
+    pub fn atomic<T: AtomicValue>(
+        &mut self,
+        to: FiAddr,
+        target: &RemoteRegion,
+        op: AtomicOp,
+        operand: T,
+    ) -> Result<OpId> {
+        self.post_atomic(OpKind::Atomic, to, target, op, Some(operand), None)
+    }
+
+    /// As [`atomic`](Endpoint::atomic), and the element's old value comes
+    /// back in [`Completion::fetched`] (`fi_fetch_atomic`). With
+    /// `AtomicOp::AtomicRead`, `operand` is not used.
+    pub fn fetch_atomic<T: AtomicValue>(
+        &mut self,
+        to: FiAddr,
+        target: &RemoteRegion,
+        op: AtomicOp,
+        operand: T,
+    ) -> Result<OpId> {
+        let operand = (op != AtomicOp::AtomicRead).then_some(operand);
+        self.post_atomic(OpKind::FetchAtomic, to, target, op, operand, None)
+    }
+
+    /// A compare atomic (`fi_compare_atomic`): `op` (one of the `Cswap*`
+    /// and `Mswap` operations) compares the element with `compare` and
+    /// stores `operand` on success; the old value comes back in
+    /// [`Completion::fetched`].
+    pub fn compare_atomic<T: AtomicValue>(
+        &mut self,
+        to: FiAddr,
+        target: &RemoteRegion,
+        op: AtomicOp,
+        compare: T,
+        operand: T,
+    ) -> Result<OpId> {
+        self.post_atomic(
+            OpKind::CompareAtomic,
+            to,
+            target,
+            op,
+            Some(operand),
+            Some(compare),
+        )
+    }
+
+    /// Adds `value` to the element, fetching the old one.
+    pub fn fetch_add<T: AtomicValue>(
+        &mut self,
+        to: FiAddr,
+        target: &RemoteRegion,
+        value: T,
+    ) -> Result<OpId> {
+        self.fetch_atomic(to, target, AtomicOp::Sum, value)
+    }
+
+    /// Stores `new` if the element equals `expected`; the old value comes
+    /// back either way (equal to `expected` when the swap happened).
+    pub fn compare_swap<T: AtomicValue>(
+        &mut self,
+        to: FiAddr,
+        target: &RemoteRegion,
+        expected: T,
+        new: T,
+    ) -> Result<OpId> {
+        self.compare_atomic(to, target, AtomicOp::Cswap, expected, new)
+    }
+
+    /// Cancels a posted receive; it completes with a `Canceled` error
+    /// completion that hands its buffer back. Other operations cannot be
+    /// cancelled.
+    pub fn cancel(&mut self, id: OpId) -> Result<()> {
+        if !self.is_pending(id) {
+            return Err(Error::inval(format!(
+                "{id} is not in flight on this endpoint"
+            )));
+        }
+        self.ep
+            .cancel(id.context())
+            .map_err(|e| Error::new(e.kind(), format!("cancelling {id}: {}", e.detail())))
+    }
+
+    /// Reads the completion queue once, which drives progress with manual
+    /// progress, and keeps what completed for the `wait` and `poll` calls.
+    pub fn progress(&mut self) -> Result<()> {
+        self.reap().map(drop)
+    }
+
+    /// The next completion if there is one, without blocking.
+    pub fn poll(&mut self) -> Result<Option<Completion<B>>> {
+        if self.ready.is_empty() {
+            self.reap()?;
+        }
+        Ok(self.ready.pop_front())
+    }
+
+    /// The completion of `id` if it is there, without blocking; other
+    /// completions read meanwhile are kept.
+    pub fn try_take(&mut self, id: OpId) -> Result<Option<Completion<B>>> {
+        if let Some(c) = self.take_ready(Some(id)) {
+            return Ok(Some(c));
+        }
+        self.reap()?;
+        Ok(self.take_ready(Some(id)))
+    }
+
+    /// Blocks for the next completion. `NoMsg` when nothing is in flight.
+    pub fn wait(&mut self) -> Result<Completion<B>> {
+        self.wait_until(None, None)
+    }
+
+    /// Blocks for the next completion, up to `timeout`; `TimedOut` then.
+    pub fn wait_timeout(&mut self, timeout: Duration) -> Result<Completion<B>> {
+        self.wait_until(None, Some((Instant::now() + timeout, timeout)))
+    }
+
+    /// Blocks for the completion of `id`; other completions read meanwhile
+    /// are kept for later calls.
+    pub fn wait_for(&mut self, id: OpId) -> Result<Completion<B>> {
+        self.wait_until(Some(id), None)
+    }
+
+    /// As [`wait_for`](Endpoint::wait_for), up to `timeout`; `TimedOut`
+    /// then (the operation stays in flight).
+    pub fn wait_for_timeout(&mut self, id: OpId, timeout: Duration) -> Result<Completion<B>> {
+        self.wait_until(Some(id), Some((Instant::now() + timeout, timeout)))
+    }
+
+    fn wait_until(
+        &mut self,
+        id: Option<OpId>,
+        deadline: Option<(Instant, Duration)>,
+    ) -> Result<Completion<B>> {
+        let mut idle = Idle::default();
+        loop {
+            if let Some(c) = self.take_ready(id) {
+                return Ok(c);
+            }
+            match id {
+                Some(id) if !self.is_pending(id) => {
+                    return Err(Error::inval(format!(
+                        "{id} is not in flight on this endpoint (already taken, or never posted here)"
+                    )));
+                }
+                None if self.in_flight == 0 => {
+                    return Err(Error::new(
+                        ErrorKind::NoMsg,
+                        "no operation is in flight on this endpoint, so no completion can come",
+                    ));
+                }
+                _ => {}
+            }
+            if self.reap()? > 0 {
+                idle = Idle::default();
+                continue;
+            }
+            if idle.keep_polling() {
+                continue;
+            }
+            let slice = match deadline {
+                Some((at, timeout)) => {
+                    let now = Instant::now();
+                    if now >= at {
+                        let what = id.map_or("any operation".to_string(), |id| id.to_string());
+                        return Err(Error::new(
+                            ErrorKind::TimedOut,
+                            format!("no completion of {what} within {timeout:?}"),
+                        ));
+                    }
+                    (at - now).min(MAX_SLEEP)
+                }
+                None => MAX_SLEEP,
+            };
+            self.sleep(slice)?;
+        }
+    }
+
+    /// Waits up to `slice` for the completion queue (blocking read), or
+    /// yields when it cannot block.
+    fn sleep(&mut self, slice: Duration) -> Result<()> {
+        if !self.blocking {
+            std::thread::yield_now();
+            return Ok(());
+        }
+        let mut entries = [CqEntry::default(); BATCH];
+        let mut src = [FiAddr::NOTAVAIL; BATCH];
+        let r = if self.with_source {
+            self.cq.sreadfrom(&mut entries, &mut src, Some(slice))
+        } else {
+            self.cq.sread(&mut entries, Some(slice))
+        };
+        self.absorb(r, &entries, &src).map(drop)
+    }
+
+    /// Reads what the completion queue holds, without blocking; returns how
+    /// many completions came.
+    fn reap(&mut self) -> Result<usize> {
+        let mut entries = [CqEntry::default(); BATCH];
+        let mut src = [FiAddr::NOTAVAIL; BATCH];
+        let r = if self.with_source {
+            self.cq.readfrom(&mut entries, &mut src)
+        } else {
+            self.cq.read(&mut entries)
+        };
+        self.absorb(r, &entries, &src)
+    }
+
+    fn absorb(&mut self, r: Result<usize>, entries: &[CqEntry], src: &[FiAddr]) -> Result<usize> {
+        match r {
+            Ok(n) => {
+                for (e, s) in entries.iter().zip(src).take(n) {
+                    self.complete(e, *s, None);
+                }
+                Ok(n)
+            }
+            Err(e) if e.kind() == ErrorKind::Again => Ok(0),
+            Err(e) if e.kind() == ErrorKind::Avail => {
+                let err = self
+                    .cq
+                    .readerr()
+                    .map_err(doing("reading an error completion"))?;
+                let entry = err.entry;
+                self.complete(&entry, FiAddr::NOTAVAIL, Some(err));
+                Ok(1)
+            }
+            Err(e) => Err(doing("reading the completion queue")(e)),
+        }
+    }
+
+    /// Turns one completion-queue entry back into its operation.
+    fn complete(&mut self, e: &CqEntry, src: FiAddr, err: Option<CqErrEntry>) {
+        let id = OpId(e.context);
+        let index = id.index();
+        let Some(slot) = self
+            .slots
+            .get_mut(index)
+            .filter(|s| s.generation == id.generation() && s.op.is_some())
+        else {
+            tracing::warn!(
+                context = e.context,
+                flags = %e.flags,
+                "a completion names no operation in flight on this endpoint (posted through the raw endpoint?); skipped"
+            );
+            return;
+        };
+        let Some(op) = slot.op.take() else {
+            return;
+        };
+        let fetched = if op.kind.fetches() {
+            slot.scratch.get(2).copied()
+        } else {
+            None
+        };
+        self.free.push(index);
+        self.in_flight -= 1;
+        let error = err.map(|err| {
+            let text = if err.err_text.is_empty() {
+                err.err.description()
+            } else {
+                err.err_text.as_str()
+            };
+            let lost = if err.olen > 0 {
+                format!(" ({} bytes did not fit)", err.olen)
+            } else {
+                String::new()
+            };
+            Error::new(err.err, format!("{} {id} failed: {text}{lost}", op.kind))
+        });
+        let source = (op.kind.is_receive() && src != FiAddr::NOTAVAIL).then_some(src);
+        let data = e
+            .flags
+            .contains(CompletionFlags::REMOTE_CQ_DATA)
+            .then_some(e.data);
+        self.ready.push_back(Completion {
+            id,
+            kind: op.kind,
+            error,
+            len: e.len,
+            tag: e.tag,
+            data,
+            source,
+            buf: op.buf,
+            fetched,
+        });
+    }
+
+    fn take_ready(&mut self, id: Option<OpId>) -> Option<Completion<B>> {
+        match id {
+            None => self.ready.pop_front(),
+            Some(id) => {
+                let at = self.ready.iter().position(|c| c.id == id)?;
+                self.ready.remove(at)
+            }
+        }
+    }
+
+    fn is_pending(&self, id: OpId) -> bool {
+        self.slots
+            .get(id.index())
+            .is_some_and(|s| s.generation == id.generation() && s.op.is_some())
+    }
+
+    /// Takes a slot for an operation; returns its index and ticket.
+    fn start(&mut self, kind: OpKind, buf: Option<B>) -> (usize, OpId) {
+        let index = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push(Slot {
+                    generation: 0,
+                    op: None,
+                    scratch: Vec::new(),
+                });
+                self.slots.len() - 1
+            }
+        };
+        let slot = &mut self.slots[index];
+        slot.generation = slot.generation.wrapping_add(1);
+        slot.op = Some(InFlight { kind, buf });
+        (index, OpId::new(index, slot.generation))
+    }
+
+    /// Gives a slot back after a refused post, with its buffer.
+    fn abort(&mut self, index: usize) -> Option<B> {
+        let op = self.slots.get_mut(index).and_then(|s| s.op.take());
+        self.free.push(index);
+        op.and_then(|op| op.buf)
+    }
+
+    /// Posts an operation on `buf`: checks the buffer, gives it to the
+    /// slab, and calls `f` with its bytes, its descriptor and the context.
+    fn post<F>(
+        &mut self,
+        kind: OpKind,
+        mut buf: B,
+        writes: bool,
+        f: F,
+    ) -> std::result::Result<OpId, Rejected<B>>
+    where
+        F: FnOnce(&dyn objects::Endpoint, IoVec, Option<MrDesc>, u64) -> Result<()>,
+    {
+        let desc = buf.mr_desc();
+        let len = buf.bytes_len();
+        if self.local_mr && desc.is_none() && len > 0 {
+            return Err(Rejected::new(
+                Error::inval(format!(
+                    "{kind}: this domain needs registered local buffers (FI_MR_LOCAL): \
+                     register the buffer with Domain::register"
+                )),
+                Some(buf),
+            ));
+        }
+        let addr = if writes {
+            buf.stable_mut_ptr()
+        } else {
+            buf.stable_ptr().cast_mut()
+        };
+        // The bytes stay where they are when the buffer moves into the slab.
+        let (index, id) = self.start(kind, Some(buf));
+        match f(self.ep.as_ref(), IoVec { addr, len }, desc, id.context()) {
+            Ok(()) => {
+                self.in_flight += 1;
+                Ok(id)
+            }
+            Err(e) => {
+                let buf = self.abort(index);
+                Err(Rejected::new(annotate(kind, e), buf))
+            }
+        }
+    }
+
+    fn post_atomic<T: AtomicValue>(
+        &mut self,
+        kind: OpKind,
+        to: FiAddr,
+        target: &RemoteRegion,
+        op: AtomicOp,
+        operand: Option<T>,
+        compare: Option<T>,
+    ) -> Result<OpId> {
+        if self.local_mr {
+            return Err(Error::new(
+                ErrorKind::OpNotSupp,
+                "the safe atomics need a domain without FI_MR_LOCAL (their operands are not registered memory)",
+            ));
+        }
+        let size = std::mem::size_of::<T>();
+        if target.len < size as u64 {
+            return Err(Error::inval(format!(
+                "{kind} on {}: the target region has {} bytes, fewer than the {size} of one element",
+                T::DATATYPE,
+                target.len
+            )));
+        }
+        let flags = self.tx_flags;
+        let (index, id) = self.start(kind, None);
+        let slot = &mut self.slots[index];
+        if slot.scratch.len() < SCRATCH_WORDS {
+            slot.scratch.resize(SCRATCH_WORDS, 0);
+        }
+        slot.scratch[0] = operand.map_or(0, T::to_word);
+        slot.scratch[1] = compare.map_or(0, T::to_word);
+        slot.scratch[2] = 0;
+        let base = slot.scratch.as_mut_ptr();
+        let word = |i: usize| IoVec {
+            addr: base.wrapping_add(i).cast::<u8>(),
+            len: size,
+        };
+        let (x, c, r) = ([word(0)], [word(1)], [word(2)]);
+        let rma = [RmaIov {
+            addr: target.addr,
+            len: 1,
+            key: target.key.0,
+        }];
+        let msg = AtomicMsg {
+            iov: if operand.is_some() { &x } else { &[] },
+            desc: &[],
+            addr: to,
+            rma_iov: &rma,
+            datatype: T::DATATYPE,
+            op,
+            result: if kind.fetches() { &r } else { &[] },
+            compare: if compare.is_some() { &c } else { &[] },
+            context: id.context(),
+            data: 0,
+        };
+        // SAFETY: the operand, compare and result words live in the slot's
+        // own heap storage, which is neither touched nor freed until the
+        // completion is read (a drop leaks it otherwise).
+        match unsafe { self.ep.atomicmsg(&msg, flags) } {
+            Ok(()) => {
+                self.in_flight += 1;
+                Ok(id)
+            }
+            Err(e) => {
+                self.abort(index);
+                Err(annotate(kind, e))
+            }
+        }
+    }
+}
+
+/// Names the operation in a refusal (but keeps `Again`, the busy-loop
+/// case, free of allocation).
+fn annotate(kind: OpKind, e: Error) -> Error {
+    if e.kind() == ErrorKind::Again {
+        e
+    } else {
+        Error::new(e.kind(), format!("{kind}: {}", e.detail()))
+    }
+}
+
+impl<B: IoBufMut> fmt::Debug for Endpoint<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("provider", &self.ep.info().prov_name())
+            .field("in_flight", &self.in_flight)
+            .field("ready", &self.ready.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: IoBufMut> Drop for Endpoint<B> {
+    fn drop(&mut self) {
+        if self.in_flight == 0 {
+            return;
+        }
+        // Receives can be cancelled; sends, RMA and atomics finish by
+        // themselves.
+        for (index, slot) in self.slots.iter().enumerate() {
+            if slot.op.as_ref().is_some_and(|op| op.kind.is_receive()) {
+                let id = OpId::new(index, slot.generation);
+                let _ = self.ep.cancel(id.context());
+            }
+        }
+        let deadline = Instant::now() + self.drain_timeout;
+        while self.in_flight > 0 {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            let step = match self.reap() {
+                Ok(0) => self.sleep((deadline - now).min(Duration::from_millis(10))),
+                Ok(_) => Ok(()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = step {
+                tracing::warn!(error = %e, "draining a dropped endpoint failed");
+                break;
+            }
+        }
+        if self.in_flight == 0 {
+            return;
+        }
+        let mut leaked = 0usize;
+        for slot in &mut self.slots {
+            if let Some(op) = slot.op.take() {
+                // The provider may still read or write these bytes: never
+                // free them.
+                std::mem::forget(op.buf);
+                if op.kind.fetches() || op.kind == OpKind::Atomic {
+                    std::mem::forget(std::mem::take(&mut slot.scratch));
+                }
+                leaked += 1;
+            }
+        }
+        tracing::warn!(
+            leaked,
+            drain_timeout = ?self.drain_timeout,
+            "an endpoint was dropped with operations that did not complete in time: their buffers are leaked, not freed, since the provider may still use them"
+        );
+    }
+}
