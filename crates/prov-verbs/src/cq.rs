@@ -35,12 +35,12 @@ use fabric_core::objects::{
     CompletionQueue, CqAttr, CqEntry, CqErrEntry, CqFormat, FiAddr, WaitObj,
 };
 use fabric_core::{Error, ErrorKind, Result};
-use fabric_sys::ffi::ibv_wc;
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
 
 use crate::ep::QpData;
 use crate::raw::device::Context;
 use crate::raw::verbs::HwCq;
+use crate::raw::wr::Wc;
 
 /// Work completions polled per `ibv_poll_cq` call.
 const BATCH: usize = 16;
@@ -210,7 +210,7 @@ impl CqShared {
     fn poll_hw(&self, mut out: Option<(&mut [CqEntry], Option<&mut [FiAddr]>)>) -> Result<usize> {
         // Written by the driver, never zeroed: only the `n` entries it
         // reports are read.
-        let mut wcs = [MaybeUninit::<ibv_wc>::uninit(); BATCH];
+        let mut wcs = [MaybeUninit::<Wc>::uninit(); BATCH];
         let mut n_out = 0;
         loop {
             let room = match &out {
@@ -233,9 +233,10 @@ impl CqShared {
             // completions look it up once.
             let mut last: Option<(u32, Option<&Arc<QpData>>)> = None;
             for wc in polled {
+                let qp_num = wc.qp_num();
                 let sink = match last {
-                    Some((qp, s)) if qp == wc.qp_num => s,
-                    _ => last.insert((wc.qp_num, sinks.get(wc.qp_num))).1,
+                    Some((qp, s)) if qp == qp_num => s,
+                    _ => last.insert((qp_num, sinks.get(qp_num))).1,
                 };
                 let Some(sink) = sink else {
                     continue;

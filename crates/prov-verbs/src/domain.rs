@@ -9,7 +9,6 @@ use fabric_core::objects::{
     EventQueue, Fabric, MemoryRegion, MrAccess, MrAttr, MrDesc, PassiveEndpoint,
 };
 use fabric_core::{DomainAttr, EpType, Error, ErrorKind, FabricAttr, Info, Result};
-use fabric_sys::ffi::ibv_access_flags as acc;
 
 use crate::cq::{CqShared, VerbsCq};
 use crate::ep::dgram::DgramEndpoint;
@@ -18,7 +17,7 @@ use crate::ep::passive::VerbsPassiveEndpoint;
 use crate::ep::rdm::RdmEndpoint;
 use crate::getinfo::Limits;
 use crate::raw::device::{self, Context, Pd};
-use crate::raw::verbs::Mr;
+use crate::raw::verbs::{Access, Mr};
 
 /// A verbs fabric (one IP subnet of RDMA ports).
 #[derive(Debug)]
@@ -148,7 +147,7 @@ impl VerbsDomain {
                 .map_or(1024, |p| 128usize << p.attr.active_mtu.clamp(1, 5)),
             max_rd_atom: u8::try_from(dev.max_qp_rd_atom.max(0)).unwrap_or(u8::MAX),
             max_init_rd_atom: u8::try_from(dev.max_qp_init_rd_atom.max(0)).unwrap_or(u8::MAX),
-            atomics: dev.atomic_cap != fabric_sys::ffi::ibv_atomic_cap::IBV_ATOMIC_NONE,
+            atomics: crate::raw::device::has_atomics(&dev),
         };
         Ok(VerbsDomain {
             attr: info.domain_attr.clone(),
@@ -166,14 +165,14 @@ impl VerbsDomain {
 /// The `IBV_ACCESS_*` flags of fabric access rights: local write always
 /// (receives and read results land in registered memory, and remote
 /// write needs it), remote read, and remote write with remote atomics.
-pub(crate) fn ibv_access(a: MrAccess) -> u32 {
+pub(crate) fn ibv_access(a: MrAccess) -> Access {
     let a = if a.is_empty() { MrAccess::all() } else { a };
-    let mut out = acc::IBV_ACCESS_LOCAL_WRITE;
+    let mut out = Access::LOCAL_WRITE;
     if a.contains(MrAccess::REMOTE_READ) {
-        out |= acc::IBV_ACCESS_REMOTE_READ;
+        out |= Access::REMOTE_READ;
     }
     if a.contains(MrAccess::REMOTE_WRITE) {
-        out |= acc::IBV_ACCESS_REMOTE_WRITE | acc::IBV_ACCESS_REMOTE_ATOMIC;
+        out |= Access::REMOTE_WRITE | Access::REMOTE_ATOMIC;
     }
     out
 }
@@ -230,6 +229,7 @@ impl Domain for VerbsDomain {
         Ok(Box::new(Cntr::new(self.core.clone())?))
     }
 
+    #[allow(unsafe_code)]
     unsafe fn mr_reg(&self, attr: &MrAttr) -> Result<Box<dyn MemoryRegion>> {
         let [piece] = attr.iov else {
             return Err(Error::inval(
@@ -284,14 +284,7 @@ mod tests {
 
     #[test]
     fn access_flags() {
-        assert_eq!(ibv_access(MrAccess::SEND), acc::IBV_ACCESS_LOCAL_WRITE);
-        let all = ibv_access(MrAccess::empty());
-        assert_eq!(
-            all,
-            acc::IBV_ACCESS_LOCAL_WRITE
-                | acc::IBV_ACCESS_REMOTE_READ
-                | acc::IBV_ACCESS_REMOTE_WRITE
-                | acc::IBV_ACCESS_REMOTE_ATOMIC
-        );
+        assert_eq!(ibv_access(MrAccess::SEND), Access::LOCAL_WRITE);
+        assert_eq!(ibv_access(MrAccess::empty()), Access::all());
     }
 }

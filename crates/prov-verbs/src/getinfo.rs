@@ -23,7 +23,6 @@ use fabric_core::{
     AddrFormat, Address, Caps, CompOrder, EpType, Error, GetinfoFlags, Info, Mode, MrMode,
     MsgOrder, OpFlags, Progress, Protocol, ResourceMgmt, Result, Threading, Version,
 };
-use fabric_sys::ffi::{ibv_atomic_cap, ibv_port_state};
 
 use crate::raw::{self, cm, device};
 
@@ -233,7 +232,7 @@ pub fn discover(device_filter: Option<&str>, iface_filter: Option<&str>) -> Vec<
                 continue;
             }
         };
-        if pa.attr.state != ibv_port_state::IBV_PORT_ACTIVE {
+        if !pa.active() {
             tracing::debug!(device = %name, port, state = pa.attr.state, "verbs: port is not active");
             continue;
         }
@@ -247,7 +246,7 @@ pub fn discover(device_filter: Option<&str>, iface_filter: Option<&str>) -> Vec<
             mtu: 128usize << pa.attr.active_mtu.clamp(1, 5),
             max_rd_atom: clamp_u8(dev.max_qp_rd_atom),
             max_init_rd_atom: clamp_u8(dev.max_qp_init_rd_atom),
-            atomics: dev.atomic_cap != ibv_atomic_cap::IBV_ATOMIC_NONE,
+            atomics: device::has_atomics(&dev),
         };
         out.push(PortAddr {
             device: name,
@@ -452,7 +451,7 @@ fn dgram_offer(p: &PortAddr) -> Info {
         crate::ep::dgram::UdName {
             gid,
             qpn: 0,
-            qkey: fabric_sys::ffi::RDMA_UDP_QKEY,
+            qkey: raw::UDP_QKEY,
             lid: 0,
             pkey: 0xffff,
         }

@@ -94,11 +94,16 @@
 //! }
 //! ```
 #![warn(missing_docs)]
+// `unsafe` lives in `raw`, the gateway to rdma-core and to callers'
+// buffers; elsewhere only the `unsafe` methods of the object traits
+// (whose contract is the caller's promise) are allowed, one by one.
+#![deny(unsafe_code)]
 
 mod cq;
 mod domain;
 mod ep;
 pub mod getinfo;
+#[allow(unsafe_code)]
 mod raw;
 
 use fabric_core::matching::Request;

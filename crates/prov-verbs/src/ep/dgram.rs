@@ -23,20 +23,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use fabric_core::kit::objects::Progress;
+use fabric_core::kit::rx::Pieces;
 use fabric_core::objects::{
-    AtomicOps, Bind, CmOps, CompletionFlags, CqEntry, CqErrEntry, Endpoint, FiAddr, IoVec, Msg,
-    MsgOps, RmaOps, TaggedOps,
+    AtomicOps, Bind, CmOps, CompletionFlags, CqEntry, CqErrEntry, Endpoint, FiAddr, Msg, MsgOps,
+    RmaOps, TaggedOps,
 };
 use fabric_core::{AddrFormat, Address, Error, ErrorKind, Info, OpFlags, Result};
-use fabric_sys::ffi::{
-    RDMA_UDP_QKEY, ibv_ah_attr, ibv_send_flags, ibv_send_wr, ibv_sge, ibv_wc, ibv_wc_flags,
-    ibv_wc_status,
-};
 
-use super::{Binds, IOV_MAX, iov_len, lock, wc_error};
+use super::{Binds, IOV_MAX, lock, wc_error};
 use crate::domain::DomainCore;
-use crate::raw::verbs::{self, Ah, HwCq, Pool, UdQp};
-use crate::raw::{Ptr, from_errno};
+use crate::raw::mem::{NO_IOV, UserIov, write_recv};
+use crate::raw::verbs::{Ah, HwCq, Pool, UdQp};
+use crate::raw::wr::{Opcode, RecvWr, SendFlags, SendWr, SgeList, Wc};
+use crate::raw::{UDP_QKEY, from_errno};
 
 /// Bytes of a UD name.
 pub(crate) const NAME_LEN: usize = 28;
@@ -118,16 +117,11 @@ impl UdName {
 #[derive(Debug, Clone, Copy)]
 struct Recv {
     context: u64,
-    iov: [IoVec; IOV_MAX],
-    n: usize,
+    /// The caller's buffer (vouched for by `recvmsg`).
+    buf: Pieces<IOV_MAX>,
     len: usize,
     report: bool,
 }
-
-// SAFETY: the pieces are application buffers handed over by `recvmsg`,
-// whose contract keeps them valid and untouched by others until the
-// receive completes; they are written under the endpoint's lock.
-unsafe impl Send for Recv {}
 
 #[derive(Debug, Clone, Copy, Default)]
 struct Tx {
@@ -211,7 +205,7 @@ impl DgramEndpoint {
             domain.ctx,
             4096.min(i32::try_from(domain.max_cqe).unwrap_or(4096)),
         )?;
-        let qkey = RDMA_UDP_QKEY;
+        let qkey = UDP_QKEY;
         let (qp, qpn) = UdQp::new(&domain.pd, &cq, BUFS as u32, port, qkey)?;
         let tx_pool = Pool::new(&domain.pd, NAME_LEN + max_msg(mtu), BUFS)?;
         let rx_pool = Pool::new(&domain.pd, GRH + mtu, BUFS)?;
@@ -262,20 +256,8 @@ impl DgramEndpoint {
 }
 
 fn post_rx(qp: &UdQp, pool: &Pool, i: usize) -> Result<()> {
-    let mut sge = ibv_sge {
-        addr: pool.buf(i) as u64,
-        length: u32::try_from(pool.buf_len()).unwrap_or(u32::MAX),
-        lkey: pool.lkey(),
-    };
-    let mut wr = fabric_sys::ffi::ibv_recv_wr {
-        wr_id: K_RX | i as u64,
-        next: std::ptr::null_mut(),
-        sg_list: &mut sge,
-        num_sge: 1,
-    };
-    // SAFETY: live QP; the buffer is registered and owned by this receive
-    // until its completion.
-    unsafe { verbs::post_recv(qp.as_ptr(), &mut wr) }
+    let mut wr = RecvWr::<1>::new(K_RX | i as u64, SgeList::one(pool.sge(i, pool.buf_len())));
+    qp.post_recv(&mut wr)
         .map_err(|e| from_errno(e, "ibv_post_recv (UD)"))
 }
 
@@ -304,11 +286,10 @@ impl Inner {
         }
     }
 
-    fn arrived(&self, st: &mut State, wc: &ibv_wc, i: usize) {
-        let total = (wc.byte_len as usize).min(self.rx_pool.buf_len());
-        // SAFETY: the device wrote `total` bytes into receive buffer `i`,
-        // which is reposted only after this returns.
-        let raw = unsafe { std::slice::from_raw_parts(self.rx_pool.buf(i), total) };
+    fn arrived(&self, st: &mut State, wc: &Wc, i: usize) {
+        // The device wrote the bytes into receive buffer `i`, which is
+        // reposted only after this returns.
+        let raw = self.rx_pool.read(i, 0, wc.byte_len() as usize);
         let Some(body) = raw.get(GRH..) else { return };
         let Some(from) = UdName::decode(body) else {
             tracing::debug!("verbs: dropping a datagram without a sender name");
@@ -326,26 +307,16 @@ impl Inner {
             Some(av) => av.reverse(&from.address()),
             None => FiAddr::NOTAVAIL,
         };
-        let mut off = 0;
-        for p in &r.iov[..r.n] {
-            let n = p.len.min(payload.len() - off);
-            // SAFETY: the receive's pieces are writable (its contract).
-            unsafe { std::ptr::copy_nonoverlapping(payload.as_ptr().add(off), p.addr, n) };
-            off += n;
-            if off == payload.len() {
-                break;
-            }
-        }
+        let off = write_recv(&r.buf, 0, payload);
         let mut entry = CqEntry {
             context: r.context,
             flags: CompletionFlags::MSG | CompletionFlags::RECV,
             len: off,
             ..CqEntry::default()
         };
-        if wc.wc_flags & ibv_wc_flags::IBV_WC_WITH_IMM != 0 {
+        if let Some(imm) = wc.imm() {
             entry.flags |= CompletionFlags::REMOTE_CQ_DATA;
-            // SAFETY: with IBV_WC_WITH_IMM the union holds the immediate.
-            entry.data = u64::from(u32::from_be(unsafe { wc.__bindgen_anon_1.imm_data }));
+            entry.data = u64::from(imm);
         }
         if payload.len() > r.len {
             self.push_rx_err(CqErrEntry {
@@ -365,10 +336,10 @@ impl Inner {
         }
     }
 
-    fn handle_wc(&self, st: &mut State, wc: &ibv_wc) {
-        let i = (wc.wr_id & INDEX_MASK) as usize;
-        if wc.wr_id & K_RX != 0 {
-            if wc.status == ibv_wc_status::IBV_WC_SUCCESS {
+    fn handle_wc(&self, st: &mut State, wc: &Wc) {
+        let i = (wc.wr_id() & INDEX_MASK) as usize;
+        if wc.wr_id() & K_RX != 0 {
+            if wc.ok() {
                 self.arrived(st, wc, i);
             }
             if i < self.rx_pool.count() {
@@ -389,7 +360,7 @@ impl Inner {
             ..CqEntry::default()
         };
         let Some(b) = self.binds.get() else { return };
-        if wc.status == ibv_wc_status::IBV_WC_SUCCESS {
+        if wc.ok() {
             if let Some(c) = &b.cntr_send {
                 c.add(1);
             }
@@ -409,7 +380,7 @@ impl Inner {
     }
 
     fn progress_locked(&self, st: &mut State) -> Result<()> {
-        let mut wcs = [std::mem::MaybeUninit::<ibv_wc>::uninit(); 16];
+        let mut wcs = [std::mem::MaybeUninit::<Wc>::uninit(); 16];
         loop {
             let polled = self.cq.poll(&mut wcs)?;
             let n = polled.len();
@@ -434,16 +405,13 @@ impl Inner {
         match st.peers.entry(name) {
             std::collections::hash_map::Entry::Occupied(e) => Ok(e.into_mut()),
             std::collections::hash_map::Entry::Vacant(v) => {
-                let mut attr = ibv_ah_attr {
-                    dlid: name.lid,
-                    is_global: 1,
-                    port_num: self.port,
-                    ..ibv_ah_attr::default()
-                };
-                attr.grh.dgid.raw = name.gid;
-                attr.grh.sgid_index = self.sgid_index;
-                attr.grh.hop_limit = 64;
-                let ah = Ah::new(&self.domain.pd, &mut attr)?;
+                let ah = Ah::new(
+                    &self.domain.pd,
+                    self.port,
+                    name.lid,
+                    name.gid,
+                    self.sgid_index,
+                )?;
                 Ok(v.insert(Peer {
                     ah,
                     qpn: name.qpn,
@@ -453,19 +421,18 @@ impl Inner {
         }
     }
 
-    /// # Safety
-    ///
-    /// The pieces of `iov` are readable for the call (they are copied).
-    unsafe fn send(
+    /// Sends a datagram of the caller's buffers (copied before this
+    /// returns).
+    fn send(
         &self,
         b: &Binds,
-        iov: &[IoVec],
+        user: &UserIov<'_>,
         dest: FiAddr,
         context: u64,
         data: Option<u64>,
         report: bool,
     ) -> Result<()> {
-        let len = iov_len(iov)?;
+        let len = user.len()?;
         if len > self.max_msg {
             return Err(Error::new(
                 ErrorKind::MsgSize,
@@ -480,56 +447,37 @@ impl Inner {
         if st.tx_free.is_empty() {
             self.progress_locked(&mut st)?;
         }
-        let peer = self.peer(&mut st, b, dest)?;
-        let (ah, qpn, qkey) = (Ptr(peer.ah.as_ptr()), peer.qpn, peer.qkey);
         let Some(slot) = st.tx_free.pop() else {
             return Err(Error::new(
                 ErrorKind::Again,
                 "verbs: every datagram buffer is in use",
             ));
         };
-        let buf = self.tx_pool.buf(slot);
-        // SAFETY: the slot's buffer holds NAME_LEN + max_msg bytes; the
-        // caller guarantees the pieces are readable.
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.name.encode().as_ptr(), buf, NAME_LEN);
-            let mut off = NAME_LEN;
-            for p in iov {
-                std::ptr::copy_nonoverlapping(p.addr, buf.add(off), p.len);
-                off += p.len;
+        let pool = &self.tx_pool;
+        pool.write(slot, 0, &self.name.encode());
+        pool.gather(slot, NAME_LEN, user);
+        let posted = match self.peer(&mut st, b, dest) {
+            Ok(peer) => {
+                let mut wr = SendWr::new(
+                    K_TX | slot as u64,
+                    Opcode::send(imm),
+                    SgeList::<1>::one(pool.sge(slot, NAME_LEN + len)),
+                )
+                .ud(&peer.ah, peer.qpn, peer.qkey)
+                .flags(SendFlags::SIGNALED);
+                self.qp.post_send(&mut wr).map_err(|e| {
+                    if e == libc::ENOMEM {
+                        Error::again()
+                    } else {
+                        from_errno(e, "ibv_post_send (UD)")
+                    }
+                })
             }
-        }
-        let mut sge = ibv_sge {
-            addr: buf as u64,
-            length: (NAME_LEN + len) as u32,
-            lkey: self.tx_pool.lkey(),
+            Err(e) => Err(e),
         };
-        let mut wr = ibv_send_wr {
-            wr_id: K_TX | slot as u64,
-            sg_list: &mut sge,
-            num_sge: 1,
-            opcode: super::send_opcode(imm.is_some()),
-            send_flags: ibv_send_flags::IBV_SEND_SIGNALED,
-            ..ibv_send_wr::default()
-        };
-        if let Some(v) = imm {
-            wr.__bindgen_anon_1.imm_data = v;
-        }
-        wr.wr.ud.ah = ah.0;
-        wr.wr.ud.remote_qpn = qpn;
-        wr.wr.ud.remote_qkey = qkey;
-        // SAFETY: live QP and address handle (kept in the peer table while
-        // the QP lives); the buffer is registered and owned by the slot.
-        match unsafe { verbs::post_send(self.qp.as_ptr(), &mut wr) } {
-            Ok(()) => {}
-            Err(e) => {
-                st.tx_free.push(slot);
-                return Err(if e == libc::ENOMEM {
-                    Error::again()
-                } else {
-                    from_errno(e, "ibv_post_send (UD)")
-                });
-            }
+        if let Err(e) = posted {
+            st.tx_free.push(slot);
+            return Err(e);
         }
         st.tx[slot] = Tx {
             context,
@@ -566,28 +514,38 @@ impl Progress for Inner {
 impl MsgOps for DgramEndpoint {
     fn inject(&self, buf: &[u8], dest: FiAddr, data: Option<u64>) -> Result<()> {
         let (i, b) = self.inner()?;
-        let iov = [IoVec {
-            addr: buf.as_ptr().cast_mut(),
-            len: buf.len(),
-        }];
-        // SAFETY: the data is copied before the call returns.
-        unsafe { i.send(b, &iov, dest, 0, data, false) }
+        let mut one = NO_IOV;
+        let user = UserIov::of_slice(buf, &mut one);
+        i.send(b, &user, dest, 0, data, false)
     }
 
+    #[allow(unsafe_code)]
     unsafe fn sendmsg(&self, msg: &Msg<'_>, flags: OpFlags) -> Result<()> {
         let (i, b) = self.inner()?;
         let data = flags.contains(OpFlags::REMOTE_CQ_DATA).then_some(msg.data);
         let report = !b.tx_selective || flags.contains(OpFlags::COMPLETION);
-        // SAFETY: the data is copied before the call returns.
-        unsafe { i.send(b, msg.iov, msg.addr, msg.context, data, report) }
+        // SAFETY: the caller's buffers are valid for the call (the trait's
+        // contract); they are copied before it returns.
+        let user = unsafe { UserIov::new(msg.iov) };
+        i.send(b, &user, msg.addr, msg.context, data, report)
     }
 
+    #[allow(unsafe_code)]
     unsafe fn recvmsg(&self, msg: &Msg<'_>, flags: OpFlags) -> Result<()> {
+        // SAFETY: the caller keeps the buffers valid until the completion
+        // (the trait's contract).
+        let user = unsafe { UserIov::new(msg.iov) };
+        self.recv(&user, msg.context, flags)
+    }
+}
+
+impl DgramEndpoint {
+    fn recv(&self, user: &UserIov<'_>, context: u64, flags: OpFlags) -> Result<()> {
         let (i, b) = self.inner()?;
-        if msg.iov.len() > IOV_MAX {
+        if user.pieces().len() > IOV_MAX {
             return Err(Error::inval(format!(
                 "verbs: {} IO vector pieces; the limit is {IOV_MAX}",
-                msg.iov.len()
+                user.pieces().len()
             )));
         }
         if flags.contains(OpFlags::MULTI_RECV) {
@@ -596,16 +554,10 @@ impl MsgOps for DgramEndpoint {
                 "verbs: FI_MULTI_RECV is not supported",
             ));
         }
-        let mut iov = [IoVec {
-            addr: std::ptr::null_mut(),
-            len: 0,
-        }; IOV_MAX];
-        iov[..msg.iov.len()].copy_from_slice(msg.iov);
         let r = Recv {
-            context: msg.context,
-            iov,
-            n: msg.iov.len(),
-            len: iov_len(msg.iov)?,
+            context,
+            buf: user.to_pieces()?,
+            len: user.len()?,
             report: !b.rx_selective || flags.contains(OpFlags::COMPLETION),
         };
         let mut st = lock(&i.state);
@@ -692,7 +644,7 @@ mod tests {
                 .to_ipv6_mapped()
                 .octets(),
             qpn: 0x1234,
-            qkey: RDMA_UDP_QKEY,
+            qkey: UDP_QKEY,
             lid: 0,
             pkey: 0xffff,
         };

@@ -16,15 +16,13 @@ use fabric_core::kit::binds::Accepts;
 use fabric_core::kit::objects::Progress;
 use fabric_core::objects::{Bind, CompletionFlags, CqEntry, CqErrEntry, FiAddr, IoVec, MrDesc};
 use fabric_core::{Error, ErrorKind, Result};
-use fabric_sys::ffi::{
-    ibv_qp, ibv_recv_wr, ibv_send_flags, ibv_send_wr, ibv_sge, ibv_wc, ibv_wc_flags, ibv_wc_opcode,
-    ibv_wc_status, ibv_wr_opcode,
-};
 
 use crate::cq::{CqShared, VerbsCq};
 use crate::domain::{DomainCore, lkey_of};
-use crate::raw::Ptr;
-use crate::raw::verbs::{self, Mr};
+use crate::raw::cm::CmId;
+use crate::raw::mem::{UserDst, UserIov, sge_len};
+use crate::raw::verbs::Pool;
+use crate::raw::wr::{Opcode, RecvWr, SendFlags, SendWr, Sge, SgeList, Wc, WcKind};
 
 /// Most pieces of one operation's IO vector.
 pub(crate) const IOV_MAX: usize = crate::getinfo::IOV_LIMIT;
@@ -139,38 +137,15 @@ pub(crate) fn not_enabled() -> Error {
     Error::new(ErrorKind::OpBadState, "verbs: the endpoint is not enabled")
 }
 
-/// The fabric error kind of a work completion status.
-pub(crate) fn status_kind(status: u32) -> ErrorKind {
-    use ibv_wc_status as s;
-    match status {
-        s::IBV_WC_WR_FLUSH_ERR => ErrorKind::Canceled,
-        s::IBV_WC_LOC_LEN_ERR => ErrorKind::Trunc,
-        s::IBV_WC_REM_ACCESS_ERR | s::IBV_WC_LOC_PROT_ERR | s::IBV_WC_LOC_ACCESS_ERR => {
-            ErrorKind::Access
-        }
-        s::IBV_WC_RETRY_EXC_ERR | s::IBV_WC_RNR_RETRY_EXC_ERR | s::IBV_WC_RESP_TIMEOUT_ERR => {
-            ErrorKind::TimedOut
-        }
-        s::IBV_WC_REM_INV_REQ_ERR => ErrorKind::Inval,
-        s::IBV_WC_REM_OP_ERR | s::IBV_WC_REM_ABORT_ERR => ErrorKind::RemoteIo,
-        _ => ErrorKind::Io,
-    }
-}
-
 /// The error completion of a failed work completion, with the verbs
 /// status text as the provider text.
-pub(crate) fn wc_error(wc: &ibv_wc, entry: CqEntry) -> CqErrEntry {
+pub(crate) fn wc_error(wc: &Wc, entry: CqEntry) -> CqErrEntry {
     CqErrEntry {
         entry,
         olen: 0,
-        err: status_kind(wc.status),
-        prov_errno: i32::try_from(wc.status).unwrap_or(-1),
-        err_text: format!(
-            "verbs: {} (status {}, vendor error {:#x})",
-            verbs::wc_status_str(wc.status),
-            wc.status,
-            wc.vendor_err
-        ),
+        err: wc.error_kind(),
+        prov_errno: i32::try_from(wc.status()).unwrap_or(-1),
+        err_text: wc.error_text(),
         src_addr: None,
     }
 }
@@ -190,10 +165,9 @@ struct TxSlot {
     len: usize,
     /// Report a successful completion.
     report: bool,
-    /// Where to copy `result_len` bytes of the staging slot at completion
-    /// (atomic old values, small reads into unregistered memory).
-    result: usize,
-    result_len: usize,
+    /// Where to copy the staging slot's bytes at completion (atomic old
+    /// values, small reads into unregistered memory).
+    result: Option<UserDst>,
 }
 
 #[derive(Debug)]
@@ -224,45 +198,6 @@ struct RxRing {
     tail: u64,
 }
 
-/// Registered staging memory: one slot of [`STAGE`] bytes per transmit
-/// slot. The registration is declared first so that it is dropped
-/// (deregistered) before the memory is freed.
-struct Staging {
-    mr: Mr,
-    base: Ptr<u8>,
-    _mem: Vec<u8>,
-}
-
-impl Staging {
-    fn new(domain: &DomainCore, slots: usize) -> Result<Staging> {
-        let mut mem = vec![0u8; slots.max(1) * STAGE];
-        let base = mem.as_mut_ptr();
-        // SAFETY: the Vec's buffer is neither moved nor freed before the
-        // registration is dropped (field order), and is only accessed
-        // through `base` from now on.
-        let mr = unsafe {
-            Mr::register(
-                &domain.pd,
-                base,
-                mem.len(),
-                fabric_sys::ffi::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE,
-            )?
-        };
-        Ok(Staging {
-            mr,
-            base: Ptr(base),
-            _mem: mem,
-        })
-    }
-
-    fn slot(&self, i: usize) -> (*mut u8, u32) {
-        // SAFETY: `i` is a ring index below the slot count, so the slot is
-        // inside the buffer.
-        let p = unsafe { self.base.0.add(i * STAGE) };
-        (p, self.mr.lkey())
-    }
-}
-
 /// How a transmit request is reported.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct TxReport {
@@ -282,11 +217,15 @@ pub(crate) struct TxReport {
 /// The queue-pair engine of a connected endpoint: posting with bounded
 /// rings (a full ring is `Again`), and completion handling.
 pub(crate) struct QpData {
-    qp: Ptr<ibv_qp>,
+    /// The id owning the QP; declared first, so that the QP is destroyed
+    /// before the staging memory and the CQs it uses.
+    id: Arc<CmId>,
     qp_num: u32,
     tx: spin::Mutex<TxRing>,
     rx: spin::Mutex<RxRing>,
-    staging: Staging,
+    /// Registered staging memory: one slot of [`STAGE`] bytes per
+    /// transmit slot.
+    staging: Pool,
     pub(crate) binds: Binds,
     pub(crate) max_inline: usize,
     pub(crate) iov_limit: usize,
@@ -319,17 +258,18 @@ impl QpData {
     /// The engine of a created QP; attaches it to its CQs.
     pub(crate) fn new(
         domain: &DomainCore,
-        qp: *mut ibv_qp,
+        id: Arc<CmId>,
         sizes: QpSizes,
         binds: Binds,
         tx_cq: Arc<CqShared>,
         rx_cq: Arc<CqShared>,
     ) -> Result<Arc<QpData>> {
-        // SAFETY: `qp` was just created and is live.
-        let qp_num = unsafe { (*qp).qp_num };
-        let staging = Staging::new(domain, sizes.tx)?;
+        let qp_num = id
+            .qp_num()
+            .ok_or_else(|| Error::new(ErrorKind::OpBadState, "verbs: the endpoint has no QP"))?;
+        let staging = Pool::new(&domain.pd, STAGE, sizes.tx.max(1))?;
         let d = Arc::new(QpData {
-            qp: Ptr(qp),
+            id,
             qp_num,
             tx: spin::Mutex::new(TxRing {
                 slots: vec![TxSlot::default(); sizes.tx.max(1)],
@@ -381,101 +321,84 @@ impl QpData {
         ))
     }
 
-    /// Fills `sges` from an IO vector and its descriptors; `None` when a
+    /// Fills `sges` from an IO vector and its descriptors; `false` when a
     /// piece has no descriptor (then the data must be staged or inlined).
     /// `Inval` when `iov` has more pieces than a work request takes.
     #[inline(always)]
     fn sges(
         &self,
-        iov: &[IoVec],
+        user: &UserIov<'_>,
         desc: &[MrDesc],
-        sges: &mut [ibv_sge; IOV_MAX],
-    ) -> Result<Option<usize>> {
+        sges: &mut SgeList<IOV_MAX>,
+    ) -> Result<bool> {
         // One registered piece (most operations), inline here.
-        if let ([p], [d, ..]) = (iov, desc) {
+        if let ([p], [d, ..]) = (user.pieces(), desc) {
             if let (Some(lkey), Ok(length)) = (lkey_of(*d), u32::try_from(p.len)) {
                 if length > 0 {
-                    sges[0] = ibv_sge {
-                        addr: p.addr as u64,
-                        length,
-                        lkey,
-                    };
-                    return Ok(Some(1));
+                    *sges = SgeList::one(Sge::new(p.addr as u64, length, lkey));
+                    return Ok(true);
                 }
             }
         }
-        self.sges_any(iov, desc, sges)
+        self.sges_any(user, desc, sges)
     }
 
     /// [`sges`](QpData::sges) for any IO vector: pieces of zero bytes are
     /// left out.
     fn sges_any(
         &self,
-        iov: &[IoVec],
+        user: &UserIov<'_>,
         desc: &[MrDesc],
-        sges: &mut [ibv_sge; IOV_MAX],
-    ) -> Result<Option<usize>> {
-        self.check_pieces(iov)?;
-        let mut n = 0;
-        for (i, p) in iov.iter().enumerate() {
+        sges: &mut SgeList<IOV_MAX>,
+    ) -> Result<bool> {
+        self.check_pieces(user.pieces())?;
+        let mut out = SgeList::default();
+        for (i, p) in user.pieces().iter().enumerate() {
             if p.len == 0 {
                 continue;
             }
             let Some(lkey) = desc.get(i).copied().and_then(lkey_of) else {
-                return Ok(None);
+                return Ok(false);
             };
-            let length = u32::try_from(p.len).map_err(|_| {
-                Error::new(
-                    ErrorKind::MsgSize,
-                    "verbs: an IO vector piece is 4 GiB or more",
-                )
-            })?;
-            sges[n] = ibv_sge {
-                addr: p.addr as u64,
-                length,
-                lkey,
-            };
-            n += 1;
+            out.push(Sge::new(p.addr as u64, sge_len(p.len)?, lkey));
         }
-        Ok(Some(n))
+        *sges = out;
+        Ok(true)
     }
 
-    /// Posts a transmit work request that sends or writes local data:
-    /// inline when small enough, from registered memory when every piece
-    /// has a descriptor, else copied into the slot's staging buffer (up to
-    /// [`STAGE`] bytes). `fill` sets the opcode and remote fields.
-    ///
-    /// # Safety
-    ///
-    /// The memory of `iov` is valid for the call, and (unless inlined or
-    /// staged) until the completion.
-    pub(crate) unsafe fn post_data(
+    /// Posts a transmit work request `op` that sends or writes local data
+    /// (to `remote`, address and key, for RDMA writes): inline when small
+    /// enough, from registered memory when every piece has a descriptor,
+    /// else copied into the slot's staging buffer (up to [`STAGE`] bytes).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn post_data(
         &self,
-        iov: &[IoVec],
+        user: &UserIov<'_>,
         desc: &[MrDesc],
         inject: bool,
         fence: bool,
         rep: TxReport,
-        fill: impl FnOnce(&mut ibv_send_wr),
+        op: Opcode,
+        remote: Option<(u64, u32)>,
     ) -> Result<()> {
-        let len = iov_len(iov)?;
+        let len = user.len()?;
         if len > self.max_msg {
             return Err(Error::new(
                 ErrorKind::MsgSize,
                 format!("verbs: {len} bytes exceed max_msg_size {}", self.max_msg),
             ));
         }
-        let mut sges = [ibv_sge::default(); IOV_MAX];
+        let mut sges = SgeList::<IOV_MAX>::default();
         // Inline regardless of descriptors: no scatter list to build.
         let inline_anyway = len <= self.max_inline && (inject || len <= 32);
         let registered = if inline_anyway {
-            self.check_pieces(iov)?;
-            None
+            self.check_pieces(user.pieces())?;
+            false
         } else {
-            self.sges(iov, desc, &mut sges)?
+            self.sges(user, desc, &mut sges)?
         };
-        let inline = inline_anyway || (len <= self.max_inline && registered.is_none());
-        if !inline && registered.is_none() && len > STAGE {
+        let inline = inline_anyway || (len <= self.max_inline && !registered);
+        if !inline && !registered && len > STAGE {
             return Err(Error::inval(format!(
                 "verbs: {len} bytes without a memory descriptor; this endpoint needs registered buffers (FI_MR_LOCAL) beyond {STAGE} bytes"
             )));
@@ -486,63 +409,39 @@ impl QpData {
                 format!("verbs: {len} bytes exceed the inject size {STAGE}"),
             ));
         }
-        self.post_tx(rep, |wr, sges_out, (stage, stage_lkey)| {
-            let n = if inline {
-                let mut n = 0;
-                for p in iov.iter().filter(|p| p.len > 0) {
-                    sges_out[n] = ibv_sge {
-                        addr: p.addr as u64,
-                        length: p.len as u32,
-                        lkey: 0,
-                    };
-                    n += 1;
-                }
-                wr.send_flags |= ibv_send_flags::IBV_SEND_INLINE;
-                n
-            } else if let (Some(n), false) = (registered, inject) {
-                sges_out[..n].copy_from_slice(&sges[..n]);
-                n
+        let flags = if fence {
+            SendFlags::FENCE
+        } else {
+            SendFlags::empty()
+        };
+        self.post_tx(rep, None, |seq, stage, idx| {
+            let mut wr = if inline {
+                let mut wr = SendWr::new(seq, op, SgeList::default());
+                // The pieces were checked against the list's size.
+                let _ = wr.inline_user(user);
+                wr
+            } else if registered && !inject {
+                SendWr::new(seq, op, sges)
             } else {
-                let mut off = 0;
-                for p in iov {
-                    // SAFETY: the caller guarantees the piece is readable;
-                    // the staging slot holds STAGE >= len bytes.
-                    unsafe { std::ptr::copy_nonoverlapping(p.addr, stage.add(off), p.len) };
-                    off += p.len;
-                }
-                sges_out[0] = ibv_sge {
-                    addr: stage as u64,
-                    length: len as u32,
-                    lkey: stage_lkey,
-                };
-                1
+                let n = stage.gather(idx, 0, user);
+                SendWr::new(seq, op, SgeList::one(stage.sge(idx, n)))
             };
-            wr.num_sge = n as i32;
-            if fence {
-                wr.send_flags |= ibv_send_flags::IBV_SEND_FENCE;
+            if let Some((addr, rkey)) = remote {
+                wr = wr.remote(addr, rkey);
             }
-            fill(wr);
+            wr.flags(flags)
         })
     }
 
-    /// Posts one transmit work request built by `build` (given the slot's
-    /// staging buffer), under the ring lock so that ring order is queue
-    /// order.
+    /// Posts one transmit work request built by `build` (given its id, the
+    /// staging pool and the slot's index in it), under the ring lock so
+    /// that ring order is queue order; copies the staging slot to `result`
+    /// at completion.
     pub(crate) fn post_tx(
         &self,
         rep: TxReport,
-        build: impl FnOnce(&mut ibv_send_wr, &mut [ibv_sge; IOV_MAX], (*mut u8, u32)),
-    ) -> Result<()> {
-        self.post_tx_result(rep, (0, 0), build)
-    }
-
-    /// As [`post_tx`](QpData::post_tx), copying `result.1` bytes of the
-    /// staging slot to address `result.0` at completion.
-    pub(crate) fn post_tx_result(
-        &self,
-        rep: TxReport,
-        result: (usize, usize),
-        build: impl FnOnce(&mut ibv_send_wr, &mut [ibv_sge; IOV_MAX], (*mut u8, u32)),
+        result: Option<UserDst>,
+        build: impl FnOnce(u64, &Pool, usize) -> SendWr<'static, IOV_MAX>,
     ) -> Result<()> {
         if self.shut.load(Ordering::Acquire) {
             return Err(Error::new(
@@ -563,19 +462,12 @@ impl QpData {
         }
         let seq = t.head;
         let idx = (seq % cap as u64) as usize;
-        let mut sges = [ibv_sge::default(); IOV_MAX];
-        let mut wr = ibv_send_wr::default();
-        build(&mut wr, &mut sges, self.staging.slot(idx));
-        wr.sg_list = sges.as_mut_ptr();
-        wr.wr_id = seq;
-        let signal = rep.report || rep.count || result.1 != 0 || t.unsignaled >= cap / 2;
+        let mut wr = build(seq, &self.staging, idx);
+        let signal = rep.report || rep.count || result.is_some() || t.unsignaled >= cap / 2;
         if signal {
-            wr.send_flags |= ibv_send_flags::IBV_SEND_SIGNALED;
+            wr.add_flags(SendFlags::SIGNALED);
         }
-        // SAFETY: the QP is live while `self` is (its owner destroys it
-        // after the endpoint's operations can no longer run); the scatter
-        // list points into `sges` and memory the caller vouched for.
-        match unsafe { verbs::post_send(self.qp.0, &mut wr) } {
+        match self.id.post_send(&mut wr) {
             Ok(()) => {}
             Err(libc::ENOMEM) => return Err(Error::again()),
             Err(e) => return Err(crate::raw::from_errno(e, "ibv_post_send")),
@@ -586,21 +478,16 @@ impl QpData {
             flags: rep.flags,
             len: rep.len,
             report: rep.report,
-            result: result.0,
-            result_len: result.1.min(STAGE),
+            result,
         };
         t.head += 1;
         Ok(())
     }
 
     /// Posts a receive into registered memory.
-    ///
-    /// # Safety
-    ///
-    /// The memory stays valid and untouched until the completion.
-    pub(crate) unsafe fn post_recv(
+    pub(crate) fn post_recv(
         &self,
-        iov: &[IoVec],
+        user: &UserIov<'_>,
         desc: &[MrDesc],
         context: u64,
         report: bool,
@@ -611,27 +498,20 @@ impl QpData {
                 "verbs: the connection is shut down",
             ));
         }
-        let mut sges = [ibv_sge::default(); IOV_MAX];
-        let Some(n) = self.sges(iov, desc, &mut sges)? else {
+        let mut sges = SgeList::<IOV_MAX>::default();
+        if !self.sges(user, desc, &mut sges)? {
             return Err(Error::inval(
                 "verbs: a receive buffer needs a memory descriptor (FI_MR_LOCAL)",
             ));
-        };
+        }
         let mut r = self.rx.lock();
         let cap = r.slots.len();
         if (r.head - r.tail) as usize >= cap {
             return Err(Error::again());
         }
         let seq = r.head;
-        let mut wr = ibv_recv_wr {
-            wr_id: seq | RX_BIT,
-            next: std::ptr::null_mut(),
-            sg_list: sges.as_mut_ptr(),
-            num_sge: n as i32,
-        };
-        // SAFETY: live QP; the scatter list names registered memory the
-        // caller keeps valid.
-        match unsafe { verbs::post_recv(self.qp.0, &mut wr) } {
+        let mut wr = RecvWr::new(seq | RX_BIT, sges);
+        match self.id.post_recv(&mut wr) {
             Ok(()) => {}
             Err(libc::ENOMEM) => return Err(Error::again()),
             Err(e) => return Err(crate::raw::from_errno(e, "ibv_post_recv")),
@@ -641,9 +521,9 @@ impl QpData {
         Ok(())
     }
 
-    fn complete_tx(&self, wc: &ibv_wc, cq: &CqShared) -> Option<(CqEntry, FiAddr)> {
+    fn complete_tx(&self, wc: &Wc, cq: &CqShared) -> Option<(CqEntry, FiAddr)> {
         let mut t = self.tx.lock();
-        let seq = wc.wr_id;
+        let seq = wc.wr_id();
         if seq < t.tail || seq >= t.head {
             return None;
         }
@@ -659,22 +539,16 @@ impl QpData {
             ..CqEntry::default()
         };
         let cntr = self.binds.tx_counter(slot.flags);
-        if wc.status != ibv_wc_status::IBV_WC_SUCCESS {
+        if !wc.ok() {
             if let Some(c) = cntr {
                 c.add_err(1);
             }
             cq.push_err(wc_error(wc, entry));
             return None;
         }
-        if slot.result_len != 0 {
-            let (stage, _) = self.staging.slot(idx);
-            // SAFETY: the staging slot holds what the device wrote
-            // (`result_len` <= STAGE bytes); `result` is the application's
-            // buffer of that size, valid until this completion (the
-            // operation's contract).
-            unsafe {
-                std::ptr::copy_nonoverlapping(stage, slot.result as *mut u8, slot.result_len)
-            };
+        if let Some(dst) = slot.result {
+            // The staging slot holds what the device wrote.
+            dst.write(self.staging.read(idx, 0, dst.len()));
         }
         if let Some(c) = cntr {
             c.add(1);
@@ -682,9 +556,9 @@ impl QpData {
         slot.report.then_some((entry, FiAddr::NOTAVAIL))
     }
 
-    fn complete_rx(&self, wc: &ibv_wc, cq: &CqShared) -> Option<(CqEntry, FiAddr)> {
+    fn complete_rx(&self, wc: &Wc, cq: &CqShared) -> Option<(CqEntry, FiAddr)> {
         let mut r = self.rx.lock();
-        let seq = wc.wr_id & !RX_BIT;
+        let seq = wc.wr_id() & !RX_BIT;
         if seq < r.tail || seq >= r.head {
             return None;
         }
@@ -697,22 +571,21 @@ impl QpData {
             flags: CompletionFlags::MSG | CompletionFlags::RECV,
             ..CqEntry::default()
         };
-        if wc.status != ibv_wc_status::IBV_WC_SUCCESS {
+        if !wc.ok() {
             if let Some(c) = &self.binds.cntr_recv {
                 c.add_err(1);
             }
             cq.push_err(wc_error(wc, entry));
             return None;
         }
-        entry.len = wc.byte_len as usize;
-        if wc.opcode == ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM {
+        entry.len = wc.byte_len() as usize;
+        if wc.kind() == WcKind::RecvWriteImm {
             entry.flags = CompletionFlags::RMA | CompletionFlags::REMOTE_WRITE;
             entry.len = 0;
         }
-        if wc.wc_flags & ibv_wc_flags::IBV_WC_WITH_IMM != 0 {
+        if let Some(imm) = wc.imm() {
             entry.flags |= CompletionFlags::REMOTE_CQ_DATA;
-            // SAFETY: with IBV_WC_WITH_IMM the union holds the immediate.
-            entry.data = u64::from(u32::from_be(unsafe { wc.__bindgen_anon_1.imm_data }));
+            entry.data = u64::from(imm);
         }
         if let Some(c) = &self.binds.cntr_recv {
             c.add(1);
@@ -726,21 +599,12 @@ impl QpData {
     /// application's completion and its source, if the work request
     /// reports one. Failures go into `cq` as error completions.
     #[inline]
-    pub(crate) fn complete(&self, wc: &ibv_wc, cq: &CqShared) -> Option<(CqEntry, FiAddr)> {
-        if wc.wr_id & RX_BIT != 0 {
+    pub(crate) fn complete(&self, wc: &Wc, cq: &CqShared) -> Option<(CqEntry, FiAddr)> {
+        if wc.wr_id() & RX_BIT != 0 {
             self.complete_rx(wc, cq)
         } else {
             self.complete_tx(wc, cq)
         }
-    }
-}
-
-/// The opcode of a send with or without immediate data.
-pub(crate) fn send_opcode(data: bool) -> u32 {
-    if data {
-        ibv_wr_opcode::IBV_WR_SEND_WITH_IMM
-    } else {
-        ibv_wr_opcode::IBV_WR_SEND
     }
 }
 

@@ -20,19 +20,21 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use fabric_core::kit::objects::Progress;
+use fabric_core::objects::MrDesc;
 use fabric_core::objects::{
     AtomicMsg, AtomicOp, AtomicOps, Bind, CmOps, CompletionFlags, Datatype, Endpoint, EqErrEntry,
-    EqEvent, FiAddr, IoVec, Msg, MsgOps, RmaIov, RmaMsg, RmaOps, TaggedOps,
+    EqEvent, FiAddr, Msg, MsgOps, RmaIov, RmaMsg, RmaOps, TaggedOps,
 };
 use fabric_core::{Address, Error, ErrorKind, Info, Mode, OpFlags, Result};
-use fabric_sys::ffi::{
-    ibv_qp_init_attr, ibv_qp_type, ibv_sge, ibv_wr_opcode, rdma_cm_event_type as ev,
-};
 
-use super::{Binds, QpData, QpSizes, STAGE, TxReport, imm, iov_len, lock, next_fid, send_opcode};
+use super::{Binds, IOV_MAX, QpData, QpSizes, STAGE, TxReport, imm, iov_len, lock, next_fid};
 use crate::cq::CqShared;
 use crate::domain::DomainCore;
-use crate::raw::cm::{CmEvent, CmId, ConnParam, EventChannel, MAX_PRIVATE_DATA};
+use crate::raw::cm::{
+    CmEvent, CmEventKind, CmId, ConnParam, EventChannel, MAX_PRIVATE_DATA, QpCaps,
+};
+use crate::raw::mem::{AtomicBufs, NO_IOV, UserIov};
+use crate::raw::wr::{Opcode, SendFlags, SendWr, SgeList};
 
 /// Outstanding RDMA reads / atomics per connection, each way.
 const RD_ATOMIC: u8 = 16;
@@ -52,7 +54,9 @@ enum State {
 }
 
 struct Cm {
-    id: Option<CmId>,
+    /// Shared with the queue-pair engine once enabled (it posts through
+    /// it).
+    id: Option<Arc<CmId>>,
     state: State,
     /// From a connection request (may accept).
     passive: bool,
@@ -135,7 +139,7 @@ impl MsgEndpoint {
                 domain,
                 channel,
                 cm: Mutex::new(Cm {
-                    id: Some(id),
+                    id: Some(Arc::new(id)),
                     state: State::Idle,
                     passive,
                 }),
@@ -197,7 +201,7 @@ impl MsgInner {
 
     /// Waits (up to twice the resolution timeout) for the event `want` of
     /// an address or route resolution; its failure events are errors.
-    fn wait_cm(&self, want: u32) -> Result<()> {
+    fn wait_cm(&self, want: CmEventKind) -> Result<()> {
         let deadline = std::time::Instant::now()
             + std::time::Duration::from_millis(2 * crate::raw::cm::RESOLVE_TIMEOUT_MS as u64);
         loop {
@@ -206,9 +210,9 @@ impl MsgInner {
                     return Ok(());
                 }
                 let kind = match e.kind {
-                    ev::RDMA_CM_EVENT_ADDR_ERROR
-                    | ev::RDMA_CM_EVENT_ROUTE_ERROR
-                    | ev::RDMA_CM_EVENT_UNREACHABLE => ErrorKind::HostUnreach,
+                    CmEventKind::AddrError | CmEventKind::RouteError | CmEventKind::Unreachable => {
+                        ErrorKind::HostUnreach
+                    }
                     _ => ErrorKind::Io,
                 };
                 let status = if e.status < 0 { -e.status } else { e.status };
@@ -245,7 +249,7 @@ impl MsgInner {
         let mut cm = lock(&self.cm);
         let name = e.name();
         match e.kind {
-            ev::RDMA_CM_EVENT_ESTABLISHED => {
+            CmEventKind::Established => {
                 cm.state = State::Connected;
                 if let Some(d) = self.data.get() {
                     d.connected.store(true, Ordering::Release);
@@ -255,7 +259,7 @@ impl MsgInner {
                     data: e.data,
                 });
             }
-            ev::RDMA_CM_EVENT_REJECTED => {
+            CmEventKind::Rejected => {
                 self.down(&mut cm);
                 self.push_err(
                     ErrorKind::ConnRefused,
@@ -264,9 +268,7 @@ impl MsgInner {
                     format!("verbs: the connection was rejected (reason {})", e.status),
                 );
             }
-            ev::RDMA_CM_EVENT_ADDR_ERROR
-            | ev::RDMA_CM_EVENT_ROUTE_ERROR
-            | ev::RDMA_CM_EVENT_UNREACHABLE => {
+            CmEventKind::AddrError | CmEventKind::RouteError | CmEventKind::Unreachable => {
                 self.down(&mut cm);
                 self.push_err(
                     ErrorKind::HostUnreach,
@@ -275,7 +277,7 @@ impl MsgInner {
                     format!("verbs: {name} (status {})", e.status),
                 );
             }
-            ev::RDMA_CM_EVENT_CONNECT_ERROR | ev::RDMA_CM_EVENT_DEVICE_REMOVAL => {
+            CmEventKind::ConnectError | CmEventKind::DeviceRemoval => {
                 self.down(&mut cm);
                 self.push_err(
                     ErrorKind::ConnAborted,
@@ -284,7 +286,7 @@ impl MsgInner {
                     format!("verbs: {name} (status {})", e.status),
                 );
             }
-            ev::RDMA_CM_EVENT_DISCONNECTED => {
+            CmEventKind::Disconnected => {
                 let was = cm.state;
                 // Answer the peer's disconnect request (the CM waits for
                 // the consumer's reply before the initiator hears it).
@@ -314,6 +316,21 @@ impl Progress for MsgInner {
     }
 }
 
+impl MsgEndpoint {
+    fn send(
+        &self,
+        user: &UserIov<'_>,
+        desc: &[MrDesc],
+        rep: TxReport,
+        imm: Option<u32>,
+        inject: bool,
+        fence: bool,
+    ) -> Result<()> {
+        let d = self.data()?;
+        d.post_data(user, desc, inject, fence, rep, Opcode::send(imm), None)
+    }
+}
+
 impl MsgOps for MsgEndpoint {
     fn inject(&self, buf: &[u8], _dest: FiAddr, data: Option<u64>) -> Result<()> {
         let d = self.data()?;
@@ -324,10 +341,8 @@ impl MsgOps for MsgEndpoint {
             ));
         }
         let imm = data.map(imm).transpose()?;
-        let iov = [IoVec {
-            addr: buf.as_ptr().cast_mut(),
-            len: buf.len(),
-        }];
+        let mut one = NO_IOV;
+        let user = UserIov::of_slice(buf, &mut one);
         let rep = TxReport {
             context: 0,
             flags: CompletionFlags::MSG | CompletionFlags::SEND,
@@ -335,18 +350,11 @@ impl MsgOps for MsgEndpoint {
             report: false,
             count: d.binds.cntr_send.is_some(),
         };
-        // SAFETY: injected data is inlined or copied before the call
-        // returns; `buf` is valid for the call.
-        unsafe {
-            d.post_data(&iov, &[], true, false, rep, |wr| {
-                wr.opcode = send_opcode(imm.is_some());
-                if let Some(v) = imm {
-                    wr.__bindgen_anon_1.imm_data = v;
-                }
-            })
-        }
+        // Injected data is inlined or copied before the call returns.
+        self.send(&user, &[], rep, imm, true, false)
     }
 
+    #[allow(unsafe_code)]
     unsafe fn sendmsg(&self, msg: &Msg<'_>, flags: OpFlags) -> Result<()> {
         let d = self.data()?;
         let data = flags.contains(OpFlags::REMOTE_CQ_DATA);
@@ -359,25 +367,35 @@ impl MsgOps for MsgEndpoint {
             count: d.binds.cntr_send.is_some(),
         };
         // SAFETY: the caller keeps the buffers valid until the completion
-        // (or they are inlined / staged for FI_INJECT).
-        unsafe {
-            d.post_data(
-                msg.iov,
-                msg.desc,
-                flags.contains(OpFlags::INJECT),
-                flags.contains(OpFlags::FENCE),
-                rep,
-                |wr| {
-                    wr.opcode = send_opcode(imm.is_some());
-                    if let Some(v) = imm {
-                        wr.__bindgen_anon_1.imm_data = v;
-                    }
-                },
-            )
-        }
+        // (the trait's contract).
+        let user = unsafe { UserIov::new(msg.iov) };
+        self.send(
+            &user,
+            msg.desc,
+            rep,
+            imm,
+            flags.contains(OpFlags::INJECT),
+            flags.contains(OpFlags::FENCE),
+        )
     }
 
+    #[allow(unsafe_code)]
     unsafe fn recvmsg(&self, msg: &Msg<'_>, flags: OpFlags) -> Result<()> {
+        // SAFETY: the caller keeps the buffers valid until the completion
+        // (the trait's contract).
+        let user = unsafe { UserIov::new(msg.iov) };
+        self.recv(&user, msg.desc, msg.context, flags)
+    }
+}
+
+impl MsgEndpoint {
+    fn recv(
+        &self,
+        user: &UserIov<'_>,
+        desc: &[MrDesc],
+        context: u64,
+        flags: OpFlags,
+    ) -> Result<()> {
         let d = self.data()?;
         if flags.contains(OpFlags::MULTI_RECV) {
             return Err(Error::new(
@@ -386,8 +404,7 @@ impl MsgOps for MsgEndpoint {
             ));
         }
         let report = !d.binds.rx_selective || flags.contains(OpFlags::COMPLETION);
-        // SAFETY: the caller keeps the buffers valid until the completion.
-        unsafe { d.post_recv(msg.iov, msg.desc, msg.context, report) }
+        d.post_recv(user, desc, context, report)
     }
 }
 
@@ -425,13 +442,10 @@ impl MsgEndpoint {
         }
     }
 
-    /// # Safety
-    ///
-    /// As [`RmaOps::writemsg`].
     #[allow(clippy::too_many_arguments)]
-    unsafe fn write(
+    fn write(
         &self,
-        iov: &[IoVec],
+        user: &UserIov<'_>,
         desc: &[MrDesc],
         remote: &RmaIov,
         rep: TxReport,
@@ -448,26 +462,58 @@ impl MsgEndpoint {
             }
             None => None,
         };
-        let addr = remote.addr;
-        // SAFETY: forwarded under the caller's guarantees.
-        unsafe {
-            d.post_data(iov, desc, inject, fence, rep, |wr| {
-                wr.opcode = if imm.is_some() {
-                    ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM
-                } else {
-                    ibv_wr_opcode::IBV_WR_RDMA_WRITE
-                };
-                if let Some(v) = imm {
-                    wr.__bindgen_anon_1.imm_data = v;
-                }
-                wr.wr.rdma.remote_addr = addr;
-                wr.wr.rdma.rkey = key;
-            })
+        d.post_data(
+            user,
+            desc,
+            inject,
+            fence,
+            rep,
+            Opcode::write(imm),
+            Some((remote.addr, key)),
+        )
+    }
+
+    fn read(&self, user: &UserIov<'_>, msg: &RmaMsg<'_>, flags: OpFlags) -> Result<()> {
+        let d = self.data()?;
+        let remote = one_range(msg.rma_iov)?;
+        let key = rkey(remote.key)?;
+        let len = user.len()?;
+        let rep = TxReport {
+            context: msg.context,
+            flags: CompletionFlags::RMA | CompletionFlags::READ,
+            len,
+            report: !d.binds.tx_selective || flags.contains(OpFlags::COMPLETION),
+            count: d.binds.cntr_read.is_some(),
+        };
+        let mut sges = SgeList::<IOV_MAX>::default();
+        let registered = d.sges(user, msg.desc, &mut sges)?;
+        let staged = match (registered, user.pieces()) {
+            (true, _) => None,
+            (false, [piece]) if piece.len <= STAGE => user.dst(piece.len),
+            _ => None,
+        };
+        if !registered && staged.is_none() {
+            return Err(Error::inval(format!(
+                "verbs: an RMA read into memory without a descriptor is limited to one piece of {STAGE} bytes (FI_MR_LOCAL)"
+            )));
         }
+        let fence = if flags.contains(OpFlags::FENCE) {
+            SendFlags::FENCE
+        } else {
+            SendFlags::empty()
+        };
+        d.post_tx(rep, staged, |seq, stage, idx| {
+            let sges = if registered {
+                sges
+            } else {
+                SgeList::one(stage.sge(idx, len))
+            };
+            SendWr::new(seq, Opcode::Read, sges)
+                .remote(remote.addr, key)
+                .flags(fence)
+        })
     }
 }
-
-use fabric_core::objects::MrDesc;
 
 impl RmaOps for MsgEndpoint {
     fn inject_write(
@@ -484,10 +530,8 @@ impl RmaOps for MsgEndpoint {
                 format!("verbs: {} bytes exceed the inject size {STAGE}", buf.len()),
             ));
         }
-        let iov = [IoVec {
-            addr: buf.as_ptr().cast_mut(),
-            len: buf.len(),
-        }];
+        let mut one = NO_IOV;
+        let user = UserIov::of_slice(buf, &mut one);
         let rep = TxReport {
             context: 0,
             flags: CompletionFlags::RMA | CompletionFlags::WRITE,
@@ -495,84 +539,48 @@ impl RmaOps for MsgEndpoint {
             report: false,
             count: d.binds.cntr_write.is_some(),
         };
-        // SAFETY: injected data is inlined or staged before the call
-        // returns.
-        unsafe { self.write(&iov, &[], &remote, rep, data, true, false) }
+        // Injected data is inlined or staged before the call returns.
+        self.write(&user, &[], &remote, rep, data, true, false)
     }
 
+    #[allow(unsafe_code)]
     unsafe fn readmsg(&self, msg: &RmaMsg<'_>, flags: OpFlags) -> Result<()> {
-        let d = self.data()?;
-        let remote = one_range(msg.rma_iov)?;
-        let key = rkey(remote.key)?;
-        let len = iov_len(msg.iov)?;
-        let rep = TxReport {
-            context: msg.context,
-            flags: CompletionFlags::RMA | CompletionFlags::READ,
-            len,
-            report: !d.binds.tx_selective || flags.contains(OpFlags::COMPLETION),
-            count: d.binds.cntr_read.is_some(),
-        };
-        let mut sges = [ibv_sge::default(); super::IOV_MAX];
-        let registered = d.sges(msg.iov, msg.desc, &mut sges)?;
-        let staged = match (registered, msg.iov) {
-            (Some(_), _) => None,
-            (None, [piece]) if piece.len <= STAGE => Some(*piece),
-            _ => {
-                return Err(Error::inval(format!(
-                    "verbs: an RMA read into memory without a descriptor is limited to one piece of {STAGE} bytes (FI_MR_LOCAL)"
-                )));
-            }
-        };
-        let result = staged.map_or((0, 0), |p| (p.addr as usize, p.len));
-        let fence = flags.contains(OpFlags::FENCE);
-        d.post_tx_result(rep, result, |wr, out, (stage, stage_lkey)| {
-            let n = match registered {
-                Some(n) => {
-                    out[..n].copy_from_slice(&sges[..n]);
-                    n
-                }
-                None => {
-                    out[0] = ibv_sge {
-                        addr: stage as u64,
-                        length: len as u32,
-                        lkey: stage_lkey,
-                    };
-                    1
-                }
-            };
-            wr.num_sge = n as i32;
-            wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
-            if fence {
-                wr.send_flags |= fabric_sys::ffi::ibv_send_flags::IBV_SEND_FENCE;
-            }
-            wr.wr.rdma.remote_addr = remote.addr;
-            wr.wr.rdma.rkey = key;
-        })
+        // SAFETY: the caller keeps the buffers valid until the completion
+        // (the trait's contract).
+        let user = unsafe { UserIov::new(msg.iov) };
+        self.read(&user, msg, flags)
     }
 
+    #[allow(unsafe_code)]
     unsafe fn writemsg(&self, msg: &RmaMsg<'_>, flags: OpFlags) -> Result<()> {
+        // SAFETY: the caller keeps the buffers valid until the completion
+        // (the trait's contract).
+        let user = unsafe { UserIov::new(msg.iov) };
+        self.writemsg_user(&user, msg, flags)
+    }
+}
+
+impl MsgEndpoint {
+    fn writemsg_user(&self, user: &UserIov<'_>, msg: &RmaMsg<'_>, flags: OpFlags) -> Result<()> {
         let d = self.data()?;
         let remote = one_range(msg.rma_iov)?;
         let rep = TxReport {
             context: msg.context,
             flags: CompletionFlags::RMA | CompletionFlags::WRITE,
-            len: iov_len(msg.iov)?,
+            len: user.len()?,
             report: !d.binds.tx_selective || flags.contains(OpFlags::COMPLETION),
             count: d.binds.cntr_write.is_some(),
         };
         let data = flags.contains(OpFlags::REMOTE_CQ_DATA).then_some(msg.data);
-        // SAFETY: forwarded under the caller's guarantees.
-        unsafe {
-            self.write(
-                msg.iov,
-                msg.desc,
-                remote,
-                rep,
-                data,
-                flags.contains(OpFlags::INJECT),
-                flags.contains(OpFlags::FENCE),
-            )
-        }
+        self.write(
+            user,
+            msg.desc,
+            remote,
+            rep,
+            data,
+            flags.contains(OpFlags::INJECT),
+            flags.contains(OpFlags::FENCE),
+        )
     }
 }
 
@@ -586,23 +594,6 @@ pub(crate) fn atomic_ok(dt: Datatype, op: AtomicOp, fetch: bool, compare: bool) 
             AtomicOp::Cswap => compare,
             _ => false,
         }
-}
-
-/// Reads the one 8-byte element of an operand vector.
-///
-/// # Safety
-///
-/// The pieces are readable.
-unsafe fn element(what: &str, iov: &[IoVec]) -> Result<u64> {
-    match iov {
-        [p] if p.len == 8 => {
-            // SAFETY: the caller guarantees 8 readable bytes.
-            Ok(unsafe { std::ptr::read_unaligned(p.addr.cast::<u64>()) })
-        }
-        _ => Err(Error::inval(format!(
-            "verbs: the {what} of a verbs atomic is one 8-byte element"
-        ))),
-    }
 }
 
 impl AtomicOps for MsgEndpoint {
@@ -623,7 +614,17 @@ impl AtomicOps for MsgEndpoint {
         }
     }
 
+    #[allow(unsafe_code)]
     unsafe fn atomicmsg(&self, msg: &AtomicMsg<'_>, flags: OpFlags) -> Result<()> {
+        // SAFETY: the caller keeps the buffers valid until the completion
+        // (the trait's contract).
+        let bufs = unsafe { AtomicBufs::of(msg) };
+        self.atomic(&bufs, msg, flags)
+    }
+}
+
+impl MsgEndpoint {
+    fn atomic(&self, bufs: &AtomicBufs<'_>, msg: &AtomicMsg<'_>, flags: OpFlags) -> Result<()> {
         let d = self.data()?;
         let fetch = !msg.result.is_empty();
         let compare = !msg.compare.is_empty();
@@ -642,26 +643,19 @@ impl AtomicOps for MsgEndpoint {
         let operand = if msg.op == AtomicOp::AtomicRead {
             0
         } else {
-            // SAFETY: the caller guarantees the operand is readable.
-            unsafe { element("operand", msg.iov)? }
+            bufs.operand.read_u64("operand")?
         };
         let cmp = if compare {
-            // SAFETY: the caller guarantees the compare value is readable.
-            unsafe { element("compare value", msg.compare)? }
+            bufs.compare.read_u64("compare value")?
         } else {
             0
         };
         let result = if fetch {
-            match msg.result {
-                [p] if p.len >= 8 => (p.addr as usize, 8),
-                _ => {
-                    return Err(Error::inval(
-                        "verbs: the result of a verbs atomic is one 8-byte element",
-                    ));
-                }
-            }
+            Some(bufs.result.dst(8).ok_or_else(|| {
+                Error::inval("verbs: the result of a verbs atomic is one 8-byte element")
+            })?)
         } else {
-            (0, 0)
+            None
         };
         let rep = TxReport {
             context: msg.context,
@@ -679,31 +673,20 @@ impl AtomicOps for MsgEndpoint {
                 d.binds.cntr_write.is_some()
             },
         };
-        let swap = msg.op == AtomicOp::Cswap;
-        let fence = flags.contains(OpFlags::FENCE);
-        d.post_tx_result(rep, result, |wr, out, (stage, stage_lkey)| {
-            out[0] = ibv_sge {
-                addr: stage as u64,
-                length: 8,
-                lkey: stage_lkey,
-            };
-            wr.num_sge = 1;
-            if fence {
-                wr.send_flags |= fabric_sys::ffi::ibv_send_flags::IBV_SEND_FENCE;
-            }
-            wr.opcode = if swap {
-                ibv_wr_opcode::IBV_WR_ATOMIC_CMP_AND_SWP
-            } else {
-                ibv_wr_opcode::IBV_WR_ATOMIC_FETCH_AND_ADD
-            };
-            wr.wr.atomic.remote_addr = remote.addr;
-            wr.wr.atomic.rkey = key;
-            if swap {
-                wr.wr.atomic.compare_add = cmp;
-                wr.wr.atomic.swap = operand;
-            } else {
-                wr.wr.atomic.compare_add = operand;
-            }
+        let op = if msg.op == AtomicOp::Cswap {
+            Opcode::CmpSwap(cmp, operand)
+        } else {
+            Opcode::FetchAdd(operand)
+        };
+        let fence = if flags.contains(OpFlags::FENCE) {
+            SendFlags::FENCE
+        } else {
+            SendFlags::empty()
+        };
+        d.post_tx(rep, result, |seq, stage, idx| {
+            SendWr::new(seq, op, SgeList::one(stage.sge(idx, 8)))
+                .remote(remote.addr, key)
+                .flags(fence)
         })
     }
 }
@@ -713,7 +696,7 @@ impl CmOps for MsgEndpoint {
         lock(&self.inner.cm)
             .id
             .as_ref()
-            .and_then(CmId::local_addr)
+            .and_then(|id| id.local_addr())
             .ok_or_else(|| Error::new(ErrorKind::NotConn, "verbs: the endpoint has no address"))
     }
 
@@ -724,7 +707,7 @@ impl CmOps for MsgEndpoint {
         }
         cm.id
             .as_ref()
-            .and_then(CmId::peer_addr)
+            .and_then(|id| id.peer_addr())
             .ok_or_else(|| Error::new(ErrorKind::NotConn, "verbs: not connected"))
     }
 
@@ -758,9 +741,9 @@ impl CmOps for MsgEndpoint {
         // application reading its EQ. The outcome of the connection itself
         // is an EQ event.
         id.resolve_addr(&dst)?;
-        self.inner.wait_cm(ev::RDMA_CM_EVENT_ADDR_RESOLVED)?;
+        self.inner.wait_cm(CmEventKind::AddrResolved)?;
         id.resolve_route()?;
-        self.inner.wait_cm(ev::RDMA_CM_EVENT_ROUTE_RESOLVED)?;
+        self.inner.wait_cm(CmEventKind::RouteResolved)?;
         id.connect(&self.inner.conn_param(param))?;
         cm.state = State::Connecting;
         Ok(())
@@ -791,7 +774,7 @@ impl CmOps for MsgEndpoint {
         let mut cm = lock(&self.inner.cm);
         match cm.state {
             State::Connected | State::Accepting | State::Connecting => {
-                let r = cm.id.as_ref().map_or(Ok(()), CmId::disconnect);
+                let r = cm.id.as_ref().map_or(Ok(()), |id| id.disconnect());
                 self.inner.down(&mut cm);
                 drop(cm);
                 self.inner.push(EqEvent::Shutdown {
@@ -878,36 +861,40 @@ impl Endpoint for MsgEndpoint {
         binds.rx_cq = Some(rx_cq.clone());
         let iov = super::IOV_MAX.min(l.max_sge.max(1));
         let mut cm = lock(&inner.cm);
-        let id = cm
-            .id
-            .as_mut()
-            .ok_or_else(|| Error::new(ErrorKind::OpBadState, "verbs: the endpoint has no id"))?;
-        let mut attr = ibv_qp_init_attr {
-            send_cq: tx_cq.hw().as_ptr(),
-            recv_cq: rx_cq.hw().as_ptr(),
-            qp_type: ibv_qp_type::IBV_QPT_RC,
-            ..ibv_qp_init_attr::default()
+        let id =
+            cm.id.as_mut().and_then(Arc::get_mut).ok_or_else(|| {
+                Error::new(ErrorKind::OpBadState, "verbs: the endpoint has no id")
+            })?;
+        let mut caps = QpCaps {
+            max_send_wr: tx as u32,
+            max_recv_wr: rx as u32,
+            max_send_sge: iov as u32,
+            max_recv_sge: iov as u32,
+            max_inline_data: STAGE as u32,
         };
-        attr.cap.max_send_wr = tx as u32;
-        attr.cap.max_recv_wr = rx as u32;
-        attr.cap.max_send_sge = iov as u32;
-        attr.cap.max_recv_sge = iov as u32;
-        attr.cap.max_inline_data = STAGE as u32;
-        if id.create_qp(&inner.domain.pd, &mut attr).is_err() {
+        let pd = &inner.domain.pd;
+        if id
+            .create_rc_qp(pd, tx_cq.hw(), rx_cq.hw(), None, &mut caps)
+            .is_err()
+        {
             // Some devices take no inline data: retry without.
-            attr.cap.max_inline_data = 0;
-            id.create_qp(&inner.domain.pd, &mut attr)?;
+            caps.max_inline_data = 0;
+            id.create_rc_qp(pd, tx_cq.hw(), rx_cq.hw(), None, &mut caps)?;
         }
         let sizes = QpSizes {
-            tx: tx.min(attr.cap.max_send_wr as usize).max(1),
-            rx: rx.min(attr.cap.max_recv_wr as usize).max(1),
-            max_inline: attr.cap.max_inline_data as usize,
+            tx: tx.min(caps.max_send_wr as usize).max(1),
+            rx: rx.min(caps.max_recv_wr as usize).max(1),
+            max_inline: caps.max_inline_data as usize,
             iov_limit: iov
-                .min(attr.cap.max_send_sge as usize)
-                .min(attr.cap.max_recv_sge as usize),
+                .min(caps.max_send_sge as usize)
+                .min(caps.max_recv_sge as usize),
             max_msg: l.max_msg_size,
         };
-        let data = QpData::new(&inner.domain, id.qp(), sizes, binds, tx_cq, rx_cq)?;
+        let id = cm
+            .id
+            .clone()
+            .ok_or_else(|| Error::new(ErrorKind::OpBadState, "verbs: the endpoint has no id"))?;
+        let data = QpData::new(&inner.domain, id, sizes, binds, tx_cq, rx_cq)?;
         drop(cm);
         if let Err(data) = inner.data.set(data) {
             data.detach();

@@ -12,10 +12,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use fabric_core::kit::objects::{Eq, EqCore, Progress};
 use fabric_core::objects::{EqEvent, EventQueue, PassiveEndpoint};
 use fabric_core::{Address, Error, ErrorKind, Handle, Info, Result};
-use fabric_sys::ffi::rdma_cm_event_type as ev;
 
 use super::{lock, next_fid};
-use crate::raw::cm::{CmId, EventChannel};
+use crate::raw::cm::{CmEventKind, CmId, EventChannel};
 
 /// A parked connection request.
 struct Parked {
@@ -91,11 +90,11 @@ impl VerbsPassiveEndpoint {
 }
 
 impl PepInner {
-    fn request(&self, e: crate::raw::cm::CmEvent) {
-        // SAFETY: the event is a connect request: its id is new and owned
-        // by no one else; its events arrive on this channel until an
-        // endpoint migrates it.
-        let id = unsafe { CmId::from_request(e.id, &self.channel) };
+    fn request(&self, mut e: crate::raw::cm::CmEvent) {
+        // Its events arrive on this channel until an endpoint migrates it.
+        let Some(id) = e.take_request(&self.channel) else {
+            return;
+        };
         let mut info = self.info.clone();
         info.src_addr = id.local_addr().or(info.src_addr);
         info.dest_addr = id.peer_addr();
@@ -122,7 +121,7 @@ impl Progress for PepInner {
     fn progress(&self) -> Result<()> {
         while let Some(e) = self.channel.next()? {
             match e.kind {
-                ev::RDMA_CM_EVENT_CONNECT_REQUEST => self.request(e),
+                CmEventKind::ConnectRequest => self.request(e),
                 _ => tracing::debug!(
                     event = %e.name(),
                     "verbs: passive endpoint ignores an rdma_cm event (a request that went away)"

@@ -12,7 +12,75 @@ use fabric_sys::ffi::{
 use fabric_sys::inline;
 
 use super::device::{Context, Pd};
+use super::verbs::{HwCq, Srq};
+use super::wr::{RecvWr, SendWr};
 use super::{Ptr, last_err, lib};
+
+/// The kind of an rdma_cm event (`RDMA_CM_EVENT_*`), as far as the
+/// provider tells them apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CmEventKind {
+    /// `ADDR_RESOLVED`.
+    AddrResolved,
+    /// `ADDR_ERROR`.
+    AddrError,
+    /// `ROUTE_RESOLVED`.
+    RouteResolved,
+    /// `ROUTE_ERROR`.
+    RouteError,
+    /// `CONNECT_REQUEST`: a new id, to take ([`CmEvent::take_request`]).
+    ConnectRequest,
+    /// `CONNECT_ERROR`.
+    ConnectError,
+    /// `UNREACHABLE`.
+    Unreachable,
+    /// `REJECTED`.
+    Rejected,
+    /// `ESTABLISHED`.
+    Established,
+    /// `DISCONNECTED`.
+    Disconnected,
+    /// `DEVICE_REMOVAL`.
+    DeviceRemoval,
+    /// Another event.
+    Other(u32),
+}
+
+impl CmEventKind {
+    fn of(raw: u32) -> CmEventKind {
+        use rdma_cm_event_type as ev;
+        match raw {
+            ev::RDMA_CM_EVENT_ADDR_RESOLVED => CmEventKind::AddrResolved,
+            ev::RDMA_CM_EVENT_ADDR_ERROR => CmEventKind::AddrError,
+            ev::RDMA_CM_EVENT_ROUTE_RESOLVED => CmEventKind::RouteResolved,
+            ev::RDMA_CM_EVENT_ROUTE_ERROR => CmEventKind::RouteError,
+            ev::RDMA_CM_EVENT_CONNECT_REQUEST => CmEventKind::ConnectRequest,
+            ev::RDMA_CM_EVENT_CONNECT_ERROR => CmEventKind::ConnectError,
+            ev::RDMA_CM_EVENT_UNREACHABLE => CmEventKind::Unreachable,
+            ev::RDMA_CM_EVENT_REJECTED => CmEventKind::Rejected,
+            ev::RDMA_CM_EVENT_ESTABLISHED => CmEventKind::Established,
+            ev::RDMA_CM_EVENT_DISCONNECTED => CmEventKind::Disconnected,
+            ev::RDMA_CM_EVENT_DEVICE_REMOVAL => CmEventKind::DeviceRemoval,
+            other => CmEventKind::Other(other),
+        }
+    }
+}
+
+/// The sizes of a queue pair: asked for at creation, and what the device
+/// gave (written back).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct QpCaps {
+    /// Send queue depth.
+    pub max_send_wr: u32,
+    /// Receive queue depth (unused with a shared receive queue).
+    pub max_recv_wr: u32,
+    /// Scatter entries per send.
+    pub max_send_sge: u32,
+    /// Scatter entries per receive.
+    pub max_recv_sge: u32,
+    /// Bytes a send may carry inline.
+    pub max_inline_data: u32,
+}
 
 /// Private data a connect, accept or reject carries on RC in the TCP port
 /// space (the IB CM's 92 bytes less rdma_cm's own 36-byte header). The CM
@@ -65,27 +133,53 @@ pub(crate) struct EventChannel {
 /// One connection-management event, copied out and acknowledged.
 #[derive(Debug)]
 pub(crate) struct CmEvent {
+    /// What happened.
+    pub kind: CmEventKind,
     /// `RDMA_CM_EVENT_*`.
-    pub kind: u32,
+    raw_kind: u32,
     /// The event's status (an errno or a reject reason).
     pub status: i32,
-    /// The id the event is about (for a connect request: the new id, now
-    /// owned by whoever takes it).
-    pub id: Ptr<rdma_cm_id>,
+    /// The id the event is about (for a connect request: the new id, owned
+    /// by whoever takes it).
+    id: Ptr<rdma_cm_id>,
+    /// Whether the new id of a connect request was taken.
+    taken: bool,
     /// The private data the peer sent (connect request, accept, reject).
     pub data: Vec<u8>,
 }
 
 impl CmEvent {
+    /// The identity of the id the event is about (compare with
+    /// [`CmId::key`]).
+    pub(crate) fn id_key(&self) -> usize {
+        self.id.0 as usize
+    }
+
+    /// Takes the new id of a connect request (once; `None` for other
+    /// events). Its events arrive on `channel` (the one this event came
+    /// from) until it migrates.
+    pub(crate) fn take_request(&mut self, channel: &Arc<EventChannel>) -> Option<CmId> {
+        if self.kind != CmEventKind::ConnectRequest || self.taken {
+            return None;
+        }
+        self.taken = true;
+        Some(CmId {
+            ptr: self.id,
+            has_qp: false,
+            channel: channel.clone(),
+            _pd: None,
+        })
+    }
+
     /// The event's name (`rdma_event_str`).
     pub(crate) fn name(&self) -> String {
         let Ok(lib) = lib() else {
-            return format!("event {}", self.kind);
+            return format!("event {}", self.raw_kind);
         };
         // SAFETY: returns a static string for any value.
-        let p = unsafe { lib.rdma_event_str(self.kind) };
+        let p = unsafe { lib.rdma_event_str(self.raw_kind) };
         if p.is_null() {
-            return format!("event {}", self.kind);
+            return format!("event {}", self.raw_kind);
         }
         // SAFETY: a NUL-terminated static string.
         unsafe { std::ffi::CStr::from_ptr(p) }
@@ -163,9 +257,11 @@ impl EventChannel {
                 _ => Vec::new(),
             };
             CmEvent {
-                kind: e.event,
+                kind: CmEventKind::of(e.event),
+                raw_kind: e.event,
                 status: e.status,
                 id: Ptr(e.id),
+                taken: false,
                 data,
             }
         };
@@ -299,24 +395,10 @@ impl CmId {
         })
     }
 
-    /// Takes ownership of the id of a connect request that arrived on
-    /// `channel`.
-    ///
-    /// # Safety
-    ///
-    /// `id` is the new id of a connect request event, owned by no one else.
-    pub(crate) unsafe fn from_request(id: Ptr<rdma_cm_id>, channel: &Arc<EventChannel>) -> CmId {
-        CmId {
-            ptr: id,
-            has_qp: false,
-            channel: channel.clone(),
-            _pd: None,
-        }
-    }
-
-    /// The raw pointer.
-    pub(crate) fn as_ptr(&self) -> *mut rdma_cm_id {
-        self.ptr.0
+    /// The identity of the id (what [`CmEvent::id_key`] returns for its
+    /// events).
+    pub(crate) fn key(&self) -> usize {
+        self.ptr.0 as usize
     }
 
     /// Moves the id's events to another channel.
@@ -385,15 +467,42 @@ impl CmId {
     }
 
     /// Creates the RC QP of this id on `pd` (the id must be bound to the
-    /// PD's device).
-    pub(crate) fn create_qp(&mut self, pd: &Arc<Pd>, attr: &mut ibv_qp_init_attr) -> Result<()> {
+    /// PD's device) with completions on `send_cq` / `recv_cq` and receives
+    /// from `srq` if given; `caps` is what to ask, and becomes what the
+    /// device gave. The CQs and the SRQ must outlive the QP (their owner
+    /// destroys the QP first).
+    pub(crate) fn create_rc_qp(
+        &mut self,
+        pd: &Arc<Pd>,
+        send_cq: &HwCq,
+        recv_cq: &HwCq,
+        srq: Option<&Srq>,
+        caps: &mut QpCaps,
+    ) -> Result<()> {
         let lib = lib()?;
-        // SAFETY: live id and PD; the attributes name live CQs (held by the
-        // caller for the QP's lifetime).
-        let rc = unsafe { lib.rdma_create_qp(self.ptr.0, pd.as_ptr(), attr) };
+        let mut attr = ibv_qp_init_attr {
+            send_cq: send_cq.as_ptr(),
+            recv_cq: recv_cq.as_ptr(),
+            srq: srq.map_or(std::ptr::null_mut(), Srq::as_ptr),
+            qp_type: fabric_sys::ffi::ibv_qp_type::IBV_QPT_RC,
+            ..ibv_qp_init_attr::default()
+        };
+        attr.cap.max_send_wr = caps.max_send_wr;
+        attr.cap.max_recv_wr = caps.max_recv_wr;
+        attr.cap.max_send_sge = caps.max_send_sge;
+        attr.cap.max_recv_sge = caps.max_recv_sge;
+        attr.cap.max_inline_data = caps.max_inline_data;
+        // SAFETY: live id and PD; the attributes name live CQs (and SRQ),
+        // which the caller keeps for the QP's lifetime.
+        let rc = unsafe { lib.rdma_create_qp(self.ptr.0, pd.as_ptr(), &mut attr) };
         check(rc, "rdma_create_qp")?;
         self.has_qp = true;
         self._pd = Some(pd.clone());
+        caps.max_send_wr = attr.cap.max_send_wr;
+        caps.max_recv_wr = attr.cap.max_recv_wr;
+        caps.max_send_sge = attr.cap.max_send_sge;
+        caps.max_recv_sge = attr.cap.max_recv_sge;
+        caps.max_inline_data = attr.cap.max_inline_data;
         Ok(())
     }
 
@@ -409,15 +518,46 @@ impl CmId {
         self._pd = None;
     }
 
-    /// Whether the id has a QP.
-    pub(crate) fn has_qp(&self) -> bool {
-        self.has_qp
-    }
-
-    /// The QP, once created.
-    pub(crate) fn qp(&self) -> *mut ibv_qp {
+    /// The QP, once created (null before).
+    fn qp(&self) -> *mut ibv_qp {
         // SAFETY: live id.
         unsafe { (*self.ptr.0).qp }
+    }
+
+    /// The QP's number, once it has one.
+    pub(crate) fn qp_num(&self) -> Option<u32> {
+        let qp = self.qp();
+        // SAFETY: a QP of this id is live until `destroy_qp` / drop.
+        (self.has_qp && !qp.is_null()).then(|| unsafe { (*qp).qp_num })
+    }
+
+    /// Posts a send on the id's QP. `Err(errno)` as the driver returns
+    /// it (`ENOTCONN` without a QP).
+    #[inline]
+    pub(crate) fn post_send<const N: usize>(
+        &self,
+        wr: &mut SendWr<'_, N>,
+    ) -> std::result::Result<(), i32> {
+        let qp = self.qp();
+        if !self.has_qp || qp.is_null() {
+            return Err(libc::ENOTCONN);
+        }
+        // SAFETY: the QP lives while the id has it (`has_qp`).
+        unsafe { super::verbs::post_send(qp, wr) }
+    }
+
+    /// Posts a receive on the id's QP, as [`post_send`](CmId::post_send).
+    #[inline]
+    pub(crate) fn post_recv<const N: usize>(
+        &self,
+        wr: &mut RecvWr<N>,
+    ) -> std::result::Result<(), i32> {
+        let qp = self.qp();
+        if !self.has_qp || qp.is_null() {
+            return Err(libc::ENOTCONN);
+        }
+        // SAFETY: the QP lives while the id has it (`has_qp`).
+        unsafe { super::verbs::post_recv(qp, wr) }
     }
 
     /// Starts connecting (`ESTABLISHED`, `REJECTED`, `UNREACHABLE`, ...).

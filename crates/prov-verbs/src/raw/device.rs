@@ -20,6 +20,18 @@ pub(crate) struct PortInfo {
     pub attr: ibv_port_attr,
 }
 
+impl PortInfo {
+    /// Whether the port is active (`IBV_PORT_ACTIVE`).
+    pub(crate) fn active(&self) -> bool {
+        self.attr.state == fabric_sys::ffi::ibv_port_state::IBV_PORT_ACTIVE
+    }
+}
+
+/// Whether a device does atomics (`atomic_cap` other than none).
+pub(crate) fn has_atomics(dev: &ibv_device_attr) -> bool {
+    dev.atomic_cap != fabric_sys::ffi::ibv_atomic_cap::IBV_ATOMIC_NONE
+}
+
 impl Context {
     /// The raw pointer.
     pub(crate) fn as_ptr(&self) -> *mut ibv_context {

@@ -1,18 +1,31 @@
-//! RAII wrappers over the rdma-core objects the provider uses: device
-//! contexts and protection domains (`device`), memory regions, completion
-//! channels, completion queues and queue pairs (`verbs`), and rdma_cm
-//! event channels and ids (`cm`).
+//! The provider's unsafe gateway: RAII wrappers over the rdma-core objects
+//! it uses: device contexts and protection domains (`device`), memory
+//! regions, registered buffer pools, completion channels, completion
+//! queues and queue pairs (`verbs`), rdma_cm event channels and ids
+//! (`cm`), node / service resolution (`addrinfo`); typed work requests
+//! and work completions (`wr`); and callers' buffers, vouched for once by
+//! the zero-copy operations (`mem`).
 //!
-//! This is the only module of the provider that calls into
-//! [`fabric_sys`]; everything above it works with these types. Each type
-//! owns one object and releases it when dropped; the objects an object
-//! depends on (the PD of a MR, the CQs of a QP) are kept alive by the
-//! types that hold them (`Arc`s in the layers above).
+//! This is the only module of the provider that imports [`fabric_sys`] or
+//! holds `unsafe` code (the crate root denies it elsewhere; the `unsafe`
+//! trait methods of the object traits, whose contract is the caller's
+//! promise about its buffers, only hand their buffers to [`mem`]).
+//! Everything above works with these types. Each type owns one object and
+//! releases it when dropped; the objects an object depends on (the PD of a
+//! MR, the CQs of a QP) are kept alive by the types that hold them (`Arc`s
+//! in the layers above). Posting goes through the owner of the queue pair
+//! ([`cm::CmId`], [`verbs::UdQp`], [`verbs::Srq`]), so a request cannot
+//! reach a destroyed queue pair.
 
 pub(crate) mod addrinfo;
 pub(crate) mod cm;
 pub(crate) mod device;
+pub(crate) mod mem;
 pub(crate) mod verbs;
+pub(crate) mod wr;
+
+/// The Q_Key of rdma_cm's UDP port space (`RDMA_UDP_QKEY`).
+pub(crate) const UDP_QKEY: u32 = fabric_sys::ffi::RDMA_UDP_QKEY;
 
 use fabric_core::{Error, ErrorKind, Result};
 use fabric_sys::ffi::RdmaCore;

@@ -6,11 +6,29 @@ use std::os::fd::BorrowedFd;
 use std::sync::Arc;
 
 use fabric_core::Result;
-use fabric_sys::ffi::{ibv_comp_channel, ibv_cq, ibv_mr, ibv_qp, ibv_wc};
+use fabric_core::kit::rx::Pieces;
+use fabric_sys::ffi::{ibv_access_flags as acc, ibv_comp_channel, ibv_cq, ibv_mr, ibv_qp, ibv_wc};
 use fabric_sys::inline;
 
 use super::device::{Context, Pd};
+use super::mem::UserIov;
+use super::wr::{RecvWr, SendWr, Sge, Wc};
 use super::{Ptr, from_errno, last_err, lib};
+
+bitflags::bitflags! {
+    /// Access rights of a memory registration.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub(crate) struct Access: u32 {
+        /// The device may write it locally (receives, read results).
+        const LOCAL_WRITE = acc::IBV_ACCESS_LOCAL_WRITE;
+        /// Peers may read it.
+        const REMOTE_READ = acc::IBV_ACCESS_REMOTE_READ;
+        /// Peers may write it.
+        const REMOTE_WRITE = acc::IBV_ACCESS_REMOTE_WRITE;
+        /// Peers may run atomics on it.
+        const REMOTE_ATOMIC = acc::IBV_ACCESS_REMOTE_ATOMIC;
+    }
+}
 
 /// A registered memory region; dropping it deregisters it.
 #[derive(Debug)]
@@ -30,12 +48,12 @@ impl Mr {
         pd: &Arc<Pd>,
         addr: *mut u8,
         len: usize,
-        access: u32,
+        access: Access,
     ) -> Result<Mr> {
         let lib = lib()?;
         // SAFETY: live PD; the caller keeps the memory alive. ibv_reg_mr
         // pins the pages and never dereferences them itself.
-        let p = unsafe { lib.ibv_reg_mr(pd.as_ptr(), addr.cast(), len, access as i32) };
+        let p = unsafe { lib.ibv_reg_mr(pd.as_ptr(), addr.cast(), len, access.bits() as i32) };
         if p.is_null() {
             return Err(last_err("ibv_reg_mr"));
         }
@@ -43,6 +61,42 @@ impl Mr {
             ptr: Ptr(p),
             _pd: pd.clone(),
         })
+    }
+
+    /// Registers the first `len` bytes of a caller's one-piece buffer for
+    /// the operation that vouched for it; the registration must be dropped
+    /// by the operation's completion (the op keeps it until then).
+    pub(crate) fn register_user(
+        pd: &Arc<Pd>,
+        user: &UserIov<'_>,
+        len: usize,
+        access: Access,
+    ) -> Result<Mr> {
+        let [p] = user.pieces() else {
+            return Err(fabric_core::Error::inval(
+                "verbs: only a one-piece buffer is registered for an operation",
+            ));
+        };
+        // SAFETY: the buffer is vouched valid until the operation
+        // completes, and the registration is dropped by then.
+        unsafe { Mr::register(pd, p.addr, len.min(p.len), access) }
+    }
+
+    /// Registers the first `len` bytes of the first piece of a posted
+    /// receive (its start and the registration), for an RDMA read into it
+    /// that completes (or is dropped) before the receive does.
+    pub(crate) fn register_recv<const N: usize>(
+        pd: &Arc<Pd>,
+        buf: &Pieces<N>,
+        len: usize,
+    ) -> Result<(u64, Mr)> {
+        let Some(p) = buf.pieces().first() else {
+            return Err(fabric_core::Error::inval("verbs: an empty receive"));
+        };
+        // SAFETY: the receive's buffer is vouched valid until its
+        // completion (see `mem`), which comes after the read.
+        let mr = unsafe { Mr::register(pd, p.addr, len.min(p.len), Access::LOCAL_WRITE) }?;
+        Ok((p.addr as u64, mr))
     }
 
     /// The local key.
@@ -123,7 +177,7 @@ impl HwCq {
     /// Polls up to `out.len()` completions into `out` (left uninitialised
     /// by the caller: nothing zeroes it per call); the polled ones.
     #[inline]
-    pub(crate) fn poll<'a>(&self, out: &'a mut [MaybeUninit<ibv_wc>]) -> Result<&'a [ibv_wc]> {
+    pub(crate) fn poll<'a>(&self, out: &'a mut [MaybeUninit<Wc>]) -> Result<&'a [Wc]> {
         let n = i32::try_from(out.len()).unwrap_or(i32::MAX);
         // SAFETY: live CQ; `out` has `n` writable entries (the driver only
         // writes them).
@@ -132,8 +186,9 @@ impl HwCq {
             return Err(from_errno(-rc, "ibv_poll_cq"));
         }
         let n = (rc as usize).min(out.len());
-        // SAFETY: the driver initialised the first `n` entries.
-        Ok(unsafe { std::slice::from_raw_parts(out.as_ptr().cast::<ibv_wc>(), n) })
+        // SAFETY: the driver initialised the first `n` entries; `Wc` is a
+        // transparent `ibv_wc`.
+        Ok(unsafe { std::slice::from_raw_parts(out.as_ptr().cast::<Wc>(), n) })
     }
 
     /// Asks for an event on the channel at the next completion.
@@ -191,36 +246,39 @@ impl Drop for HwCq {
     }
 }
 
-/// Posts one send work request.
+/// Posts one send work request on `qp`.
 ///
 /// # Safety
 ///
-/// `qp` is live; the request's scatter list is valid for the call, and the
-/// memory it names (unless inline) stays valid until its completion.
+/// `qp` is live. (The memory the request names is the module docs' of
+/// `wr`.)
 #[inline]
-pub(crate) unsafe fn post_send(
+pub(super) unsafe fn post_send<const N: usize>(
     qp: *mut ibv_qp,
-    wr: &mut fabric_sys::ffi::ibv_send_wr,
+    wr: &mut SendWr<'_, N>,
 ) -> std::result::Result<(), i32> {
     let mut bad = std::ptr::null_mut();
-    // SAFETY: forwarded under the caller's guarantees.
-    let rc = unsafe { inline::ibv_post_send(qp, wr, &mut bad) };
+    // SAFETY: live QP (the caller); the request and its scatter list live
+    // on the stack across the call; inline data is vouched memory.
+    let rc = unsafe { inline::ibv_post_send(qp, wr.raw(), &mut bad) };
     if rc == 0 { Ok(()) } else { Err(rc) }
 }
 
-/// Posts one receive work request.
+/// Posts one receive work request on `qp`.
 ///
 /// # Safety
 ///
 /// As [`post_send`].
 #[inline]
-pub(crate) unsafe fn post_recv(
+pub(super) unsafe fn post_recv<const N: usize>(
     qp: *mut ibv_qp,
-    wr: &mut fabric_sys::ffi::ibv_recv_wr,
+    wr: &mut RecvWr<N>,
 ) -> std::result::Result<(), i32> {
     let mut bad = std::ptr::null_mut();
-    // SAFETY: forwarded under the caller's guarantees.
-    let rc = unsafe { inline::ibv_post_recv(qp, wr, &mut bad) };
+    let mut raw = wr.raw();
+    // SAFETY: live QP (the caller); the request's scatter list lives in
+    // `wr` across the call.
+    let rc = unsafe { inline::ibv_post_recv(qp, &mut raw, &mut bad) };
     if rc == 0 { Ok(()) } else { Err(rc) }
 }
 
@@ -267,32 +325,19 @@ impl Srq {
     }
 
     /// The raw pointer.
-    pub(crate) fn as_ptr(&self) -> *mut fabric_sys::ffi::ibv_srq {
+    pub(super) fn as_ptr(&self) -> *mut fabric_sys::ffi::ibv_srq {
         self.ptr.0
     }
 
-    /// Posts one receive of registered memory.
-    ///
-    /// # Safety
-    ///
-    /// The memory stays valid until the receive completes (or the SRQ is
-    /// destroyed).
-    pub(crate) unsafe fn post(&self, wr_id: u64, addr: *mut u8, len: u32, lkey: u32) -> Result<()> {
-        let mut sge = fabric_sys::ffi::ibv_sge {
-            addr: addr as u64,
-            length: len,
-            lkey,
-        };
-        let mut wr = fabric_sys::ffi::ibv_recv_wr {
-            wr_id,
-            next: std::ptr::null_mut(),
-            sg_list: &mut sge,
-            num_sge: 1,
-        };
+    /// Posts buffer `i` of `pool` (registered memory, whole) as receive
+    /// `wr_id`.
+    pub(crate) fn post(&self, wr_id: u64, pool: &Pool, i: usize) -> Result<()> {
+        let mut wr = RecvWr::<1>::new(wr_id, super::wr::SgeList::one(pool.sge(i, pool.buf_len())));
+        let mut raw = wr.raw();
         let mut bad = std::ptr::null_mut();
-        // SAFETY: live SRQ; the scatter entry names registered memory the
-        // caller keeps valid.
-        let rc = unsafe { inline::ibv_post_srq_recv(self.ptr.0, &mut wr, &mut bad) };
+        // SAFETY: live SRQ; the scatter entry names a pool buffer (checked
+        // by the device against the pool's key).
+        let rc = unsafe { inline::ibv_post_srq_recv(self.ptr.0, &mut raw, &mut bad) };
         if rc != 0 {
             return Err(from_errno(rc, "ibv_post_srq_recv"));
         }
@@ -340,14 +385,7 @@ impl Pool {
         // SAFETY: the Vec's buffer is never moved or freed before the
         // registration is dropped (field order) and is only accessed
         // through `base`.
-        let mr = unsafe {
-            Mr::register(
-                pd,
-                base,
-                mem.len(),
-                fabric_sys::ffi::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE,
-            )?
-        };
+        let mr = unsafe { Mr::register(pd, base, mem.len(), Access::LOCAL_WRITE)? };
         Ok(Pool {
             mr,
             base: Ptr(base),
@@ -357,12 +395,63 @@ impl Pool {
         })
     }
 
-    /// Buffer `i` (below the count).
-    pub(crate) fn buf(&self, i: usize) -> *mut u8 {
+    /// Buffer `i` (below the count; else the last).
+    fn buf(&self, i: usize) -> *mut u8 {
         debug_assert!(i < self.count);
+        let i = i.min(self.count - 1);
         // SAFETY: `i` is below the count, so the buffer is inside the
         // allocation.
         unsafe { self.base.0.add(i * self.size) }
+    }
+
+    /// The scatter entry of the first `len` bytes of buffer `i` (clamped
+    /// to the buffer).
+    #[inline]
+    pub(crate) fn sge(&self, i: usize, len: usize) -> Sge {
+        Sge::new(
+            self.buf(i) as u64,
+            len.min(self.size) as u32,
+            self.mr.lkey(),
+        )
+    }
+
+    /// Bytes `off..off + len` of buffer `i` (clamped to the buffer).
+    ///
+    /// The buffers are plain bytes the device writes by DMA: the provider
+    /// reads a buffer between its completion and its reposting (when the
+    /// device does not write it), and a read racing a write could only see
+    /// stale bytes, never an invalid value.
+    #[inline]
+    pub(crate) fn read(&self, i: usize, off: usize, len: usize) -> &[u8] {
+        let off = off.min(self.size);
+        let len = len.min(self.size - off);
+        // SAFETY: inside buffer `i` of the allocation, which lives as long
+        // as `self`; bytes have no invalid values (see above).
+        unsafe { std::slice::from_raw_parts(self.buf(i).add(off), len) }
+    }
+
+    /// Copies `data` into buffer `i` from byte `off` (what does not fit is
+    /// dropped); the bytes written. The provider writes a buffer only
+    /// while it owns it (not posted, not being sent).
+    #[inline]
+    pub(crate) fn write(&self, i: usize, off: usize, data: &[u8]) -> usize {
+        let off = off.min(self.size);
+        let n = data.len().min(self.size - off);
+        // SAFETY: inside buffer `i`; the destination is raw memory nobody
+        // holds a reference to (reads copy out, see `read`).
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.buf(i).add(off), n) };
+        n
+    }
+
+    /// Copies a caller's buffers into buffer `i` from byte `off`; the
+    /// bytes written.
+    #[inline]
+    pub(crate) fn gather(&self, i: usize, mut off: usize, user: &UserIov<'_>) -> usize {
+        let start = off;
+        for s in user.slices() {
+            off += self.write(i, off, s);
+        }
+        off - start
     }
 
     /// Bytes of each buffer.
@@ -374,11 +463,6 @@ impl Pool {
     pub(crate) fn count(&self) -> usize {
         self.count
     }
-
-    /// The local key.
-    pub(crate) fn lkey(&self) -> u32 {
-        self.mr.lkey()
-    }
 }
 
 /// An address handle (a UD destination); dropping it destroys it.
@@ -389,11 +473,27 @@ pub(crate) struct Ah {
 }
 
 impl Ah {
-    /// An address handle for `attr`.
-    pub(crate) fn new(pd: &Arc<Pd>, attr: &mut fabric_sys::ffi::ibv_ah_attr) -> Result<Ah> {
+    /// An address handle to `gid` (global routing, hop limit 64) and
+    /// `lid` through `port`, from source GID index `sgid_index`.
+    pub(crate) fn new(
+        pd: &Arc<Pd>,
+        port: u8,
+        lid: u16,
+        gid: [u8; 16],
+        sgid_index: u8,
+    ) -> Result<Ah> {
         let lib = lib()?;
+        let mut attr = fabric_sys::ffi::ibv_ah_attr {
+            dlid: lid,
+            is_global: 1,
+            port_num: port,
+            ..fabric_sys::ffi::ibv_ah_attr::default()
+        };
+        attr.grh.dgid.raw = gid;
+        attr.grh.sgid_index = sgid_index;
+        attr.grh.hop_limit = 64;
         // SAFETY: live PD; valid attributes.
-        let p = unsafe { lib.ibv_create_ah(pd.as_ptr(), attr) };
+        let p = unsafe { lib.ibv_create_ah(pd.as_ptr(), &mut attr) };
         if p.is_null() {
             return Err(last_err("ibv_create_ah"));
         }
@@ -404,7 +504,7 @@ impl Ah {
     }
 
     /// The raw pointer.
-    pub(crate) fn as_ptr(&self) -> *mut fabric_sys::ffi::ibv_ah {
+    pub(super) fn as_ptr(&self) -> *mut fabric_sys::ffi::ibv_ah {
         self.ptr.0
     }
 }
@@ -497,9 +597,25 @@ impl UdQp {
         Ok((qp, qpn))
     }
 
-    /// The raw pointer.
-    pub(crate) fn as_ptr(&self) -> *mut ibv_qp {
-        self.ptr.0
+    /// Posts a send (a UD request names its address handle, borrowed until
+    /// posted). `Err(errno)` as the driver returns it.
+    #[inline]
+    pub(crate) fn post_send<const N: usize>(
+        &self,
+        wr: &mut SendWr<'_, N>,
+    ) -> std::result::Result<(), i32> {
+        // SAFETY: the QP lives as long as `self`.
+        unsafe { post_send(self.ptr.0, wr) }
+    }
+
+    /// Posts a receive.
+    #[inline]
+    pub(crate) fn post_recv<const N: usize>(
+        &self,
+        wr: &mut RecvWr<N>,
+    ) -> std::result::Result<(), i32> {
+        // SAFETY: the QP lives as long as `self`.
+        unsafe { post_recv(self.ptr.0, wr) }
     }
 }
 
@@ -513,5 +629,55 @@ impl Drop for UdQp {
                 tracing::warn!(errno = rc, "verbs: ibv_destroy_qp failed");
             }
         }
+    }
+}
+
+/// Memory this provider owns, registered: the registration is declared
+/// first so that it is dropped before the memory is freed.
+pub(crate) struct RegVec {
+    mr: Mr,
+    mem: Vec<u8>,
+}
+
+impl std::fmt::Debug for RegVec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegVec")
+            .field("len", &self.mem.len())
+            .finish()
+    }
+}
+
+impl RegVec {
+    /// Registers `mem` with `access`.
+    pub(crate) fn new(pd: &Arc<Pd>, mut mem: Vec<u8>, access: Access) -> Result<RegVec> {
+        let len = mem.len().max(1);
+        if mem.is_empty() {
+            mem.push(0);
+        }
+        // SAFETY: the vector's buffer is neither moved nor freed before the
+        // registration is dropped (field order; the vector is never
+        // resized), and is read only through `bytes`.
+        let mr = unsafe { Mr::register(pd, mem.as_mut_ptr(), len, access)? };
+        Ok(RegVec { mr, mem })
+    }
+
+    /// The address of its first byte.
+    pub(crate) fn addr(&self) -> u64 {
+        self.mem.as_ptr() as u64
+    }
+
+    /// The scatter entry of the whole buffer.
+    pub(crate) fn sge(&self) -> Sge {
+        Sge::new(self.addr(), self.mem.len() as u32, self.mr.lkey())
+    }
+
+    /// The remote key.
+    pub(crate) fn rkey(&self) -> u32 {
+        self.mr.rkey()
+    }
+
+    /// Its bytes (as the device left them, once its operation completed).
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.mem
     }
 }

@@ -26,12 +26,10 @@ impl RdmEndpoint {
                 ),
             ));
         }
-        let iov = [IoVec {
-            addr: buf.as_ptr().cast_mut(),
-            len: buf.len(),
-        }];
+        let mut one = NO_IOV;
+        let user = UserIov::of_slice(buf, &mut one);
         let msg = Msg {
-            iov: &iov,
+            iov: user.pieces(),
             desc: &[],
             addr: dest,
             tag: tag.unwrap_or(0),
@@ -44,8 +42,8 @@ impl RdmEndpoint {
         } else {
             OpFlags::empty()
         };
-        // SAFETY: eager data is copied before the call returns.
-        unsafe { e.send(&msg, flags, tag.is_some(), false) }
+        // Eager data is copied before the call returns.
+        e.send(&msg, &user, flags, tag.is_some(), false)
     }
 }
 
@@ -54,17 +52,22 @@ impl MsgOps for RdmEndpoint {
         self.inject_any(buf, dest, None, data)
     }
 
+    #[allow(unsafe_code)]
     unsafe fn sendmsg(&self, msg: &Msg<'_>, flags: OpFlags) -> Result<()> {
         let (e, b) = self.engine()?;
-        // SAFETY: forwarded under the caller's guarantees.
-        unsafe { e.send(msg, flags, false, Self::report(b, flags)) }
+        // SAFETY: the caller keeps the buffers valid until the completion
+        // (the trait's contract).
+        let user = unsafe { UserIov::new(msg.iov) };
+        e.send(msg, &user, flags, false, Self::report(b, flags))
     }
 
+    #[allow(unsafe_code)]
     unsafe fn recvmsg(&self, msg: &Msg<'_>, flags: OpFlags) -> Result<()> {
         let (e, b) = self.engine()?;
-        // The buffer is the caller's until the completion (the contract
-        // of this unsafe call); the engine writes it no later.
-        e.recv(b, msg, flags, false)
+        // SAFETY: the buffer is the caller's until the completion (the
+        // trait's contract); the engine writes it no later.
+        let msg = unsafe { UserMsg::new(msg) };
+        e.recv(b, &msg, flags, false)
     }
 }
 
@@ -73,17 +76,22 @@ impl TaggedOps for RdmEndpoint {
         self.inject_any(buf, dest, Some(tag), data)
     }
 
+    #[allow(unsafe_code)]
     unsafe fn tsendmsg(&self, msg: &Msg<'_>, flags: OpFlags) -> Result<()> {
         let (e, b) = self.engine()?;
-        // SAFETY: forwarded under the caller's guarantees.
-        unsafe { e.send(msg, flags, true, Self::report(b, flags)) }
+        // SAFETY: the caller keeps the buffers valid until the completion
+        // (the trait's contract).
+        let user = unsafe { UserIov::new(msg.iov) };
+        e.send(msg, &user, flags, true, Self::report(b, flags))
     }
 
+    #[allow(unsafe_code)]
     unsafe fn trecvmsg(&self, msg: &Msg<'_>, flags: OpFlags) -> Result<()> {
         let (e, b) = self.engine()?;
-        // The buffer is the caller's until the completion (the contract
-        // of this unsafe call); the engine writes it no later.
-        e.recv(b, msg, flags, true)
+        // SAFETY: the buffer is the caller's until the completion (the
+        // trait's contract); the engine writes it no later.
+        let msg = unsafe { UserMsg::new(msg) };
+        e.recv(b, &msg, flags, true)
     }
 }
 
@@ -110,13 +118,11 @@ impl RmaOps for RdmEndpoint {
                 "verbs: inject_write exceeds the inject size",
             ));
         }
-        let iov = [IoVec {
-            addr: buf.as_ptr().cast_mut(),
-            len: buf.len(),
-        }];
+        let mut one = NO_IOV;
+        let user = UserIov::of_slice(buf, &mut one);
         let rma = [remote];
         let msg = RmaMsg {
-            iov: &iov,
+            iov: user.pieces(),
             desc: &[],
             addr: dest,
             rma_iov: &rma,
@@ -128,31 +134,36 @@ impl RmaOps for RdmEndpoint {
         } else {
             OpFlags::empty()
         };
-        // SAFETY: data up to the inject size is staged (copied) before the
-        // call returns.
-        unsafe { self.rma(&msg, flags, true, false) }
+        // Data up to the inject size is staged (copied) before the call
+        // returns.
+        self.rma(&msg, &user, flags, true, false)
     }
 
+    #[allow(unsafe_code)]
     unsafe fn readmsg(&self, msg: &RmaMsg<'_>, flags: OpFlags) -> Result<()> {
         let (_, b) = self.engine()?;
-        // SAFETY: forwarded under the caller's guarantees.
-        unsafe { self.rma(msg, flags, false, Self::report(b, flags)) }
+        // SAFETY: the caller keeps the buffers valid until the completion
+        // (the trait's contract).
+        let user = unsafe { UserIov::new(msg.iov) };
+        self.rma(msg, &user, flags, false, Self::report(b, flags))
     }
 
+    #[allow(unsafe_code)]
     unsafe fn writemsg(&self, msg: &RmaMsg<'_>, flags: OpFlags) -> Result<()> {
         let (_, b) = self.engine()?;
-        // SAFETY: forwarded under the caller's guarantees.
-        unsafe { self.rma(msg, flags, true, Self::report(b, flags)) }
+        // SAFETY: the caller keeps the buffers valid until the completion
+        // (the trait's contract).
+        let user = unsafe { UserIov::new(msg.iov) };
+        self.rma(msg, &user, flags, true, Self::report(b, flags))
     }
 }
 
 impl RdmEndpoint {
-    /// # Safety
-    ///
-    /// As [`RmaOps::writemsg`] / [`RmaOps::readmsg`].
-    unsafe fn rma(
+    /// An RMA read or write of the caller's buffers `user`.
+    fn rma(
         &self,
         msg: &RmaMsg<'_>,
+        user: &UserIov<'_>,
         flags: OpFlags,
         write: bool,
         report: bool,
@@ -165,7 +176,7 @@ impl RdmEndpoint {
             )));
         };
         let key = rkey(remote.key)?;
-        let len = iov_len(msg.iov)?;
+        let len = user.len()?;
         let imm = if write && flags.contains(OpFlags::REMOTE_CQ_DATA) {
             Some(crate::ep::imm(msg.data)?)
         } else {
@@ -175,9 +186,7 @@ impl RdmEndpoint {
         if st.tx_free.is_empty() {
             e.progress_locked(&mut st, false)?;
         }
-        // SAFETY: forwarded under the caller's guarantees.
-        let (sge, mr, stage, copy_back) =
-            unsafe { e.rma_local(&mut st, msg.iov, msg.desc, write)? };
+        let (sge, mr, stage, copy_back) = e.rma_local(&mut st, user, msg.desc, write)?;
         let op = RmaOp {
             context: msg.context,
             flags: CompletionFlags::RMA
@@ -193,16 +202,13 @@ impl RdmEndpoint {
             stage,
         };
         let wr = RmaWr {
-            opcode: match (write, imm) {
-                (false, _) => ibv_wr_opcode::IBV_WR_RDMA_READ,
-                (true, None) => ibv_wr_opcode::IBV_WR_RDMA_WRITE,
-                (true, Some(_)) => ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM,
+            op: if write {
+                Opcode::write(imm)
+            } else {
+                Opcode::Read
             },
             remote_addr: remote.addr,
             rkey: key,
-            compare_add: 0,
-            swap: 0,
-            imm,
             sge,
         };
         e.post_rma(&mut st, msg.addr, op, wr)
@@ -227,7 +233,17 @@ impl AtomicOps for RdmEndpoint {
         }
     }
 
+    #[allow(unsafe_code)]
     unsafe fn atomicmsg(&self, msg: &AtomicMsg<'_>, flags: OpFlags) -> Result<()> {
+        // SAFETY: the caller keeps the buffers valid until the completion
+        // (the trait's contract).
+        let bufs = unsafe { AtomicBufs::of(msg) };
+        self.atomic(&bufs, msg, flags)
+    }
+}
+
+impl RdmEndpoint {
+    fn atomic(&self, bufs: &AtomicBufs<'_>, msg: &AtomicMsg<'_>, flags: OpFlags) -> Result<()> {
         let (e, b) = self.engine()?;
         let fetch = !msg.result.is_empty();
         let compare = !msg.compare.is_empty();
@@ -241,29 +257,20 @@ impl AtomicOps for RdmEndpoint {
             ));
         }
         let key = rkey(remote.key)?;
-        let read8 = |what: &str, iov: &[IoVec]| -> Result<u64> {
-            match iov {
-                // SAFETY: the caller guarantees the operand is readable.
-                [p] if p.len == 8 => Ok(unsafe { std::ptr::read_unaligned(p.addr.cast::<u64>()) }),
-                _ => Err(Error::inval(format!(
-                    "verbs: the {what} of a verbs atomic is one 8-byte element"
-                ))),
-            }
-        };
         let operand = if msg.op == AtomicOp::AtomicRead {
             0
         } else {
-            read8("operand", msg.iov)?
+            bufs.operand.read_u64("operand")?
         };
         let cmp = if compare {
-            read8("compare value", msg.compare)?
+            bufs.compare.read_u64("compare value")?
         } else {
             0
         };
-        let result = match (fetch, msg.result) {
+        let result = match (fetch, bufs.result.dst(8)) {
             (false, _) => None,
-            (true, [p]) if p.len >= 8 => Some(p.addr as usize),
-            _ => {
+            (true, Some(d)) => Some(d),
+            (true, None) => {
                 return Err(Error::inval(
                     "verbs: the result of a verbs atomic is one 8-byte element",
                 ));
@@ -288,27 +295,18 @@ impl AtomicOps for RdmEndpoint {
             len: 8,
             report: Self::report(b, flags),
             _mr: None,
-            copy_back: result.map(|r| (slot, r, 8)),
+            copy_back: result.map(|r| (slot, r)),
             stage: Some(slot),
         };
-        let sge = ibv_sge {
-            addr: e.tx_pool.buf(slot) as u64,
-            length: 8,
-            lkey: e.tx_pool.lkey(),
-        };
-        let swap = msg.op == AtomicOp::Cswap;
         let wr = RmaWr {
-            opcode: if swap {
-                ibv_wr_opcode::IBV_WR_ATOMIC_CMP_AND_SWP
+            op: if msg.op == AtomicOp::Cswap {
+                Opcode::CmpSwap(cmp, operand)
             } else {
-                ibv_wr_opcode::IBV_WR_ATOMIC_FETCH_AND_ADD
+                Opcode::FetchAdd(operand)
             },
             remote_addr: remote.addr,
             rkey: key,
-            compare_add: if swap { cmp } else { operand },
-            swap: if swap { operand } else { 0 },
-            imm: None,
-            sge,
+            sge: e.tx_pool.sge(slot, 8),
         };
         e.post_rma(&mut st, msg.addr, op, wr)
     }

@@ -5,18 +5,20 @@ use super::*;
 
 impl Engine {
     pub(super) fn new_qp(&self, id: &mut CmId) -> Result<()> {
-        let mut attr = ibv_qp_init_attr {
-            send_cq: self.cq.as_ptr(),
-            recv_cq: self.cq.as_ptr(),
-            srq: self.srq.as_ptr(),
-            qp_type: ibv_qp_type::IBV_QPT_RC,
-            ..ibv_qp_init_attr::default()
+        let mut caps = QpCaps {
+            max_send_wr: QP_DEPTH.min(self.domain.limits.max_qp_wr.max(1) as u32),
+            max_recv_wr: 0,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
         };
-        attr.cap.max_send_wr = QP_DEPTH.min(self.domain.limits.max_qp_wr.max(1) as u32);
-        attr.cap.max_send_sge = 1;
-        attr.cap.max_recv_sge = 1;
-        attr.cap.max_inline_data = 0;
-        id.create_qp(&self.domain.pd, &mut attr)
+        id.create_rc_qp(
+            &self.domain.pd,
+            &self.cq,
+            &self.cq,
+            Some(&self.srq),
+            &mut caps,
+        )
     }
 
     pub(super) fn conn_param<'a>(&self, data: &'a [u8]) -> ConnParam<'a> {
@@ -58,7 +60,7 @@ impl Engine {
         id.bind(&SocketAddr::new(self.name.ip(), 0))?;
         id.resolve_addr(&peer)?;
         let i = st.conns.len();
-        st.by_id.insert(id.as_ptr() as usize, i);
+        st.by_id.insert(id.key(), i);
         st.conns.push(Conn {
             id,
             peer: Some(peer),
@@ -141,7 +143,7 @@ impl Engine {
             return;
         }
         tracing::debug!(
-            status = verbs::wc_status_str(status),
+            status = status_text(status),
             "verbs: RDM connection broken; the next operation reconnects"
         );
         let disconnected = c.id.disconnect().is_ok();
@@ -153,10 +155,7 @@ impl Engine {
         st.closing.push(i);
         let err = Error::new(
             ErrorKind::ConnReset,
-            format!(
-                "verbs: the connection broke ({})",
-                verbs::wc_status_str(status)
-            ),
+            format!("verbs: the connection broke ({})", status_text(status)),
         );
         // Not a standing failure: `out` no longer names it, so none is kept.
         self.conn_down(st, i, &err);
@@ -184,9 +183,7 @@ impl Engine {
                 st.closing.push(i);
                 continue;
             }
-            if c.id.has_qp() {
-                // SAFETY: read before the QP is destroyed.
-                let qpn = unsafe { (*c.qp()).qp_num };
+            if let Some(qpn) = c.id.qp_num() {
                 c.id.destroy_qp();
                 if st.by_qp.get(&qpn) == Some(&i) {
                     st.by_qp.remove(&qpn);
@@ -214,10 +211,11 @@ impl Engine {
         }
     }
 
-    pub(super) fn handle_cm(&self, st: &mut State, e: CmEvent) {
-        if e.kind == ev::RDMA_CM_EVENT_CONNECT_REQUEST {
-            // SAFETY: a connect request's id is new and ours.
-            let mut id = unsafe { CmId::from_request(e.id, &self.channel) };
+    pub(super) fn handle_cm(&self, st: &mut State, mut e: CmEvent) {
+        if e.kind == CmEventKind::ConnectRequest {
+            let Some(mut id) = e.take_request(&self.channel) else {
+                return;
+            };
             let peer = decode_name(&e.data);
             if let Err(err) = self
                 .new_qp(&mut id)
@@ -228,9 +226,10 @@ impl Engine {
                 return;
             }
             let i = st.conns.len();
-            st.by_id.insert(id.as_ptr() as usize, i);
-            // SAFETY: the QP was just created.
-            st.by_qp.insert(unsafe { (*id.qp()).qp_num }, i);
+            st.by_id.insert(id.key(), i);
+            if let Some(qpn) = id.qp_num() {
+                st.by_qp.insert(qpn, i);
+            }
             st.conns.push(Conn {
                 id,
                 peer,
@@ -243,16 +242,16 @@ impl Engine {
             });
             return;
         }
-        let Some(&i) = st.by_id.get(&(e.id.0 as usize)) else {
+        let Some(&i) = st.by_id.get(&e.id_key()) else {
             return;
         };
         match e.kind {
-            ev::RDMA_CM_EVENT_ADDR_RESOLVED => {
+            CmEventKind::AddrResolved => {
                 if let Err(err) = st.conns[i].id.resolve_route() {
                     self.conn_failed(st, i, err);
                 }
             }
-            ev::RDMA_CM_EVENT_ROUTE_RESOLVED => {
+            CmEventKind::RouteResolved => {
                 let name = encode_name(&self.name);
                 let r = {
                     let c = &mut st.conns[i];
@@ -262,15 +261,15 @@ impl Engine {
                 match r {
                     Ok(()) => {
                         st.conns[i].state = ConnState::Connecting;
-                        // SAFETY: the QP was just created.
-                        let qpn = unsafe { (*st.conns[i].qp()).qp_num };
-                        st.by_qp.insert(qpn, i);
+                        if let Some(qpn) = st.conns[i].id.qp_num() {
+                            st.by_qp.insert(qpn, i);
+                        }
                     }
                     Err(err) => self.conn_failed(st, i, err),
                 }
             }
-            ev::RDMA_CM_EVENT_ESTABLISHED => self.mark_up(st, i),
-            ev::RDMA_CM_EVENT_REJECTED => self.conn_failed(
+            CmEventKind::Established => self.mark_up(st, i),
+            CmEventKind::Rejected => self.conn_failed(
                 st,
                 i,
                 Error::new(
@@ -281,10 +280,10 @@ impl Engine {
                     ),
                 ),
             ),
-            ev::RDMA_CM_EVENT_ADDR_ERROR
-            | ev::RDMA_CM_EVENT_ROUTE_ERROR
-            | ev::RDMA_CM_EVENT_UNREACHABLE
-            | ev::RDMA_CM_EVENT_CONNECT_ERROR => self.conn_failed(
+            CmEventKind::AddrError
+            | CmEventKind::RouteError
+            | CmEventKind::Unreachable
+            | CmEventKind::ConnectError => self.conn_failed(
                 st,
                 i,
                 Error::new(
@@ -292,7 +291,7 @@ impl Engine {
                     format!("verbs: {} (status {})", e.name(), e.status),
                 ),
             ),
-            ev::RDMA_CM_EVENT_DISCONNECTED | ev::RDMA_CM_EVENT_DEVICE_REMOVAL => {
+            CmEventKind::Disconnected | CmEventKind::DeviceRemoval => {
                 let _ = st.conns[i].id.disconnect();
                 if st.conns[i].state == ConnState::Down {
                     // Torn down here (a broken queue pair), and now the
@@ -355,28 +354,21 @@ impl Engine {
                 ));
             }
         }
-        self.post_buf_now(c.qp(), slot, bytes)?;
+        self.post_buf_now(&c.id, slot, bytes)?;
         c.posted += 1;
         Ok(())
     }
 
-    pub(super) fn post_buf_now(&self, qp: *mut ibv_qp, slot: usize, bytes: usize) -> Result<()> {
-        let mut sge = ibv_sge {
-            addr: self.tx_pool.buf(slot) as u64,
-            length: bytes as u32,
-            lkey: self.tx_pool.lkey(),
-        };
-        let mut wr = ibv_send_wr {
-            wr_id: K_TX | slot as u64,
-            sg_list: &mut sge,
-            num_sge: 1,
-            opcode: ibv_wr_opcode::IBV_WR_SEND,
-            send_flags: ibv_send_flags::IBV_SEND_SIGNALED,
-            ..ibv_send_wr::default()
-        };
-        // SAFETY: the QP is live while its connection is in the table; the
-        // buffer is registered and owned by this slot until its completion.
-        match unsafe { verbs::post_send(qp, &mut wr) } {
+    pub(super) fn post_buf_now(&self, id: &CmId, slot: usize, bytes: usize) -> Result<()> {
+        // The buffer is registered and owned by this slot until its
+        // completion.
+        let mut wr = SendWr::new(
+            K_TX | slot as u64,
+            Opcode::Send,
+            SgeList::<1>::one(self.tx_pool.sge(slot, bytes)),
+        )
+        .flags(SendFlags::SIGNALED);
+        match id.post_send(&mut wr) {
             Ok(()) => Ok(()),
             Err(libc::ENOMEM) => Err(Error::again()),
             Err(e) => Err(from_errno(e, "ibv_post_send")),
@@ -390,8 +382,8 @@ impl Engine {
             st.control.push_back((conn, h));
             return;
         };
-        // SAFETY: the slot's buffer is ours until its completion; BUF >= HDR.
-        unsafe { std::ptr::copy_nonoverlapping(h.encode().as_ptr(), self.tx_pool.buf(slot), HDR) };
+        // The slot's buffer is ours until its completion; BUF >= HDR.
+        self.tx_pool.write(slot, 0, &h.encode());
         st.tx[slot] = TxBuf {
             kind: TxKind::Control,
             context: 0,

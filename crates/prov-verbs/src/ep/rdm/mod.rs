@@ -98,20 +98,18 @@ use fabric_core::kit::objects::{Av, Progress};
 use fabric_core::kit::rx::{Budget, MIN_MULTI_RECV, Meta, RecvId, RxEngine};
 use fabric_core::objects::{
     AtomicMsg, AtomicOp, AtomicOps, Bind, CmOps, CompletionFlags, CqEntry, CqErrEntry, Datatype,
-    Endpoint, FiAddr, IoVec, Msg, MsgOps, RmaMsg, RmaOps, TaggedOps,
+    Endpoint, FiAddr, Msg, MsgOps, RmaMsg, RmaOps, TaggedOps,
 };
 use fabric_core::{Address, Caps, Error, ErrorKind, Info, OpFlags, Result};
-use fabric_sys::ffi::{
-    ibv_qp, ibv_qp_init_attr, ibv_qp_type, ibv_send_flags, ibv_send_wr, ibv_sge, ibv_wc,
-    ibv_wc_flags, ibv_wc_opcode, ibv_wc_status, ibv_wr_opcode, rdma_cm_event_type as ev,
-};
 
 use super::msg::atomic_ok;
-use super::{Binds, IOV_MAX, iov_len, lock, wc_error};
+use super::{Binds, IOV_MAX, lock, wc_error};
 use crate::domain::{DomainCore, lkey_of};
-use crate::raw::cm::{CmEvent, CmId, ConnParam, EventChannel};
+use crate::raw::cm::{CmEvent, CmEventKind, CmId, ConnParam, EventChannel, QpCaps};
 use crate::raw::from_errno;
-use crate::raw::verbs::{self, HwCq, Mr, Pool, Srq};
+use crate::raw::mem::{AtomicBufs, NO_IOV, UserDst, UserIov, UserMsg};
+use crate::raw::verbs::{Access, HwCq, Mr, Pool, RegVec, Srq};
+use crate::raw::wr::{Opcode, SendFlags, SendWr, Sge, SgeList, Wc, WcKind, status_text};
 
 /// Bytes of unexpected messages an RDM endpoint buffers by default
 /// (`rx_attr.total_buffered_recv`); beyond them, messages stay in the
@@ -184,15 +182,12 @@ struct Conn {
 }
 
 /// An RMA or atomic work request (also kept while connecting).
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 struct RmaWr {
-    opcode: u32,
+    op: Opcode,
     remote_addr: u64,
     rkey: u32,
-    compare_add: u64,
-    swap: u64,
-    imm: Option<u32>,
-    sge: ibv_sge,
+    sge: Sge,
 }
 
 /// Work waiting for its connection.
@@ -201,12 +196,6 @@ enum Deferred {
     Buf { slot: usize, bytes: usize },
     /// An RMA / atomic op `idx` of the op table.
     Rma { idx: usize, wr: RmaWr },
-}
-
-impl Conn {
-    fn qp(&self) -> *mut ibv_qp {
-        self.id.qp()
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -238,8 +227,16 @@ struct RndvTx {
     len: usize,
     report: bool,
     conn: usize,
-    _mr: Mr,
-    _owned: Option<Vec<u8>>,
+    /// The registration of the caller's buffer, or of its copy.
+    _reg: Reg,
+}
+
+/// Memory registered for the peer's RDMA read of a rendezvous send.
+enum Reg {
+    /// The caller's one-piece buffer.
+    User(Mr),
+    /// A copy of several pieces.
+    Owned(RegVec),
 }
 
 /// An RDMA read of a rendezvous receive.
@@ -249,9 +246,10 @@ struct ReadOp {
     /// The sender's rendezvous id (for the FIN).
     id: u64,
     conn: usize,
-    _mr: Mr,
+    /// The registration of the receive's buffer (one piece).
+    _mr: Option<Mr>,
     /// Where the data lands when the receive is several pieces.
-    bounce: Option<Vec<u8>>,
+    bounce: Option<RegVec>,
 }
 
 /// An RMA or atomic operation.
@@ -261,8 +259,8 @@ struct RmaOp {
     len: usize,
     report: bool,
     _mr: Option<Mr>,
-    /// Copy-back from a staging send buffer: (buffer, destination, length).
-    copy_back: Option<(usize, usize, usize)>,
+    /// Copy-back from a staging send buffer: (buffer, destination).
+    copy_back: Option<(usize, UserDst)>,
     stage: Option<usize>,
 }
 
@@ -366,9 +364,7 @@ impl RdmEndpoint {
         let tx_pool = Pool::new(&domain.pd, BUF, TX_BUFS)?;
         let rx_pool = Pool::new(&domain.pd, BUF, RX_BUFS)?;
         for i in 0..rx_pool.count() {
-            // SAFETY: the pool outlives the SRQ's use of it (engine field
-            // order); each buffer is posted once at a time.
-            unsafe { srq.post(K_RX | i as u64, rx_pool.buf(i), BUF as u32, rx_pool.lkey())? };
+            srq.post(K_RX | i as u64, &rx_pool, i)?;
         }
         let directed = info.caps.contains(Caps::DIRECTED_RECV);
         // The application's `total_buffered_recv`, or the default.
@@ -486,12 +482,12 @@ impl Engine {
         }
     }
 
-    fn tx_done(&self, st: &mut State, slot: usize, wc: &ibv_wc) {
+    fn tx_done(&self, st: &mut State, slot: usize, wc: &Wc) {
         let Some(t) = st.tx.get(slot).copied() else {
             return;
         };
         st.tx_free.push(slot);
-        let ok = wc.status == ibv_wc_status::IBV_WC_SUCCESS;
+        let ok = wc.ok();
         let entry = CqEntry {
             context: t.context,
             flags: t.flags,
@@ -515,18 +511,13 @@ impl Engine {
         }
     }
 
-    fn rma_done(&self, st: &mut State, idx: usize, wc: &ibv_wc) {
+    fn rma_done(&self, st: &mut State, idx: usize, wc: &Wc) {
         let Some(op) = st.rma.remove(idx) else { return };
         if let Some(s) = op.stage {
-            if wc.status == ibv_wc_status::IBV_WC_SUCCESS {
-                if let Some((from, to, n)) = op.copy_back {
-                    // SAFETY: the staging buffer holds what the device
-                    // wrote; `to` is the application's buffer of `n` bytes,
-                    // valid until this completion (the operation's
-                    // contract).
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(self.tx_pool.buf(from), to as *mut u8, n)
-                    };
+            if wc.ok() {
+                if let Some((from, to)) = op.copy_back {
+                    // The staging buffer holds what the device wrote.
+                    to.write(self.tx_pool.read(from, 0, to.len()));
                 }
             }
             st.tx_free.push(s);
@@ -537,16 +528,20 @@ impl Engine {
             len: op.len,
             ..CqEntry::default()
         };
-        if wc.status == ibv_wc_status::IBV_WC_SUCCESS {
+        if wc.ok() {
             self.tx_ok(entry, op.report);
         } else {
             self.failed(false, wc_error(wc, entry));
         }
     }
 
-    fn handle_wc(&self, st: &mut State, wc: &ibv_wc) {
-        if wc.wr_id & KIND_MASK != K_RX {
-            if let Some(c) = st.by_qp.get(&wc.qp_num).and_then(|&c| st.conns.get_mut(c)) {
+    fn handle_wc(&self, st: &mut State, wc: &Wc) {
+        if wc.wr_id() & KIND_MASK != K_RX {
+            if let Some(c) = st
+                .by_qp
+                .get(&wc.qp_num())
+                .and_then(|&c| st.conns.get_mut(c))
+            {
                 c.posted = c.posted.saturating_sub(1);
             }
         }
@@ -555,33 +550,28 @@ impl Engine {
         // the operation above has its own error; the connection goes
         // (what else was posted on it comes back flushed, each failing
         // once), and the next operation to the peer connects again.
-        if !matches!(
-            wc.status,
-            ibv_wc_status::IBV_WC_SUCCESS | ibv_wc_status::IBV_WC_WR_FLUSH_ERR
-        ) {
-            if let Some(&c) = st.by_qp.get(&wc.qp_num) {
-                self.conn_broken(st, c, wc.status);
+        if !wc.ok() && !wc.flushed() {
+            if let Some(&c) = st.by_qp.get(&wc.qp_num()) {
+                self.conn_broken(st, c, wc.status());
             }
         }
     }
 
-    fn handle_wc_op(&self, st: &mut State, wc: &ibv_wc) {
-        let idx = (wc.wr_id & INDEX_MASK) as usize;
-        match wc.wr_id & !INDEX_MASK {
+    fn handle_wc_op(&self, st: &mut State, wc: &Wc) {
+        let wr_id = wc.wr_id();
+        let idx = (wr_id & INDEX_MASK) as usize;
+        match wr_id & !INDEX_MASK {
             K_RX => {
                 let mut repost = true;
-                if let (ibv_wc_status::IBV_WC_SUCCESS, Some(b)) = (wc.status, self.binds()) {
-                    let conn = st.by_qp.get(&wc.qp_num).copied();
-                    if wc.opcode == ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM {
-                        if wc.wc_flags & ibv_wc_flags::IBV_WC_WITH_IMM != 0 {
-                            // SAFETY: with IBV_WC_WITH_IMM the union holds
-                            // the immediate.
-                            let imm = u32::from_be(unsafe { wc.__bindgen_anon_1.imm_data });
+                if let (true, Some(b)) = (wc.ok(), self.binds()) {
+                    let conn = st.by_qp.get(&wc.qp_num()).copied();
+                    if wc.kind() == WcKind::RecvWriteImm {
+                        if let Some(imm) = wc.imm() {
                             repost = self.remote_data(st, b, conn, imm, idx);
                         }
                     } else if let Some(c) = conn {
                         self.mark_up(st, c);
-                        repost = self.arrived(st, b, c, idx, wc.byte_len as usize);
+                        repost = self.arrived(st, b, c, idx, wc.byte_len() as usize);
                     }
                 }
                 if repost {
@@ -589,8 +579,8 @@ impl Engine {
                 }
             }
             K_TX => self.tx_done(st, idx, wc),
-            K_READ if wc.wr_id & (1 << 61) == 0 => self.read_done(st, idx, wc),
-            _ if wc.wr_id & KIND_MASK == KIND_MASK => self.rma_done(st, idx, wc),
+            K_READ if wr_id & (1 << 61) == 0 => self.read_done(st, idx, wc),
+            _ if wr_id & KIND_MASK == KIND_MASK => self.rma_done(st, idx, wc),
             _ => {}
         }
     }
@@ -608,7 +598,7 @@ impl Engine {
                 self.handle_cm(st, e);
             }
         }
-        let mut wcs = [std::mem::MaybeUninit::<ibv_wc>::uninit(); 16];
+        let mut wcs = [std::mem::MaybeUninit::<Wc>::uninit(); 16];
         loop {
             let polled = self.cq.poll(&mut wcs)?;
             let n = polled.len();
@@ -629,13 +619,16 @@ impl Engine {
         Ok(())
     }
 
-    /// Sends a message (eager or rendezvous).
-    ///
-    /// # Safety
-    ///
-    /// As [`MsgOps::sendmsg`].
-    unsafe fn send(&self, msg: &Msg<'_>, flags: OpFlags, tagged: bool, report: bool) -> Result<()> {
-        let len = iov_len(msg.iov)?;
+    /// Sends a message (eager or rendezvous) of the caller's buffers.
+    fn send(
+        &self,
+        msg: &Msg<'_>,
+        user: &UserIov<'_>,
+        flags: OpFlags,
+        tagged: bool,
+        report: bool,
+    ) -> Result<()> {
+        let len = user.len()?;
         if len > self.max_msg {
             return Err(Error::new(
                 ErrorKind::MsgSize,
@@ -664,18 +657,10 @@ impl Engine {
             len: len as u64,
             ..Hdr::default()
         };
-        let buf = self.tx_pool.buf(slot);
         if len <= EAGER_MAX {
-            // SAFETY: the slot's buffer holds HDR + EAGER_MAX bytes; the
-            // caller guarantees the pieces are readable.
-            unsafe {
-                std::ptr::copy_nonoverlapping(h.encode().as_ptr(), buf, HDR);
-                let mut off = HDR;
-                for p in msg.iov {
-                    std::ptr::copy_nonoverlapping(p.addr, buf.add(off), p.len);
-                    off += p.len;
-                }
-            }
+            // The slot's buffer holds HDR + EAGER_MAX bytes.
+            self.tx_pool.write(slot, 0, &h.encode());
+            self.tx_pool.gather(slot, HDR, user);
             st.tx[slot] = TxBuf {
                 kind: TxKind::Eager,
                 context: msg.context,
@@ -690,51 +675,42 @@ impl Engine {
             }
             return Ok(());
         }
-        // Rendezvous: the data is read by the receiver from here.
-        let (addr, owned) = match msg.iov {
-            [one] => (one.addr, None),
-            pieces => {
-                let mut v = Vec::with_capacity(len);
-                for p in pieces {
-                    // SAFETY: the caller guarantees the pieces are readable.
-                    v.extend_from_slice(unsafe { std::slice::from_raw_parts(p.addr, p.len) });
-                }
-                (v.as_mut_ptr(), Some(v))
-            }
+        // Rendezvous: the data is read by the receiver from here (the
+        // caller's buffer, or a copy of its pieces), registered until the
+        // completion, which comes after the FIN (or the connection's
+        // failure).
+        let access = Access::LOCAL_WRITE | Access::REMOTE_READ;
+        let reg = match user.pieces() {
+            [one] => Mr::register_user(&self.domain.pd, user, len, access)
+                .map(|m| (one.addr as u64, Reg::User(m))),
+            _ => user
+                .to_vec()
+                .and_then(|v| RegVec::new(&self.domain.pd, v, access))
+                .map(|r| (r.addr(), Reg::Owned(r))),
         };
-        // SAFETY: the caller keeps the buffer valid until the completion,
-        // which comes after the FIN (or the connection's failure), after
-        // which the registration is dropped.
-        let mr = match unsafe {
-            Mr::register(
-                &self.domain.pd,
-                addr,
-                len,
-                fabric_sys::ffi::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE
-                    | fabric_sys::ffi::ibv_access_flags::IBV_ACCESS_REMOTE_READ,
-            )
-        } {
-            Ok(m) => m,
+        let (addr, reg) = match reg {
+            Ok(r) => r,
             Err(e) => {
                 st.tx_free.push(slot);
                 return Err(e);
             }
         };
         h.op = if tagged { OP_TAGGED_RTS } else { OP_MSG_RTS };
-        h.addr = addr as u64;
-        h.rkey = mr.rkey();
+        h.addr = addr;
+        h.rkey = match &reg {
+            Reg::User(m) => m.rkey(),
+            Reg::Owned(r) => r.rkey(),
+        };
         let rid = st.rndv.insert(RndvTx {
             context: msg.context,
             flags: cflags,
             len,
             report,
             conn,
-            _mr: mr,
-            _owned: owned,
+            _reg: reg,
         });
         h.id = rid as u64;
-        // SAFETY: the slot's buffer holds at least HDR bytes.
-        unsafe { std::ptr::copy_nonoverlapping(h.encode().as_ptr(), buf, HDR) };
+        self.tx_pool.write(slot, 0, &h.encode());
         st.tx[slot] = TxBuf {
             kind: TxKind::Rts,
             context: msg.context,
@@ -769,7 +745,7 @@ impl Engine {
             st.conns[conn].backlog.push_back(Deferred::Rma { idx, wr });
             return Ok(());
         }
-        if let Err(e) = Self::post_rma_now(st.conns[conn].qp(), idx, &wr) {
+        if let Err(e) = Self::post_rma_now(&st.conns[conn].id, idx, &wr) {
             let _ = st.rma.remove(idx);
             if let Some(s) = stage {
                 st.tx_free.push(s);
@@ -780,35 +756,13 @@ impl Engine {
         Ok(())
     }
 
-    fn post_rma_now(qp: *mut ibv_qp, idx: usize, w: &RmaWr) -> Result<()> {
-        let mut sge = w.sge;
-        let mut wr = ibv_send_wr {
-            wr_id: K_RMA | idx as u64,
-            sg_list: &mut sge,
-            num_sge: 1,
-            opcode: w.opcode,
-            send_flags: ibv_send_flags::IBV_SEND_SIGNALED,
-            ..ibv_send_wr::default()
-        };
-        match w.opcode {
-            ibv_wr_opcode::IBV_WR_ATOMIC_CMP_AND_SWP
-            | ibv_wr_opcode::IBV_WR_ATOMIC_FETCH_AND_ADD => {
-                wr.wr.atomic.remote_addr = w.remote_addr;
-                wr.wr.atomic.rkey = w.rkey;
-                wr.wr.atomic.compare_add = w.compare_add;
-                wr.wr.atomic.swap = w.swap;
-            }
-            _ => {
-                wr.wr.rdma.remote_addr = w.remote_addr;
-                wr.wr.rdma.rkey = w.rkey;
-            }
-        }
-        if let Some(v) = w.imm {
-            wr.__bindgen_anon_1.imm_data = v;
-        }
-        // SAFETY: live QP; the local memory is registered (kept by the op
-        // or a staging buffer owned by it).
-        match unsafe { verbs::post_send(qp, &mut wr) } {
+    fn post_rma_now(id: &CmId, idx: usize, w: &RmaWr) -> Result<()> {
+        let mut wr = SendWr::new(K_RMA | idx as u64, w.op, SgeList::<1>::one(w.sge))
+            .remote(w.remote_addr, w.rkey)
+            .flags(SendFlags::SIGNALED);
+        // The local memory is registered (kept by the op or a staging
+        // buffer owned by it).
+        match id.post_send(&mut wr) {
             Ok(()) => Ok(()),
             Err(libc::ENOMEM) => Err(Error::again()),
             Err(e) => Err(from_errno(e, "ibv_post_send")),
@@ -817,10 +771,10 @@ impl Engine {
 
     /// Posts deferred work once its connection is up.
     fn post_deferred(&self, st: &mut State, conn: usize, d: &Deferred) -> Result<()> {
-        let qp = st.conns[conn].qp();
+        let id = &st.conns[conn].id;
         match *d {
-            Deferred::Buf { slot, bytes } => self.post_buf_now(qp, slot, bytes),
-            Deferred::Rma { idx, wr } => Self::post_rma_now(qp, idx, &wr),
+            Deferred::Buf { slot, bytes } => self.post_buf_now(id, slot, bytes),
+            Deferred::Rma { idx, wr } => Self::post_rma_now(id, idx, &wr),
         }?;
         st.conns[conn].posted += 1;
         Ok(())
@@ -875,93 +829,65 @@ impl Engine {
 
     /// The local side of an RMA: registered (descriptor), staged (small,
     /// copied in for writes / back for reads), or registered now.
-    ///
-    /// # Safety
-    ///
-    /// The pieces are valid until the completion.
-    unsafe fn rma_local(
+    fn rma_local(
         &self,
         st: &mut State,
-        iov: &[IoVec],
+        user: &UserIov<'_>,
         desc: &[fabric_core::objects::MrDesc],
         write: bool,
     ) -> Result<RmaLocal> {
-        let len = iov_len(iov)?;
-        if let ([one], [d]) = (iov, desc) {
+        let len = user.len()?;
+        if let ([one], [d]) = (user.pieces(), desc) {
             if let Some(lkey) = lkey_of(*d) {
                 return Ok((
-                    ibv_sge {
-                        addr: one.addr as u64,
-                        length: len as u32,
-                        lkey,
-                    },
+                    Sge::new(one.addr as u64, len as u32, lkey),
                     None,
                     None,
                     None,
                 ));
             }
         }
-        if len <= EAGER_MAX || iov.len() > 1 {
+        let pieces = user.pieces().len();
+        if len <= EAGER_MAX || pieces > 1 {
             if len > BUF {
                 return Err(Error::inval(format!(
                     "verbs: RMA of several pieces is limited to {BUF} bytes"
                 )));
             }
-            let Some(slot) = st.tx_free.pop() else {
-                return Err(again("verbs: every send buffer is in use"));
-            };
-            let buf = self.tx_pool.buf(slot);
             let copy_back = if write {
-                let mut off = 0;
-                for p in iov {
-                    // SAFETY: the pieces are readable; the buffer holds BUF
-                    // >= len bytes.
-                    unsafe { std::ptr::copy_nonoverlapping(p.addr, buf.add(off), p.len) };
-                    off += p.len;
-                }
                 None
             } else {
-                match iov {
-                    [one] => Some((slot, one.addr as usize, one.len)),
+                match user.dst(len) {
+                    Some(d) if pieces == 1 => Some(d),
                     _ => {
-                        st.tx_free.push(slot);
                         return Err(Error::inval(
                             "verbs: an RMA read into several pieces needs one registered piece",
                         ));
                     }
                 }
             };
+            let Some(slot) = st.tx_free.pop() else {
+                return Err(again("verbs: every send buffer is in use"));
+            };
+            if write {
+                // The buffer holds BUF >= len bytes.
+                self.tx_pool.gather(slot, 0, user);
+            }
             st.tx[slot].kind = TxKind::Stage;
             return Ok((
-                ibv_sge {
-                    addr: buf as u64,
-                    length: len as u32,
-                    lkey: self.tx_pool.lkey(),
-                },
+                self.tx_pool.sge(slot, len),
                 None,
                 Some(slot),
-                copy_back,
+                copy_back.map(|d| (slot, d)),
             ));
         }
-        let [one] = iov else {
+        // The registration lives in the op until the completion.
+        let mr = Mr::register_user(&self.domain.pd, user, len, Access::LOCAL_WRITE)?;
+        let [one] = user.pieces() else {
             return Err(Error::inval("verbs: unreachable RMA layout"));
         };
-        // SAFETY: the caller keeps the memory valid until the completion;
-        // the registration lives in the op until then.
-        let mr = unsafe {
-            Mr::register(
-                &self.domain.pd,
-                one.addr,
-                len,
-                fabric_sys::ffi::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE,
-            )?
-        };
         Ok((
-            ibv_sge {
-                addr: one.addr as u64,
-                length: len as u32,
-                lkey: mr.lkey(),
-            },
+            Sge::new(one.addr as u64, len as u32, mr.lkey()),
             Some(mr),
             None,
             None,
@@ -971,12 +897,7 @@ impl Engine {
 
 /// The local side of an RMA: its scatter entry, a registration made for
 /// it, the staging send buffer it uses, and what to copy back from it.
-type RmaLocal = (
-    ibv_sge,
-    Option<Mr>,
-    Option<usize>,
-    Option<(usize, usize, usize)>,
-);
+type RmaLocal = (Sge, Option<Mr>, Option<usize>, Option<(usize, UserDst)>);
 
 impl Progress for Engine {
     fn progress(&self) -> Result<()> {

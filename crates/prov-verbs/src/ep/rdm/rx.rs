@@ -37,6 +37,8 @@ use super::*;
 
 use fabric_core::kit::rx::{Action, Entry, Held, Meta, RecvId, Transport};
 
+use crate::raw::mem::write_recv;
+
 /// What verbs RDM brings to the kit's receive engine.
 #[derive(Debug)]
 pub(crate) struct VerbsWire;
@@ -80,17 +82,8 @@ impl Engine {
         if slot >= self.rx_pool.count() {
             return;
         }
-        // SAFETY: the buffer is ours again and stays valid while the SRQ
-        // lives.
-        let r = unsafe {
-            self.srq.post(
-                K_RX | slot as u64,
-                self.rx_pool.buf(slot),
-                BUF as u32,
-                self.rx_pool.lkey(),
-            )
-        };
-        if let Err(e) = r {
+        // The buffer is ours again.
+        if let Err(e) = self.srq.post(K_RX | slot as u64, &self.rx_pool, slot) {
             tracing::warn!(error = %e, "verbs: cannot repost a receive buffer");
         }
     }
@@ -106,10 +99,10 @@ impl Engine {
         slot: usize,
         bytes: usize,
     ) -> bool {
-        // SAFETY: the receive buffer holds `bytes` (<= BUF) bytes the
-        // device wrote; it is not reposted until this returns (or, when
-        // the message stays in it, until the message is taken).
-        let raw = unsafe { std::slice::from_raw_parts(self.rx_pool.buf(slot), bytes.min(BUF)) };
+        // The receive buffer holds `bytes` (<= BUF) bytes the device
+        // wrote; it is not reposted until this returns (or, when the
+        // message stays in it, until the message is taken).
+        let raw = self.rx_pool.read(slot, 0, bytes);
         let Some(h) = Hdr::decode(raw) else {
             tracing::debug!(bytes, "verbs: dropping a malformed RDM message");
             return true;
@@ -140,9 +133,7 @@ impl Engine {
                 self.start_read(st, b, id, meta, h, conn);
             } else {
                 if let Some(r) = st.rx.recv(id) {
-                    // SAFETY: the receive contract of recvmsg / trecvmsg:
-                    // the buffer is writable until its completion.
-                    unsafe { r.buf.write_at(0, payload) };
+                    write_recv(&r.buf, 0, payload);
                 }
                 st.rx.complete(b, id, meta);
             }
@@ -226,15 +217,11 @@ impl Engine {
                         self.start_read(st, b, recv, meta, remote.hdr, remote.conn);
                     } else if let Some(s) = remote.slot {
                         let len = usize_of(remote.hdr.len).min(EAGER_MAX);
-                        // SAFETY: the buffer holds the message (HDR + len
-                        // bytes, checked on arrival) and was not reposted.
-                        let data = unsafe {
-                            std::slice::from_raw_parts(self.rx_pool.buf(s).add(HDR), len)
-                        };
+                        // The buffer holds the message (HDR + len bytes,
+                        // checked on arrival) and was not reposted.
+                        let data = self.rx_pool.read(s, HDR, len);
                         if let Some(r) = st.rx.recv(recv) {
-                            // SAFETY: the receive contract: writable until
-                            // its completion.
-                            unsafe { r.buf.write_at(0, data) };
+                            write_recv(&r.buf, 0, data);
                         }
                         st.rx.complete(b, recv, meta);
                         self.repost(s);
@@ -320,27 +307,21 @@ impl Engine {
             st.rx.fail(b, recv, meta.tagged, &err);
             this.send_control(st, conn, fin(false));
         };
-        let (addr, bounce) = match buf.pieces() {
-            [one] => (one.addr, None),
-            _ => {
-                let mut v = vec![0u8; n];
-                (v.as_mut_ptr(), Some(v))
-            }
+        // The data lands in the receive's buffer (one piece, registered
+        // now) or in a registered bounce buffer copied out at the end.
+        let reg = match buf.pieces() {
+            [_] => Mr::register_recv(&self.domain.pd, &buf, n).map(|(addr, mr)| {
+                let sge = Sge::new(addr, n as u32, mr.lkey());
+                (sge, Some(mr), None)
+            }),
+            _ => RegVec::new(&self.domain.pd, vec![0u8; n], Access::LOCAL_WRITE)
+                .map(|r| (r.sge(), None, Some(r))),
         };
-        // SAFETY: the receive buffer (or the bounce vector, kept in the
-        // read op) stays valid until the read completes.
-        let mr = match unsafe {
-            Mr::register(
-                &self.domain.pd,
-                addr,
-                n,
-                fabric_sys::ffi::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE,
-            )
-        } {
-            Ok(m) => m,
+        let (sge, mr, bounce) = match reg {
+            Ok(r) => r,
             Err(e) => return fail(self, st, e),
         };
-        let Some(c) = st.conns.get(conn).filter(|c| c.state == ConnState::Up) else {
+        if st.conns.get(conn).is_none_or(|c| c.state != ConnState::Up) {
             return fail(
                 self,
                 st,
@@ -349,13 +330,7 @@ impl Engine {
                     "verbs: the sender's connection is down",
                 ),
             );
-        };
-        let qp = c.qp();
-        let mut sge = ibv_sge {
-            addr: addr as u64,
-            length: n as u32,
-            lkey: mr.lkey(),
-        };
+        }
         let idx = st.reads.insert(ReadOp {
             recv,
             meta,
@@ -364,19 +339,11 @@ impl Engine {
             _mr: mr,
             bounce,
         });
-        let mut wr = ibv_send_wr {
-            wr_id: K_READ | idx as u64,
-            sg_list: &mut sge,
-            num_sge: 1,
-            opcode: ibv_wr_opcode::IBV_WR_RDMA_READ,
-            send_flags: ibv_send_flags::IBV_SEND_SIGNALED,
-            ..ibv_send_wr::default()
-        };
-        wr.wr.rdma.remote_addr = hdr.addr;
-        wr.wr.rdma.rkey = hdr.rkey;
-        // SAFETY: live QP of an established connection; the local memory is
-        // registered and kept by the read op.
-        match unsafe { verbs::post_send(qp, &mut wr) } {
+        let mut wr = SendWr::new(K_READ | idx as u64, Opcode::Read, SgeList::<1>::one(sge))
+            .remote(hdr.addr, hdr.rkey)
+            .flags(SendFlags::SIGNALED);
+        // The local memory is registered and kept by the read op.
+        match st.conns[conn].id.post_send(&mut wr) {
             Ok(()) => st.conns[conn].posted += 1,
             Err(e) => {
                 let _ = st.reads.remove(idx);
@@ -387,11 +354,11 @@ impl Engine {
 
     /// An RDMA read finished (or was flushed): the sender gets its FIN,
     /// the receive its completion or error (exactly one).
-    pub(super) fn read_done(&self, st: &mut State, idx: usize, wc: &ibv_wc) {
+    pub(super) fn read_done(&self, st: &mut State, idx: usize, wc: &Wc) {
         let Some(op) = st.reads.remove(idx) else {
             return;
         };
-        let ok = wc.status == ibv_wc_status::IBV_WC_SUCCESS;
+        let ok = wc.ok();
         self.send_control(
             st,
             op.conn,
@@ -410,8 +377,7 @@ impl Engine {
             return;
         }
         if let (Some(v), Some(r)) = (&op.bounce, st.rx.recv(op.recv)) {
-            // SAFETY: the receive contract: writable until its completion.
-            unsafe { r.buf.write_at(0, v) };
+            write_recv(&r.buf, 0, v.bytes());
         }
         st.rx.complete(b, op.recv, op.meta);
     }
@@ -448,12 +414,12 @@ impl Engine {
     pub(super) fn recv(
         &self,
         b: &Binds,
-        msg: &Msg<'_>,
+        msg: &UserMsg<'_>,
         flags: OpFlags,
         tagged: bool,
     ) -> Result<()> {
         let mut st = lock(&self.state);
-        let r = st.rx.post(b, msg, flags, tagged);
+        let r = st.rx.post(b, msg.msg(), flags, tagged);
         if st.rx.has_actions() {
             self.rx_actions(&mut st, b);
         }
