@@ -279,3 +279,53 @@ fn registered_buffers_travel_with_their_region() {
         assert!(d.register(Vec::new()).is_err(), "empty buffers are refused");
     }
 }
+
+#[test]
+fn operations_outside_the_capabilities_are_refused_here() {
+    for info in providers(Caps::TAGGED) {
+        if info.caps.contains(Caps::RMA) {
+            continue; // the provider granted more than asked
+        }
+        let (mut a, _b, b_at_a, _) = pair(&info);
+        let region = RemoteRegion {
+            addr: 0,
+            len: 64,
+            key: RemoteKey(1),
+        };
+        let refused = a.write(b_at_a, vec![0; 8], &region).unwrap_err();
+        assert_eq!(refused.kind(), ErrorKind::OpNotSupp);
+        assert!(refused.to_string().contains("FI_RMA"), "{refused}");
+        assert_eq!(refused.into_buf().map(|b| b.len()), Some(8));
+        let refused = a.fetch_add(b_at_a, &region, 1u64).unwrap_err();
+        assert_eq!(refused.kind(), ErrorKind::OpNotSupp);
+        assert_eq!(a.in_flight(), 0);
+    }
+}
+
+#[test]
+fn default_multi_recv_is_not_used_for_owned_buffers() {
+    for prov in ["tcp", "shm"] {
+        let mut h = Hints::new()
+            .caps(Caps::MSG | Caps::MULTI_RECV)
+            .ep_type(EpType::Rdm)
+            .provider(prov);
+        if prov == "tcp" {
+            h = h.node("127.0.0.1").source();
+        }
+        h.info_mut().rx_attr.op_flags = OpFlags::MULTI_RECV;
+        let Some(info) = h.getinfo().ok().and_then(|l| l.into_iter().next()) else {
+            continue;
+        };
+        let (mut a, mut b, b_at_a, _) = pair(&info);
+        // Two messages, two receives: each buffer takes one message and
+        // comes back once.
+        let r1 = b.recv(vec![0; 4096]).unwrap();
+        let r2 = b.recv(vec![0; 4096]).unwrap();
+        let s1 = a.send(b_at_a, vec![1; 10]).unwrap();
+        let s2 = a.send(b_at_a, vec![2; 10]).unwrap();
+        assert_eq!(drive(&mut b, &mut a, r1).received().unwrap(), &[1; 10]);
+        assert_eq!(drive(&mut b, &mut a, r2).received().unwrap(), &[2; 10]);
+        drive(&mut a, &mut b, s1).check().unwrap();
+        drive(&mut a, &mut b, s2).check().unwrap();
+    }
+}

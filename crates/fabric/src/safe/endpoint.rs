@@ -300,6 +300,7 @@ pub struct Endpoint<B: IoBufMut = Vec<u8>> {
     local_mr: bool,
     tx_flags: OpFlags,
     rx_flags: OpFlags,
+    caps: Caps,
     drain_timeout: Duration,
     _domain: Arc<Shared>,
 }
@@ -364,7 +365,11 @@ impl<B: IoBufMut> Endpoint<B> {
         let with_source = info.caps.contains(Caps::SOURCE);
         let local_mr = info.domain_attr.mr_mode.contains(MrMode::LOCAL);
         let tx_flags = info.tx_attr.op_flags;
-        let rx_flags = info.rx_attr.op_flags;
+        // A multi-receive buffer completes once per message: the slab hands
+        // a buffer back at its first completion, so receives here never
+        // take several messages, whatever the endpoint's defaults say.
+        let rx_flags = info.rx_attr.op_flags - OpFlags::MULTI_RECV;
+        let caps = info.caps;
         Ok(Endpoint {
             ep,
             av,
@@ -378,6 +383,7 @@ impl<B: IoBufMut> Endpoint<B> {
             local_mr,
             tx_flags,
             rx_flags,
+            caps,
             drain_timeout: DRAIN_TIMEOUT,
             _domain: shared,
         })
@@ -911,6 +917,30 @@ impl<B: IoBufMut> Endpoint<B> {
             .is_some_and(|s| s.generation == id.generation() && s.op.is_some())
     }
 
+    /// Refuses an operation outside the endpoint's capabilities (its
+    /// entry's `caps`), as fi_getinfo(3) asks, before the provider sees it.
+    fn capable(&self, kind: OpKind) -> Result<()> {
+        let (needs, name) = match kind {
+            OpKind::Send | OpKind::Recv => (Caps::MSG, "FI_MSG"),
+            OpKind::TaggedSend | OpKind::TaggedRecv => (Caps::TAGGED, "FI_TAGGED"),
+            OpKind::Read | OpKind::Write => (Caps::RMA, "FI_RMA"),
+            OpKind::Atomic | OpKind::FetchAtomic | OpKind::CompareAtomic => {
+                (Caps::ATOMIC, "FI_ATOMIC")
+            }
+        };
+        if self.caps.contains(needs) {
+            Ok(())
+        } else {
+            Err(Error::new(
+                ErrorKind::OpNotSupp,
+                format!(
+                    "{kind}: the endpoint was opened without {name} (its caps are {}): ask for it in the hints",
+                    self.caps
+                ),
+            ))
+        }
+    }
+
     /// Takes a slot for an operation; returns its index and ticket.
     fn start(&mut self, kind: OpKind, buf: Option<B>) -> (usize, OpId) {
         let index = match self.free.pop() {
@@ -949,6 +979,9 @@ impl<B: IoBufMut> Endpoint<B> {
     where
         F: FnOnce(&dyn objects::Endpoint, IoVec, Option<MrDesc>, u64) -> Result<()>,
     {
+        if let Err(e) = self.capable(kind) {
+            return Err(Rejected::new(e, Some(buf)));
+        }
         let desc = buf.mr_desc();
         let len = buf.bytes_len();
         if self.local_mr && desc.is_none() && len > 0 {
@@ -988,6 +1021,7 @@ impl<B: IoBufMut> Endpoint<B> {
         operand: Option<T>,
         compare: Option<T>,
     ) -> Result<OpId> {
+        self.capable(kind)?;
         if self.local_mr {
             return Err(Error::new(
                 ErrorKind::OpNotSupp,
