@@ -159,7 +159,11 @@ impl Domain for ShmDomain {
     }
 
     fn srx_context(&self, attr: &RxAttr) -> Result<Box<dyn SharedRx>> {
-        Ok(Box::new(ShmSrx::new(attr, self.engine.clone())))
+        Ok(Box::new(ShmSrx::new(
+            attr,
+            self.engine.clone(),
+            self.attr.max_ep_srx_ctx,
+        )))
     }
 
     unsafe fn mr_reg(&self, attr: &MrAttr) -> Result<Box<dyn MemoryRegion>> {

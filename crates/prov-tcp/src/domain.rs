@@ -128,7 +128,11 @@ impl Domain for TcpDomain {
     }
 
     fn srx_context(&self, attr: &RxAttr) -> Result<Box<dyn SharedRx>> {
-        Ok(Box::new(TcpSrx::new(attr, self.poller.clone())))
+        Ok(Box::new(TcpSrx::new(
+            attr,
+            self.poller.clone(),
+            self.attr.max_ep_srx_ctx,
+        )))
     }
 
     // An `unsafe fn` of the trait (the registration contract); the body

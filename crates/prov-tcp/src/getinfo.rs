@@ -155,8 +155,9 @@ fn offers_with(auto: bool) -> Vec<Info> {
             d.rx_ctx_cnt = 1024;
             d.max_ep_tx_ctx = 1;
             d.max_ep_rx_ctx = 1;
-            // One shared receive context per endpoint (`fi_srx_context`).
-            d.max_ep_srx_ctx = 1;
+            // Endpoints one shared receive context (`fi_srx_context`) may
+            // serve: any of the domain's.
+            d.max_ep_srx_ctx = d.ep_cnt;
             d.cntr_cnt = 1024;
             d.mr_iov_limit = 1;
             d.caps = Caps::LOCAL_COMM | Caps::REMOTE_COMM;

@@ -135,7 +135,7 @@ static DOMAIN_OPS: FiOpsDomain = FiOpsDomain {
     cntr_open: cntr::open,
     poll_open: no_poll_open,
     stx_ctx: no_stx_ctx,
-    srx_ctx: no_srx_ctx,
+    srx_ctx: super::srx::open,
     query_atomic: no_query_atomic,
     query_collective: no_query_collective,
     endpoint2: ep::open2,
@@ -229,14 +229,6 @@ unsafe extern "C" fn no_stx_ctx(
     _: *mut FidDomain,
     _: *mut FiTxAttr,
     _: *mut *mut c_void,
-    _: *mut c_void,
-) -> c_int {
-    ENOSYS
-}
-unsafe extern "C" fn no_srx_ctx(
-    _: *mut FidDomain,
-    _: *mut FiRxAttr,
-    _: *mut *mut FidEp,
     _: *mut c_void,
 ) -> c_int {
     ENOSYS

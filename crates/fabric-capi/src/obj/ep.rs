@@ -276,6 +276,24 @@ unsafe extern "C" fn bind(fid: *mut Fid, bfid: *mut Fid, flags: u64) -> c_int {
         let Some(b) = (unsafe { bfid.as_ref() }) else {
             return EINVAL;
         };
+        if b.fclass == class::SRX_CTX {
+            // SAFETY: `bfid` is a readable fid (checked above).
+            let Some(s) = (unsafe { super::srx::get(bfid) }) else {
+                return EINVAL;
+            };
+            if flags != 0 {
+                return ErrorKind::BadFlags.code();
+            }
+            if let Err(err) = e.inner.bind_srx(s.inner.as_ref()) {
+                return err.code();
+            }
+            s.refs.take();
+            e.bound
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(ptr::from_ref(&s.refs));
+            return 0;
+        }
         // Each arm: what to bind and the refs of the bound object.
         let (what, refs) = match b.fclass {
             class::CQ => {

@@ -48,6 +48,7 @@ pub mod mr;
 pub mod msg;
 pub mod passive;
 pub mod rma;
+pub mod srx;
 
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -94,6 +95,7 @@ pub mod class {
     pub const FABRIC: usize = 1;
     pub const DOMAIN: usize = 2;
     pub const EP: usize = 3;
+    pub const SRX_CTX: usize = 6;
     pub const PEP: usize = 9;
     pub const AV: usize = 11;
     pub const MR: usize = 12;

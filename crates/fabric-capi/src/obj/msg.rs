@@ -286,7 +286,8 @@ unsafe fn post<B: Bufs>(
 ) -> isize {
     // SAFETY: the application passes an endpoint from fi_endpoint.
     let Some(e): Option<&EpObj> = (unsafe { ep::get(ep) }) else {
-        return EINVAL as isize;
+        // SAFETY: as above, or a context from fi_srx_context.
+        return unsafe { post_srx(ep, op, p, addr, tag, ignore, context, data, flags) };
     };
     let Some(p) = p else {
         return EINVAL as isize;
@@ -309,6 +310,56 @@ unsafe fn post<B: Bufs>(
             Op::Recv => e.inner.recvmsg(&msg, flags),
             Op::TSend => e.inner.tsendmsg(&msg, flags),
             Op::TRecv => e.inner.trecvmsg(&msg, flags),
+        }
+    };
+    r.map_or_else(sz, |()| 0)
+}
+
+/// [`post`] on a shared receive context (`fi_srx_context`): receives go
+/// to the provider's context, sends are refused by it; not a context:
+/// `-FI_EINVAL`.
+///
+/// # Safety
+///
+/// As [`post`].
+#[cold]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn post_srx<B: Bufs>(
+    ep: Ep,
+    op: Op,
+    p: Option<B>,
+    addr: u64,
+    tag: u64,
+    ignore: u64,
+    context: Ctx,
+    data: u64,
+    flags: Option<OpFlags>,
+) -> isize {
+    // SAFETY: per the contract.
+    let Some(s) = (unsafe { super::srx::get(ep) }) else {
+        return EINVAL as isize;
+    };
+    let Some(p) = p else {
+        return EINVAL as isize;
+    };
+    let msg = Msg {
+        iov: p.iov(),
+        desc: p.desc(),
+        addr: FiAddr(addr),
+        tag,
+        ignore,
+        context: context as u64,
+        data,
+    };
+    let flags = flags.unwrap_or(s.rx_flags);
+    // SAFETY: the buffer rules are the application's, per the contract.
+    let r = unsafe {
+        match op {
+            Op::Send => s.inner.sendmsg(&msg, flags),
+            Op::Recv => s.inner.recvmsg(&msg, flags),
+            Op::TSend => s.inner.tsendmsg(&msg, flags),
+            Op::TRecv => s.inner.trecvmsg(&msg, flags),
         }
     };
     r.map_or_else(sz, |()| 0)
@@ -345,7 +396,15 @@ unsafe fn inject_op(
 ) -> isize {
     // SAFETY: the application passes an endpoint from fi_endpoint.
     let Some(e) = (unsafe { ep::get(ep) }) else {
-        return EINVAL as isize;
+        // SAFETY: as above, or a context from fi_srx_context, which
+        // refuses sends.
+        return match unsafe { super::srx::get(ep) } {
+            Some(s) => s
+                .inner
+                .inject(&[], FiAddr(dest), data)
+                .map_or_else(sz, |()| 0),
+            None => EINVAL as isize,
+        };
     };
     // SAFETY: per the contract.
     let Some(b) = (unsafe { bytes(buf, len) }) else {

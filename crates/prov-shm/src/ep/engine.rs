@@ -47,6 +47,8 @@ struct SrxSlot {
     members: Vec<u32>,
     /// The handle was dropped: the slot goes with its last endpoint.
     closed: bool,
+    /// Most endpoints bound at once (`domain_attr.max_ep_srx_ctx`).
+    limit: usize,
 }
 
 #[derive(Debug)]
@@ -509,7 +511,8 @@ impl Route<Peer> for Router<'_> {
 
 impl Engine {
     /// Opens a shared receive context; its id.
-    pub(crate) fn srx_open(&self, directed: bool) -> u32 {
+    /// At most `limit` endpoints may be bound to it at once.
+    pub(crate) fn srx_open(&self, directed: bool, limit: usize) -> u32 {
         let mut st = self.lock();
         let id = st.next_srx;
         st.next_srx = st.next_srx.wrapping_add(1);
@@ -518,6 +521,7 @@ impl Engine {
             engine: ShmRx::new(directed, super::flow::BUDGET),
             members: Vec::new(),
             closed: false,
+            limit,
         });
         id
     }
@@ -525,11 +529,23 @@ impl Engine {
     /// Binds endpoint `ep` to context `sid`.
     pub(crate) fn srx_attach(&self, sid: u32, ep: u32) -> Result<()> {
         let mut st = self.lock();
-        let slot = st
-            .srxs
+        let State { eps, srxs, .. } = &mut *st;
+        let slot = srxs
             .iter_mut()
             .find(|x| x.id == sid && !x.closed)
             .ok_or_else(|| Error::inval("shm: the shared receive context is closed"))?;
+        slot.members
+            .retain(|m| eps.iter().any(|e| e.shared.id == *m));
+        if slot.members.len() >= slot.limit {
+            return Err(Error::new(
+                ErrorKind::NoSpc,
+                format!(
+                    "shm: the shared receive context serves {} endpoints already \
+                     (domain_attr.max_ep_srx_ctx)",
+                    slot.members.len()
+                ),
+            ));
+        }
         slot.members.push(ep);
         Ok(())
     }

@@ -31,9 +31,11 @@ pub struct ShmSrx {
 }
 
 impl ShmSrx {
-    /// A context for the endpoints of the domain whose engine is `engine`.
-    pub(crate) fn new(attr: &RxAttr, engine: Arc<Engine>) -> ShmSrx {
-        let id = engine.srx_open(attr.caps.contains(Caps::DIRECTED_RECV));
+    /// A context for the endpoints of the domain whose engine is
+    /// `engine`, serving at most `limit` of them at once (0: no limit).
+    pub(crate) fn new(attr: &RxAttr, engine: Arc<Engine>, limit: usize) -> ShmSrx {
+        let limit = if limit == 0 { usize::MAX } else { limit };
+        let id = engine.srx_open(attr.caps.contains(Caps::DIRECTED_RECV), limit);
         ShmSrx {
             engine,
             id,

@@ -70,6 +70,8 @@ pub(crate) struct SrxInner {
     min_multi_recv: AtomicUsize,
     /// Where completions go when no bound endpoint is enabled.
     nowhere: Binds,
+    /// Most endpoints bound at once (`domain_attr.max_ep_srx_ctx`).
+    limit: usize,
 }
 
 /// A shared receive context of the tcp provider.
@@ -79,8 +81,9 @@ pub struct TcpSrx {
 }
 
 impl TcpSrx {
-    /// A context for the endpoints of the domain that `poller` drives.
-    pub(crate) fn new(attr: &RxAttr, poller: Arc<Poller>) -> Self {
+    /// A context for the endpoints of the domain that `poller` drives,
+    /// serving at most `limit` of them at once (0: no limit).
+    pub(crate) fn new(attr: &RxAttr, poller: Arc<Poller>, limit: usize) -> Self {
         let directed = attr.caps.contains(Caps::DIRECTED_RECV);
         TcpSrx {
             inner: Arc::new(SrxInner {
@@ -93,6 +96,7 @@ impl TcpSrx {
                 }),
                 min_multi_recv: AtomicUsize::new(MIN_MULTI_RECV),
                 nowhere: Binds::default(),
+                limit: if limit == 0 { usize::MAX } else { limit },
             }),
         }
     }
@@ -117,13 +121,23 @@ impl TcpSrx {
             ));
         }
         let mut st = lock(&self.inner.state);
+        st.members.retain(|w| w.strong_count() > 0);
+        if st.members.len() >= self.inner.limit {
+            return Err(Error::new(
+                ErrorKind::NoSpc,
+                format!(
+                    "tcp: the shared receive context serves {} endpoints already \
+                     (domain_attr.max_ep_srx_ctx)",
+                    st.members.len()
+                ),
+            ));
+        }
         ep.srx.set(self.inner.clone()).map_err(|_| {
             Error::new(
                 ErrorKind::OpBadState,
                 "tcp: the endpoint is already bound to a shared receive context",
             )
         })?;
-        st.members.retain(|w| w.strong_count() > 0);
         st.members.push(Arc::downgrade(ep));
         Ok(())
     }
