@@ -2,7 +2,7 @@
 //!
 //! The object traits ([`MsgOps`](crate::MsgOps), [`TaggedOps`](crate::TaggedOps),
 //! [`RmaOps`](crate::RmaOps), [`AtomicOps`](crate::AtomicOps)) take raw
-//! [`IoVec`](crate::objects::IoVec)s, and the caller promises, in `unsafe`,
+//! [`IoVec`]s, and the caller promises, in `unsafe`,
 //! that the memory outlives the operation. This layer keeps that promise
 //! for you, the way io_uring's Rust wrappers do:
 //!
