@@ -329,3 +329,28 @@ fn default_multi_recv_is_not_used_for_owned_buffers() {
         drive(&mut a, &mut b, s2).check().unwrap();
     }
 }
+
+#[test]
+fn remote_cq_data_arrives_with_the_message() {
+    for info in providers(Caps::MSG | Caps::TAGGED | Caps::REMOTE_CQ_DATA) {
+        let (mut a, mut b, b_at_a, _) = pair(&info);
+        let r = b.recv(vec![0; 8]).unwrap();
+        let t = b.trecv(5, 0, vec![0; 8]).unwrap();
+        let s = a.send_with_data(b_at_a, b"m".to_vec(), 0xfeed).unwrap();
+        let ts = a.tsend_with_data(b_at_a, 5, b"t".to_vec(), 0xbeef).unwrap();
+        let plain = a.send(b_at_a, b"p".to_vec()).unwrap();
+        let r2 = b.recv(vec![0; 8]).unwrap();
+        assert_eq!(
+            drive(&mut b, &mut a, r).check().unwrap().data(),
+            Some(0xfeed)
+        );
+        assert_eq!(
+            drive(&mut b, &mut a, t).check().unwrap().data(),
+            Some(0xbeef)
+        );
+        assert_eq!(drive(&mut b, &mut a, r2).check().unwrap().data(), None);
+        for id in [s, ts, plain] {
+            drive(&mut a, &mut b, id).check().unwrap();
+        }
+    }
+}

@@ -451,21 +451,54 @@ impl<B: IoBufMut> Endpoint<B> {
 
     /// Sends `buf` to `to`.
     pub fn send(&mut self, to: FiAddr, buf: B) -> std::result::Result<OpId, Rejected<B>> {
-        let flags = self.tx_flags;
-        self.post(OpKind::Send, buf, false, |ep, iov, desc, context| {
+        self.send_msg(OpKind::Send, to, 0, None, buf)
+    }
+
+    /// Sends `buf` to `to` with remote CQ data: `data` arrives in the
+    /// receiver's [`Completion::data`] (`fi_senddata`; the provider's
+    /// `domain_attr.cq_data_size` says how many of its bytes it carries).
+    pub fn send_with_data(
+        &mut self,
+        to: FiAddr,
+        buf: B,
+        data: u64,
+    ) -> std::result::Result<OpId, Rejected<B>> {
+        self.send_msg(OpKind::Send, to, 0, Some(data), buf)
+    }
+
+    fn send_msg(
+        &mut self,
+        kind: OpKind,
+        to: FiAddr,
+        tag: u64,
+        data: Option<u64>,
+        buf: B,
+    ) -> std::result::Result<OpId, Rejected<B>> {
+        let mut flags = self.tx_flags;
+        if data.is_some() {
+            flags |= OpFlags::REMOTE_CQ_DATA;
+        }
+        let tagged = kind == OpKind::TaggedSend;
+        self.post(kind, buf, false, |ep, iov, desc, context| {
             let msg = Msg {
                 iov: &[iov],
                 desc: descs(&desc),
                 addr: to,
-                tag: 0,
+                tag,
                 ignore: 0,
                 context,
-                data: 0,
+                data: data.unwrap_or(0),
             };
             // SAFETY: the buffer is owned by the slab until its completion
             // is read (or leaked by the drop), and `IoBuf` keeps its bytes
             // in place meanwhile.
-            unsafe { ep.sendmsg(&msg, flags) }
+            unsafe {
+                if tagged {
+                    ep.tsendmsg(&msg, flags)
+                } else {
+                    ep.sendmsg(&msg, flags)
+                }
+            }
         })
     }
 
@@ -483,8 +516,9 @@ impl<B: IoBufMut> Endpoint<B> {
                 context,
                 data: 0,
             };
-            // SAFETY: as in `send`; nobody else can reach the buffer while
-            // the slab owns it, so the provider may write it.
+            // SAFETY: the buffer is owned by the slab until its completion
+            // is read (or leaked by the drop), `IoBufMut` keeps its bytes in
+            // place meanwhile, and nobody else can reach them.
             unsafe { ep.recvmsg(&msg, flags) }
         })
     }
@@ -496,20 +530,18 @@ impl<B: IoBufMut> Endpoint<B> {
         tag: u64,
         buf: B,
     ) -> std::result::Result<OpId, Rejected<B>> {
-        let flags = self.tx_flags;
-        self.post(OpKind::TaggedSend, buf, false, |ep, iov, desc, context| {
-            let msg = Msg {
-                iov: &[iov],
-                desc: descs(&desc),
-                addr: to,
-                tag,
-                ignore: 0,
-                context,
-                data: 0,
-            };
-            // SAFETY: as in `send`.
-            unsafe { ep.tsendmsg(&msg, flags) }
-        })
+        self.send_msg(OpKind::TaggedSend, to, tag, None, buf)
+    }
+
+    /// Tagged [`send_with_data`](Endpoint::send_with_data) (`fi_tsenddata`).
+    pub fn tsend_with_data(
+        &mut self,
+        to: FiAddr,
+        tag: u64,
+        buf: B,
+        data: u64,
+    ) -> std::result::Result<OpId, Rejected<B>> {
+        self.send_msg(OpKind::TaggedSend, to, tag, Some(data), buf)
     }
 
     /// Posts `buf` for a tagged message from any peer whose tag equals
@@ -601,8 +633,8 @@ impl<B: IoBufMut> Endpoint<B> {
                 context,
                 data: 0,
             };
-            // SAFETY: as in `send` (a write reads the buffer) and `recv` (a
-            // read writes it).
+            // SAFETY: as in `send_msg` (a write reads the buffer) and `recv`
+            // (a read writes it).
             unsafe {
                 if is_read {
                     ep.readmsg(&msg, flags)
