@@ -354,3 +354,29 @@ fn remote_cq_data_arrives_with_the_message() {
         }
     }
 }
+
+#[test]
+fn a_drop_that_cannot_drain_leaks_instead_of_freeing() {
+    for info in providers(Caps::MSG) {
+        let (mut a, _b, _, _) = pair(&info);
+        a.set_drain_timeout(Duration::ZERO);
+        a.recv(vec![0; 16]).unwrap();
+        assert_eq!(a.in_flight(), 1);
+        // No time to read the cancellation: the buffer is leaked, with a
+        // warning, rather than freed under the provider.
+        drop(a);
+    }
+}
+
+#[test]
+fn read_only_exposed_memory_can_be_looked_at() {
+    for info in providers(Caps::MSG | Caps::RMA) {
+        let d = safe::Domain::open(&info).unwrap();
+        let ro = d.expose(pattern(64, 4), MrAccess::REMOTE_READ).unwrap();
+        assert_eq!(ro.contents(), Some(&pattern(64, 4)[..]));
+        assert_eq!(ro.region().len, 64);
+        let refused = d.expose(vec![0; 8], MrAccess::SEND).unwrap_err();
+        assert_eq!(refused.kind(), ErrorKind::Inval);
+        assert_eq!(refused.into_buf(), Some(vec![0; 8]));
+    }
+}
