@@ -300,6 +300,24 @@
 //! 20 MiB (without the budget: 256 MiB accepted, +263 MiB), and every
 //! message arrived in order once receives were posted.
 //!
+//! ## Shared receive contexts
+//!
+//! `fi_srx_context` ([`crate::ShmSrx`]; getinfo answers
+//! `ep_attr.rx_ctx_cnt = FI_SHARED_CONTEXT`, `max_ep_srx_ctx` = the
+//! domain's `ep_cnt`): the context is one receive engine kept in the
+//! domain engine's state next to the endpoints. While the engine works on
+//! an endpoint bound to it (its ring, its transfers, the periodic checks)
+//! the context's engine takes the place of the endpoint's own; so the
+//! messages arriving at every bound endpoint match the context's
+//! receives, and the one budget above bounds what all of them keep.
+//! Senders are numbered with their endpoint's id in the high 32 bits, so
+//! the engine's work about a sender of another endpoint (resume it, pull
+//! its announced message into a receive) is done on that endpoint, with
+//! the context's engine in place there. Receives posted on the context
+//! take the domain engine's lock (not the lock-free queue) and complete on
+//! the CQ of the endpoint each message arrived at. An endpoint without a
+//! context pays one check per progress pass (`EpShared::srx`).
+//!
 //! ## Progress and locking
 //!
 //! The application's threads take no lock for eager sends, injects,

@@ -194,6 +194,16 @@
 //!   less than 64 bytes are left, and the completion of the last message
 //!   placed in it carries `FI_MULTI_RECV` (a cancelled one reports it in
 //!   its `FI_ECANCELED` completion).
+//! - Shared receive contexts (`fi_srx_context`, [`TcpSrx`]; getinfo
+//!   answers `ep_attr.rx_ctx_cnt = FI_SHARED_CONTEXT`, `max_ep_srx_ctx` =
+//!   the domain's `ep_cnt`): one receive engine that the messages of every
+//!   endpoint bound to it match, each completion on the CQ of the
+//!   endpoint its message arrived at. The context owns the engine; an
+//!   endpoint bound to it swaps it into its own state for the length of
+//!   each locked pass (taking the context's lock after its own), and the
+//!   engine's work about another endpoint's connection waits for that
+//!   endpoint's next pass. One unexpected budget bounds them all. An
+//!   endpoint without a context pays one check of a `OnceLock` per pass.
 //! - Progress is manual by default: CQ, counter and EQ reads drive it, and
 //!   blocking reads sleep on the domain's epoll set (after a short spin).
 //!   A progress call asks epoll what is ready; while every endpoint of the

@@ -550,6 +550,37 @@ impl Engine {
         Ok(())
     }
 
+    /// Enables a bound endpoint whose binds are `b` (`set` keeps them),
+    /// unless another enabled endpoint of context `sid` uses another
+    /// address vector: the endpoints of a shared receive context share
+    /// one (fi_endpoint(3)), which directed receives name sources in.
+    pub(crate) fn srx_enable(
+        &self,
+        sid: u32,
+        b: Binds,
+        set: impl FnOnce(Binds) -> Result<()>,
+    ) -> Result<()> {
+        let st = self.lock();
+        let same = |o: &Binds| match (&o.av, &b.av) {
+            (None, None) => true,
+            (Some(x), Some(y)) => Arc::ptr_eq(x, y),
+            _ => false,
+        };
+        let other = st
+            .srxs
+            .iter()
+            .filter(|x| x.id == sid)
+            .flat_map(|x| x.members.iter())
+            .filter_map(|m| st.eps.iter().find(|e| e.shared.id == *m))
+            .any(|e| e.shared.bound.get().is_some_and(|o| !same(o)));
+        if other {
+            return Err(Error::inval(
+                "shm: the endpoints of a shared receive context share one address vector",
+            ));
+        }
+        set(b)
+    }
+
     /// The handle of context `sid` was dropped: the context goes now, or
     /// with the last endpoint bound to it.
     pub(crate) fn srx_close(&self, sid: u32) {

@@ -695,10 +695,16 @@ impl Endpoint for ShmEndpoint {
                 "an endpoint needs a completion queue before enable",
             ));
         }
-        self.shared
-            .bound
-            .set(b)
-            .map_err(|_| Error::new(ErrorKind::OpBadState, "the endpoint is already enabled"))?;
+        let set = |b| {
+            self.shared
+                .bound
+                .set(b)
+                .map_err(|_| Error::new(ErrorKind::OpBadState, "the endpoint is already enabled"))
+        };
+        match self.shared.srx.get() {
+            Some(&sid) => self.engine.srx_enable(sid, b, set)?,
+            None => set(b)?,
+        }
         self.shared.enabled.store(true, Ordering::Release);
         Ok(())
     }

@@ -410,10 +410,16 @@ impl Endpoint for TcpEndpoint {
             let p: Arc<dyn Progress> = self.inner.poller.clone();
             eq.add_progress(Arc::downgrade(&p));
         }
-        self.inner
-            .bound
-            .set(b)
-            .map_err(|_| Error::new(ErrorKind::OpBadState, "the endpoint is already enabled"))?;
+        let set = |b| {
+            self.inner
+                .bound
+                .set(b)
+                .map_err(|_| Error::new(ErrorKind::OpBadState, "the endpoint is already enabled"))
+        };
+        match self.inner.srx.get() {
+            Some(srx) => srx.enable_member(b, set)?,
+            None => set(b)?,
+        }
         self.inner.enabled.store(true, Ordering::Release);
         Ok(())
     }

@@ -174,6 +174,34 @@ impl Route<u64> for Router<'_> {
 }
 
 impl SrxInner {
+    /// Enables a bound endpoint whose binds are `b` (`set` keeps them),
+    /// unless another enabled endpoint of the context uses another
+    /// address vector: the endpoints of a shared receive context share
+    /// one (fi_endpoint(3)), which directed receives name sources in.
+    pub(crate) fn enable_member(
+        &self,
+        b: Binds,
+        set: impl FnOnce(Binds) -> Result<()>,
+    ) -> Result<()> {
+        let st = lock(&self.state);
+        let same = |o: &Binds| match (&o.av, &b.av) {
+            (None, None) => true,
+            (Some(x), Some(y)) => Arc::ptr_eq(x, y),
+            _ => false,
+        };
+        let other = st
+            .members
+            .iter()
+            .filter_map(Weak::upgrade)
+            .any(|m| m.bound.get().is_some_and(|o| !same(o)));
+        if other {
+            return Err(Error::inval(
+                "tcp: the endpoints of a shared receive context share one address vector",
+            ));
+        }
+        set(b)
+    }
+
     /// Runs `f` on the engine with the router of the bound endpoints,
     /// then hands the work it left to the endpoints concerned (and runs
     /// their passes, with no lock held).

@@ -29,6 +29,16 @@
 //! Every receive ends in exactly one completion or error completion,
 //! whatever the peer does: a truncated message completes with `Trunc`,
 //! cancel and [`RxEngine::drain`] with their error.
+//!
+//! A shared receive context (`fi_srx_context`,
+//! [`SharedRx`](crate::objects::SharedRx)) is one engine that several
+//! endpoints feed. The calls take where completions go as a [`Route`]:
+//! an endpoint's own binds (every [`Report`] is one), or for the
+//! context's own calls a router that finds, by the sender, the endpoint a
+//! message arrived at. The provider's [`Transport::Peer`] then names the
+//! endpoint too, so that the work the engine hands back about a sender
+//! ([`Action`]) reaches the endpoint it belongs to
+//! ([`RxEngine::requeue`] puts work back for it).
 
 // Copies into and out of callers' buffers through raw pointers, which
 // needs `unsafe`; each block states why it is sound.

@@ -400,6 +400,32 @@ pub fn srx_messages(rig: &Rig) {
         ErrorKind::OpBadState,
         "bind after enable"
     );
+    // The endpoints of a context share one AV: one with another is not
+    // enabled.
+    let other_av = w.domain.av(&AvAttr::default()).expect("av");
+    let cq = w
+        .domain
+        .cq(&CqAttr {
+            format: Opts::default().format,
+            wait_obj: WaitObj::Unspec,
+            ..CqAttr::default()
+        })
+        .expect("cq");
+    let ep = w.domain.endpoint(&info).expect("endpoint");
+    ep.bind(Bind::Cq {
+        cq: cq.as_ref(),
+        transmit: true,
+        recv: true,
+        selective: false,
+    })
+    .expect("bind cq");
+    ep.bind(Bind::Av(other_av.as_ref())).expect("bind av");
+    ep.bind_srx(srx).expect("bind srx");
+    assert_eq!(
+        ep.enable().refused(),
+        ErrorKind::Inval,
+        "enable with another AV than the context's other endpoints"
+    );
     for i in 0..4 {
         w.nothing(i);
     }
