@@ -95,6 +95,7 @@
 
 mod atomic;
 mod buf;
+mod completion;
 mod endpoint;
 
 use std::sync::Arc;
@@ -107,7 +108,8 @@ use crate::registry::Registry;
 
 pub use atomic::AtomicValue;
 pub use buf::{Exposed, IoBuf, IoBufMut, Registered, Rejected, RemoteKey, RemoteRegion};
-pub use endpoint::{Completion, Endpoint, OpId, OpKind};
+pub use completion::{Completion, OpId, OpKind};
+pub use endpoint::Endpoint;
 
 /// What the objects of one domain share: the domain, its fabric (dropped
 /// after it), the entry they were opened with and the key counter.
