@@ -166,6 +166,12 @@ macro_rules! semantics_tests {
             }
         }
         #[test]
+        fn srx_close() {
+            if let Some(r) = $rig() {
+                $crate::testing::semantics::srx_close(&r);
+            }
+        }
+        #[test]
         fn srx_cancel() {
             if let Some(r) = $rig() {
                 $crate::testing::semantics::srx_cancel(&r);
@@ -175,7 +181,7 @@ macro_rules! semantics_tests {
 }
 
 mod srx;
-pub use srx::{srx_cancel, srx_flow_control, srx_messages, srx_multi_recv, srx_tagged};
+pub use srx::{srx_cancel, srx_close, srx_flow_control, srx_messages, srx_multi_recv, srx_tagged};
 
 /// How long any wait may take (TCG guests are slow).
 const T: Duration = Duration::from_secs(30);

@@ -158,6 +158,14 @@ impl Engine {
         let ep = {
             let mut st = self.lock();
             let i = st.eps.iter().position(|e| e.shared.id == id);
+            if let Some(i) = i.filter(|&i| st.eps[i].shared.srx.get().is_some()) {
+                on_ep(&mut st, i, |ep| {
+                    let sh = ep.shared.clone();
+                    if let Some(b) = sh.bound.get() {
+                        ep.st.leave_srx(&sh, b);
+                    }
+                });
+            }
             let ep = i.map(|i| st.eps.swap_remove(i));
             let State { eps, srxs, .. } = &mut *st;
             srxs.retain(|s| {

@@ -279,6 +279,17 @@ impl RxState {
         self.run_actions(sh, b);
     }
 
+    /// The endpoint, bound to a shared receive context, closes: every
+    /// peer is forgotten, so that the context's receives its transfers
+    /// were filling fail and the announced messages kept for it in the
+    /// context go (its buffered ones stay deliverable).
+    pub(crate) fn leave_srx(&mut self, sh: &EpShared, b: &Binds) {
+        for pi in 0..self.peers.len() {
+            let pi = u32::try_from(pi).unwrap_or(u32::MAX);
+            self.drop_peer(sh, b, pi);
+        }
+    }
+
     /// Remote CQ data of an RMA write or atomic: a completion at the
     /// target (consuming a posted receive in FI_RX_CQ_DATA mode).
     pub(super) fn remote_cq_data(

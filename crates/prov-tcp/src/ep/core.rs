@@ -186,7 +186,7 @@ pub(crate) struct EpInner {
     /// ([`Pass`]).
     pub srx: OnceLock<Arc<SrxInner>>,
     /// The shared receive context holds work for this endpoint.
-    pub srx_mail: AtomicBool,
+    pub srx_mail: Arc<AtomicBool>,
 }
 
 pub(super) fn proto(detail: impl Into<std::borrow::Cow<'static, str>>) -> Error {
@@ -238,7 +238,7 @@ impl EpInner {
             min_multi_recv: AtomicUsize::new(fabric_core::kit::rx::MIN_MULTI_RECV),
             cq_wait: AtomicBool::new(false),
             srx: OnceLock::new(),
-            srx_mail: AtomicBool::new(false),
+            srx_mail: Arc::new(AtomicBool::new(false)),
         });
         let weak: std::sync::Weak<dyn EpProgress> =
             Arc::downgrade(&(inner.clone() as Arc<dyn EpProgress>));

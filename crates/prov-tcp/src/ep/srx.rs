@@ -22,7 +22,7 @@
 
 use std::mem;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use fabric_core::attr::{RxAttr, SHARED_CONTEXT};
@@ -33,9 +33,10 @@ use fabric_core::objects::{Msg, MsgOps, SharedRx, TaggedOps};
 use fabric_core::{Caps, Error, ErrorKind, OpFlags, Result};
 
 use super::core::{EpInner, State};
-use crate::conn::{Engine, Remote, TcpWire};
+use crate::conn::{Engine, Remote, Sink, TcpWire};
 use crate::limits::RX_BUDGET;
 use crate::progress::{Poller, ep_of};
+use crate::wire::Op;
 
 /// The sender (connection token) a piece of the engine's work concerns.
 pub(super) fn owner(a: &Action<TcpWire>) -> u64 {
@@ -54,10 +55,21 @@ pub(crate) struct SrxState {
     /// The shared engine (while an endpoint works: that endpoint's own,
     /// swapped in its place).
     engine: Engine,
-    /// Endpoints bound, in the order they were bound.
-    members: Vec<Weak<EpInner>>,
+    /// Endpoints bound, in the order they were bound, each with its
+    /// endpoint number and its `srx_mail` flag (set without taking a
+    /// strong reference, whose drop could close the endpoint under this
+    /// lock).
+    members: Vec<Member>,
     /// Work for endpoints (by endpoint number) not done yet.
     mail: Vec<(u32, Action<TcpWire>)>,
+}
+
+/// An endpoint bound to a context.
+#[derive(Debug)]
+struct Member {
+    ep_no: u32,
+    ep: Weak<EpInner>,
+    mail: Arc<AtomicBool>,
 }
 
 /// The shared part of a shared receive context.
@@ -121,7 +133,7 @@ impl TcpSrx {
             ));
         }
         let mut st = lock(&self.inner.state);
-        st.members.retain(|w| w.strong_count() > 0);
+        st.members.retain(|m| m.ep.strong_count() > 0);
         if st.members.len() >= self.inner.limit {
             return Err(Error::new(
                 ErrorKind::NoSpc,
@@ -138,7 +150,11 @@ impl TcpSrx {
                 "tcp: the endpoint is already bound to a shared receive context",
             )
         })?;
-        st.members.push(Arc::downgrade(ep));
+        st.members.push(Member {
+            ep_no: ep.ep_no,
+            ep: Arc::downgrade(ep),
+            mail: ep.srx_mail.clone(),
+        });
         Ok(())
     }
 
@@ -189,17 +205,19 @@ impl SrxInner {
             (Some(x), Some(y)) => Arc::ptr_eq(x, y),
             _ => false,
         };
-        let other = st
-            .members
-            .iter()
-            .filter_map(Weak::upgrade)
-            .any(|m| m.bound.get().is_some_and(|o| !same(o)));
-        if other {
-            return Err(Error::inval(
+        // Strong references dropped only once the lock is released.
+        let eps: Vec<Arc<EpInner>> = st.members.iter().filter_map(|m| m.ep.upgrade()).collect();
+        let other = eps.iter().any(|m| m.bound.get().is_some_and(|o| !same(o)));
+        let r = if other {
+            Err(Error::inval(
                 "tcp: the endpoints of a shared receive context share one address vector",
-            ));
-        }
-        set(b)
+            ))
+        } else {
+            set(b)
+        };
+        drop(st);
+        drop(eps);
+        r
     }
 
     /// Runs `f` on the engine with the router of the bound endpoints,
@@ -211,7 +229,7 @@ impl SrxInner {
         let r = {
             let mut guard = lock(&self.state);
             let st = &mut *guard;
-            eps = st.members.iter().filter_map(Weak::upgrade).collect();
+            eps = st.members.iter().filter_map(|m| m.ep.upgrade()).collect();
             let router = Router {
                 eps: &eps,
                 nowhere: &self.nowhere,
@@ -247,6 +265,58 @@ impl SrxInner {
         }
         drop(eps);
         r
+    }
+}
+
+impl Drop for EpInner {
+    /// An endpoint bound to a shared receive context closes: the
+    /// context's receives its connections were filling fail (on its CQ,
+    /// `Canceled`), and the messages kept in the context whose data was
+    /// still in its sockets or with its peers are dropped (buffered ones
+    /// stay deliverable). Nothing for other endpoints.
+    fn drop(&mut self) {
+        if self.srx.get().is_none() {
+            return;
+        }
+        let Some(b) = self.bound.get() else {
+            return;
+        };
+        let err = Error::new(
+            ErrorKind::Canceled,
+            "tcp: the endpoint the message arrived at was closed",
+        );
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let ids: Vec<u32> = st.conns.keys().collect();
+        for cid in ids {
+            let Some(c) = st.conns.get_mut(&cid) else {
+                continue;
+            };
+            let mut rndv: Vec<_> = c.rndv.drain().collect();
+            rndv.sort_by_key(|(id, _)| *id);
+            let cur = c.rx.cur.take();
+            if let Some(cur) = cur {
+                match cur.sink {
+                    Sink::Recv(recv) => {
+                        let tagged = cur.frame.header.op == Op::Tagged;
+                        st.rx.fail(b, recv, tagged, &err);
+                    }
+                    Sink::Rndv(r) => st.rx.fail(b, r.recv, r.meta.tagged, &err),
+                    _ => {}
+                }
+            }
+            for (_, r) in rndv {
+                st.rx.fail(b, r.recv, r.meta.tagged, &err);
+            }
+            st.rx.peer_gone(self.token(cid));
+        }
+        // What the engine asks of this endpoint's connections is moot;
+        // resuming other endpoints' senders is theirs.
+        while let Some(a) = st.rx.next_action() {
+            if ep_of(owner(&a)) != self.ep_no {
+                st.foreign.push(a);
+            }
+        }
     }
 }
 
@@ -324,22 +394,22 @@ impl Drop for Pass<'_> {
         if let Some((ep, g)) = self.srx.as_mut() {
             let st = &mut *self.st;
             mem::swap(&mut st.rx, &mut g.engine);
-            // Work about other endpoints' senders, for them to do.
+            // Work about other endpoints' senders, for them to do (that of
+            // a closed endpoint is dropped).
             for a in st.foreign.drain(..) {
                 let no = ep_of(owner(&a));
-                let Some(other) = g
-                    .members
-                    .iter()
-                    .filter_map(Weak::upgrade)
-                    .find(|e| e.ep_no == no)
-                else {
-                    continue;
-                };
                 if no == ep.ep_no {
                     continue;
                 }
+                let Some(m) = g
+                    .members
+                    .iter()
+                    .find(|m| m.ep_no == no && m.ep.strong_count() > 0)
+                else {
+                    continue;
+                };
+                m.mail.store(true, Ordering::Release);
                 g.mail.push((no, a));
-                other.srx_mail.store(true, Ordering::Release);
             }
         }
     }
@@ -392,7 +462,7 @@ impl SharedRx for TcpSrx {
         lock(&self.inner.state)
             .members
             .iter()
-            .filter(|w| w.strong_count() > 0)
+            .filter(|m| m.ep.strong_count() > 0)
             .count()
     }
 }

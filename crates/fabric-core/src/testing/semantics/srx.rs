@@ -778,3 +778,65 @@ pub fn srx_flow_control(rig: &Rig) {
         w.nothing(i);
     }
 }
+
+/// An endpoint bound to a context closes: a rendezvous message kept for
+/// it (its data still with its sender) goes with it, so the context's
+/// next receive takes a message of the endpoint that stays; its sender's
+/// send fails (`ConnReset`); the context goes on serving the other
+/// endpoint.
+pub fn srx_close(rig: &Rig) {
+    let Some(info) = rig.offers_srx(Caps::TAGGED, "shared receive context endpoint close") else {
+        return;
+    };
+    let (mut w, srx) = rig.srx_world(&info, |_| {});
+    let srx = srx.as_ref();
+    // A large message kept at endpoint 2, then a tagged one behind it on
+    // the same connection: once that one is received, the first arrived.
+    let big = pattern(1 << 20, seed());
+    w.send(3, 2, &big, 50);
+    let mark = srx_recv(
+        &w,
+        srx,
+        16,
+        FiAddr::UNSPEC,
+        Some((3, 0)),
+        51,
+        OpFlags::empty(),
+    )
+    .expect("trecv");
+    let d = pattern(16, seed());
+    w.tsend(3, 2, 3, &d, 52);
+    let (e, src) = ok_at(&w, 2);
+    assert_eq!((e.context, e.len, src), (51, 16, w.addr[3]), "marker");
+    same("marker", mark, &d);
+    // Endpoint 2 closes (endpoint 3 is index 2 from now on).
+    drop(w.eps.remove(2));
+    let r = srx_recv(&w, srx, 64, FiAddr::UNSPEC, None, 53, OpFlags::empty()).expect("recv");
+    let d = pattern(40, seed());
+    w.send(0, 1, &d, 54);
+    let (e, src) = w.ok(1);
+    assert_eq!(
+        (e.context, e.len, src),
+        (53, 40, w.addr[0]),
+        "the receive after the close took the closed endpoint's message"
+    );
+    same("after the close", &r[..40], &d);
+    w.ok(0);
+    // Endpoint 3's sends: the marker completed, the large one fails.
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        match w.next(2) {
+            Ok((e, _)) => got.push((e.context, None)),
+            Err(e) => got.push((e.entry.context, Some(e.err))),
+        }
+    }
+    got.sort_unstable_by_key(|(c, _)| *c);
+    assert_eq!(
+        got,
+        [(50, Some(ErrorKind::ConnReset)), (52, None)],
+        "the sends to the closed endpoint"
+    );
+    for i in 0..3 {
+        w.nothing(i);
+    }
+}
