@@ -776,3 +776,76 @@ fn remote_cq_data_that_fills_the_cq_pauses_its_sender_until_read() {
     assert_eq!(cq.read(&mut out, None).unwrap(), 1);
     assert_eq!(out[0].data, 4);
 }
+
+/// A shared receive context's routing: peer A's messages report to the
+/// first binds, B's to the second, what concerns no message to the first.
+struct Two<'a>(&'a Binds, &'a Binds);
+
+impl Route<u8> for Two<'_> {
+    type To = Binds;
+
+    fn to(&self, peer: Option<&u8>) -> &Binds {
+        match peer {
+            Some(&B) => self.1,
+            _ => self.0,
+        }
+    }
+}
+
+#[test]
+fn a_router_sends_each_completion_to_the_endpoint_of_its_sender() {
+    let (ba, bb) = (binds(), binds());
+    let two = Two(&ba, &bb);
+    let mut e = Engine::new(false, Budget::DEFAULT);
+    // Kept messages from B then A, then two receives: each completes
+    // where its sender's endpoint reports, in the order kept.
+    for (peer, data) in [(B, b"from b"), (A, b"from a")] {
+        let held = bytes(&mut e, data, None);
+        let entry = Entry {
+            len: 6,
+            data: None,
+            peer,
+            held,
+        };
+        e.keep(false, 0, FiAddr(u64::from(peer)), entry);
+    }
+    let mut r1 = [0u8; 8];
+    let mut r2 = [0u8; 8];
+    let (v1, v2) = (iov(&mut r1), iov(&mut r2));
+    e.post(
+        &two,
+        &recv(&v1, 1, 0, 0, FiAddr::UNSPEC),
+        OpFlags::empty(),
+        false,
+    )
+    .unwrap();
+    e.post(
+        &two,
+        &recv(&v2, 2, 0, 0, FiAddr::UNSPEC),
+        OpFlags::empty(),
+        false,
+    )
+    .unwrap();
+    let (a, b) = (done(&ba), done(&bb));
+    assert_eq!(b.len(), 1);
+    assert_eq!((b[0].0.context, b[0].1), (1, FiAddr(u64::from(B))));
+    assert_eq!(a.len(), 1);
+    assert_eq!((a[0].0.context, a[0].1), (2, FiAddr(u64::from(A))));
+    assert_eq!((&r1[..6], &r2[..6]), (&b"from b"[..], &b"from a"[..]));
+    // A cancel concerns no message: the first.
+    let mut r3 = [0u8; 8];
+    let v3 = iov(&mut r3);
+    e.post(
+        &two,
+        &recv(&v3, 3, 0, 0, FiAddr::UNSPEC),
+        OpFlags::empty(),
+        false,
+    )
+    .unwrap();
+    e.cancel(&two, 3).unwrap();
+    assert_eq!(failed(&ba).entry.context, 3);
+    no_errors(&bb);
+    // Work put back comes out again.
+    e.requeue(Action::Resume(B));
+    assert!(matches!(actions(&mut e)[..], [Action::Resume(B)]));
+}
