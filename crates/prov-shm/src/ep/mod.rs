@@ -703,6 +703,12 @@ impl Endpoint for ShmEndpoint {
         };
         match self.shared.srx.get() {
             Some(&sid) => self.engine.srx_enable(sid, b, set)?,
+            None if self.shared.info.ep_attr.rx_ctx_cnt == fabric_core::SHARED_CONTEXT => {
+                return Err(Error::inval(
+                    "shm: an endpoint opened with rx_ctx_cnt = FI_SHARED_CONTEXT needs a \
+                     shared receive context bound before enable",
+                ));
+            }
             None => set(b)?,
         }
         self.shared.enabled.store(true, Ordering::Release);

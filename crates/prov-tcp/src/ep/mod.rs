@@ -418,6 +418,12 @@ impl Endpoint for TcpEndpoint {
         };
         match self.inner.srx.get() {
             Some(srx) => srx.enable_member(b, set)?,
+            None if self.inner.info.ep_attr.rx_ctx_cnt == fabric_core::SHARED_CONTEXT => {
+                return Err(Error::inval(
+                    "tcp: an endpoint opened with rx_ctx_cnt = FI_SHARED_CONTEXT needs a \
+                     shared receive context bound before enable",
+                ));
+            }
             None => set(b)?,
         }
         self.inner.enabled.store(true, Ordering::Release);

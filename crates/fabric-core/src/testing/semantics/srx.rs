@@ -420,6 +420,12 @@ pub fn srx_messages(rig: &Rig) {
     })
     .expect("bind cq");
     ep.bind(Bind::Av(other_av.as_ref())).expect("bind av");
+    // Opened with FI_SHARED_CONTEXT, it needs a context.
+    assert_eq!(
+        ep.enable().refused(),
+        ErrorKind::Inval,
+        "enable of an FI_SHARED_CONTEXT endpoint without a context"
+    );
     ep.bind_srx(srx).expect("bind srx");
     assert_eq!(
         ep.enable().refused(),
