@@ -61,10 +61,14 @@ fn open_ep(domain: &dyn Domain, info: &Info, av: &dyn AddressVector) -> Ep {
 }
 
 fn world() -> Option<World> {
-    let info = entries(EpType::Rdm, rdm_hints())?
-        .into_iter()
-        .next()
-        .unwrap();
+    world_with(Caps::empty())
+}
+
+/// A world whose endpoints also have `extra` capabilities.
+fn world_with(extra: Caps) -> Option<World> {
+    let mut hints = rdm_hints();
+    hints.caps |= extra;
+    let info = entries(EpType::Rdm, hints)?.into_iter().next().unwrap();
     assert!(!info.domain_attr.mr_mode.contains(MrMode::LOCAL));
     let fabric = VerbsProvider.fabric(&info.fabric_attr).unwrap();
     let domain = fabric.domain(&info).unwrap();
@@ -692,4 +696,114 @@ fn peek_claim_discard_and_counters() {
     let err = wait(b.cq.as_ref()).unwrap_err();
     assert_eq!((err.entry.context, err.err), (28, ErrorKind::Canceled));
     assert_eq!(recvd.readerr(), 4);
+}
+
+/// FI_FENCE on RDM: the fenced operation and everything posted after it
+/// to the same peer wait until the operations before it completed. Here
+/// the one before is a rendezvous send, complete only once the receiver
+/// posts a receive and reads it: until then the fenced RMA write does not
+/// touch the target and the message behind it is not delivered (without
+/// the fence both would land at once); then the three complete in order.
+#[test]
+fn fence_waits_for_earlier_operations_to_the_peer() {
+    let Some(w) = world_with(Caps::FENCE) else {
+        return;
+    };
+    assert!(w.a.ep.info().caps.contains(Caps::FENCE));
+    // The connection is up (an eager message each way is not needed:
+    // one from a to b).
+    let mut warm = [0u8; 8];
+    let wiov = iov(&mut warm);
+    // SAFETY: the test keeps the buffers alive until their completions.
+    unsafe {
+        w.b.ep
+            .trecvmsg(&m(&wiov, FiAddr::UNSPEC, 1, 0, 100), OpFlags::empty())
+    }
+    .unwrap();
+    w.retry(|| w.a.ep.tinject(b"warm-up!", w.to_b, 1, None));
+    assert_eq!(w.wait(w.b.cq.as_ref()).unwrap().0.context, 100);
+
+    // 1. A rendezvous send nobody receives yet.
+    let n = 256 << 10;
+    let mut big: Vec<u8> = (0..n).map(|i| (i * 7 % 251) as u8).collect();
+    let biov = iov(&mut big);
+    // SAFETY: the test keeps the buffers alive until their completions.
+    w.retry(|| unsafe {
+        w.a.ep
+            .tsendmsg(&m(&biov, w.to_b, 9, 0, 1), OpFlags::empty())
+    });
+    // 2. A fenced RMA write.
+    let target = Buf::new(w.domain.as_ref(), 64);
+    let mut pattern: Vec<u8> = (0..64u8).map(|i| i ^ 0x5a).collect();
+    let piov = iov(&mut pattern);
+    let remote = [RmaIov {
+        addr: target.addr(),
+        len: 64,
+        key: target.mr.key(),
+    }];
+    let wmsg = RmaMsg {
+        iov: &piov,
+        desc: &[],
+        addr: w.to_b,
+        rma_iov: &remote,
+        context: 2,
+        data: 0,
+    };
+    // SAFETY: the test keeps the buffers alive until their completions.
+    w.retry(|| unsafe { w.a.ep.writemsg(&wmsg, OpFlags::FENCE) });
+    // 3. A message after it (not fenced itself), to a posted receive.
+    let mut small = [0u8; 16];
+    let siov = iov(&mut small);
+    // SAFETY: the test keeps the buffers alive until their completions.
+    unsafe {
+        w.b.ep
+            .trecvmsg(&m(&siov, FiAddr::UNSPEC, 10, 0, 12), OpFlags::empty())
+    }
+    .unwrap();
+    let mut after = *b"after the fence!";
+    let aiov = iov(&mut after);
+    // SAFETY: the test keeps the buffers alive until their completions.
+    w.retry(|| unsafe {
+        w.a.ep
+            .tsendmsg(&m(&aiov, w.to_b, 10, 0, 3), OpFlags::empty())
+    });
+
+    // Nothing moves while the rendezvous waits for its receive.
+    let until = Instant::now() + Duration::from_millis(300);
+    let mut e = [CqEntry::default(); 1];
+    while Instant::now() < until {
+        for cq in [&w.a.cq, &w.b.cq] {
+            match cq.read(&mut e) {
+                Ok(0) => {}
+                Err(err) if err.kind() == ErrorKind::Again => {}
+                other => panic!("a completion before the fence lifted: {other:?} {:?}", e[0]),
+            }
+        }
+    }
+    assert!(
+        target.mem.iter().all(|&b| b == 0),
+        "the fenced write landed before the operation before it completed"
+    );
+    assert_eq!(small, [0u8; 16], "a message behind the fence was delivered");
+
+    // The receive lets the rendezvous finish; the rest follows in order.
+    let mut got = vec![0u8; n];
+    let giov = iov(&mut got);
+    // SAFETY: the test keeps the buffers alive until their completions.
+    unsafe {
+        w.b.ep
+            .trecvmsg(&m(&giov, FiAddr::UNSPEC, 9, 0, 11), OpFlags::empty())
+    }
+    .unwrap();
+    let order: Vec<u64> = (0..3)
+        .map(|_| w.wait(w.a.cq.as_ref()).unwrap().0.context)
+        .collect();
+    assert_eq!(order, [1, 2, 3], "completions out of fence order");
+    let recvd: Vec<u64> = (0..2)
+        .map(|_| w.wait(w.b.cq.as_ref()).unwrap().0.context)
+        .collect();
+    assert_eq!(recvd, [11, 12]);
+    assert!(got == big, "rendezvous data differs");
+    assert_eq!(target.mem, pattern);
+    assert_eq!(&small, b"after the fence!");
 }

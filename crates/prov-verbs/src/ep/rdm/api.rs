@@ -188,6 +188,7 @@ impl RdmEndpoint {
         }
         let (sge, mr, stage, copy_back) = e.rma_local(&mut st, user, msg.desc, write)?;
         let op = RmaOp {
+            conn: 0,
             context: msg.context,
             flags: CompletionFlags::RMA
                 | if write {
@@ -211,7 +212,7 @@ impl RdmEndpoint {
             rkey: key,
             sge,
         };
-        e.post_rma(&mut st, msg.addr, op, wr)
+        e.post_rma(&mut st, msg.addr, op, wr, flags.contains(OpFlags::FENCE))
     }
 }
 
@@ -285,6 +286,7 @@ impl RdmEndpoint {
         };
         st.tx[slot].kind = TxKind::Stage;
         let op = RmaOp {
+            conn: 0,
             context: msg.context,
             flags: CompletionFlags::ATOMIC
                 | if fetch {
@@ -308,7 +310,7 @@ impl RdmEndpoint {
             rkey: key,
             sge: e.tx_pool.sge(slot, 8),
         };
-        e.post_rma(&mut st, msg.addr, op, wr)
+        e.post_rma(&mut st, msg.addr, op, wr, flags.contains(OpFlags::FENCE))
     }
 }
 

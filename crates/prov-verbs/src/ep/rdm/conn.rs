@@ -67,6 +67,7 @@ impl Engine {
             outgoing: true,
             state: ConnState::Resolving,
             backlog: VecDeque::new(),
+            inflight: 0,
             paused: false,
             parked: Vec::new(),
             posted: 0,
@@ -107,6 +108,7 @@ impl Engine {
             .collect();
         for k in waiting {
             if let Some(r) = st.rndv.remove(k) {
+                self.op_done(st, r.conn);
                 self.failed(
                     false,
                     CqErrEntry {
@@ -203,12 +205,7 @@ impl Engine {
             return;
         }
         c.state = ConnState::Up;
-        let backlog = std::mem::take(&mut c.backlog);
-        for d in backlog {
-            if let Err(e) = self.post_deferred(st, i, &d) {
-                self.fail_deferred(st, d, &e);
-            }
-        }
+        self.drain(st, i);
     }
 
     pub(super) fn handle_cm(&self, st: &mut State, mut e: CmEvent) {
@@ -236,6 +233,7 @@ impl Engine {
                 outgoing: false,
                 state: ConnState::Connecting,
                 backlog: VecDeque::new(),
+                inflight: 0,
                 paused: false,
                 parked: Vec::new(),
                 posted: 0,
@@ -330,21 +328,26 @@ impl Engine {
 
     /// Posts a send of buffer `slot` (header and eager data already in
     /// it), or keeps it until the connection is made.
+    /// An application's send (`fence`: FI_FENCE) waits behind earlier
+    /// work and, fenced, for the operations before it to complete; a
+    /// control message only for the connection.
     pub(super) fn post_buf(
         &self,
         st: &mut State,
         conn: usize,
         slot: usize,
         bytes: usize,
+        fence: bool,
     ) -> Result<()> {
+        let app = st.tx.get(slot).is_some_and(|t| t.kind != TxKind::Control);
         let c = st
             .conns
             .get_mut(conn)
             .ok_or_else(|| Error::new(ErrorKind::NotConn, "verbs: no such connection"))?;
         match c.state {
-            ConnState::Up => {}
-            ConnState::Resolving | ConnState::Connecting => {
-                c.backlog.push_back(Deferred::Buf { slot, bytes });
+            ConnState::Up if !app || !c.must_wait(fence) => {}
+            ConnState::Up | ConnState::Resolving | ConnState::Connecting => {
+                c.backlog.push_back(Deferred::Buf { slot, bytes, fence });
                 return Ok(());
             }
             ConnState::Down => {
@@ -356,6 +359,9 @@ impl Engine {
         }
         self.post_buf_now(&c.id, slot, bytes)?;
         c.posted += 1;
+        if app {
+            c.inflight += 1;
+        }
         Ok(())
     }
 
@@ -391,8 +397,9 @@ impl Engine {
             len: 0,
             report: false,
             rndv: 0,
+            conn,
         };
-        if let Err(e) = self.post_buf(st, conn, slot, HDR) {
+        if let Err(e) = self.post_buf(st, conn, slot, HDR, false) {
             tracing::debug!(error = %e, "verbs: cannot send a control message");
             st.tx_free.push(slot);
         }

@@ -81,6 +81,21 @@
 //!   the immediate of an RDMA write and is reported in the target's
 //!   receive CQ without consuming a posted receive.
 //!
+//! # FI_FENCE
+//!
+//! A fenced operation, and everything posted after it to the same peer,
+//! waits until the operations posted before it to that peer have
+//! completed (fi_msg(3), fi_rma(3)). `IBV_SEND_FENCE` would not do: it
+//! only orders a request after the RDMA reads and atomics before it on
+//! the queue pair, while an RDM send may be a rendezvous that completes
+//! only at the receiver's FIN. So the fence is kept here: each connection
+//! counts the application's operations posted on it and not completed
+//! (an RTS until its FIN); a fenced operation finding any waits, with
+//! what comes after it, in the connection's backlog (the queue operations
+//! also wait in while the connection is made), and the backlog is posted
+//! in order as the count drops to zero. Control messages (FIN) never wait
+//! behind a fence.
+//!
 //! Headers of another version, unknown ops or lengths that do not add up
 //! are dropped with a debug line; the peer is then stuck, not this
 //! endpoint.
@@ -170,8 +185,13 @@ struct Conn {
     peer: Option<SocketAddr>,
     outgoing: bool,
     state: ConnState,
-    /// Work posted while the connection is being made.
+    /// Work waiting to be posted, in order: while the connection is
+    /// being made, and behind a fenced operation (FI_FENCE) until the
+    /// operations before it have completed.
     backlog: VecDeque<Deferred>,
+    /// The application's operations posted on it and not completed yet
+    /// (an RTS until its FIN): what a fenced operation waits for.
+    inflight: usize,
     /// The receive engine paused this sender.
     paused: bool,
     /// Receive buffers its remote CQ data used while it was paused (given
@@ -190,12 +210,33 @@ struct RmaWr {
     sge: Sge,
 }
 
-/// Work waiting for its connection.
+/// Work waiting for its connection, or behind a fence.
 enum Deferred {
-    /// A send of a send buffer holding `bytes`.
-    Buf { slot: usize, bytes: usize },
-    /// An RMA / atomic op `idx` of the op table.
-    Rma { idx: usize, wr: RmaWr },
+    /// A send of a send buffer holding `bytes`; `fence`: FI_FENCE.
+    Buf {
+        slot: usize,
+        bytes: usize,
+        fence: bool,
+    },
+    /// An RMA / atomic op `idx` of the op table; `fence`: FI_FENCE.
+    Rma { idx: usize, wr: RmaWr, fence: bool },
+}
+
+impl Deferred {
+    fn fenced(&self) -> bool {
+        match self {
+            Deferred::Buf { fence, .. } | Deferred::Rma { fence, .. } => *fence,
+        }
+    }
+}
+
+impl Conn {
+    /// Whether an operation (fenced when `fence`) must wait in the
+    /// backlog: the connection is not up, work waits before it, or it is
+    /// fenced and operations before it have not completed.
+    fn must_wait(&self, fence: bool) -> bool {
+        self.state != ConnState::Up || !self.backlog.is_empty() || (fence && self.inflight > 0)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -218,6 +259,8 @@ struct TxBuf {
     len: usize,
     report: bool,
     rndv: usize,
+    /// The connection it was sent on.
+    conn: usize,
 }
 
 /// A rendezvous send waiting for its FIN.
@@ -254,6 +297,8 @@ struct ReadOp {
 
 /// An RMA or atomic operation.
 struct RmaOp {
+    /// The connection it is posted on (set when posted).
+    conn: usize,
     context: u64,
     flags: CompletionFlags,
     len: usize,
@@ -400,6 +445,7 @@ impl RdmEndpoint {
                         len: 0,
                         report: false,
                         rndv: 0,
+                        conn: 0,
                     };
                     TX_BUFS
                 ],
@@ -501,10 +547,12 @@ impl Engine {
                 } else {
                     self.failed(false, wc_error(wc, entry));
                 }
+                self.op_done(st, t.conn);
             }
             TxKind::Rts => {
                 if !ok && st.rndv.remove(t.rndv).is_some() {
                     self.failed(false, wc_error(wc, entry));
+                    self.op_done(st, t.conn);
                 }
             }
             TxKind::Control | TxKind::Stage => {}
@@ -532,6 +580,43 @@ impl Engine {
             self.tx_ok(entry, op.report);
         } else {
             self.failed(false, wc_error(wc, entry));
+        }
+        self.op_done(st, op.conn);
+    }
+
+    /// An operation of the application on connection `conn` completed:
+    /// work waiting behind a fence may go.
+    fn op_done(&self, st: &mut State, conn: usize) {
+        let Some(c) = st.conns.get_mut(conn) else {
+            return;
+        };
+        c.inflight = c.inflight.saturating_sub(1);
+        if c.inflight == 0 && !c.backlog.is_empty() && c.state == ConnState::Up {
+            self.drain(st, conn);
+        }
+    }
+
+    /// Posts the connection's waiting work in order, up to a fenced
+    /// operation that must wait for the ones before it to complete.
+    fn drain(&self, st: &mut State, conn: usize) {
+        loop {
+            let Some(c) = st.conns.get_mut(conn) else {
+                return;
+            };
+            if c.state != ConnState::Up {
+                return;
+            }
+            match c.backlog.front() {
+                Some(d) if d.fenced() && c.inflight > 0 => return,
+                Some(_) => {}
+                None => return,
+            }
+            let Some(d) = c.backlog.pop_front() else {
+                return;
+            };
+            if let Err(e) = self.post_deferred(st, conn, &d) {
+                self.fail_deferred(st, d, &e);
+            }
         }
     }
 
@@ -636,6 +721,7 @@ impl Engine {
             ));
         }
         let data = flags.contains(OpFlags::REMOTE_CQ_DATA);
+        let fence = flags.contains(OpFlags::FENCE);
         let mut st = lock(&self.state);
         let conn = self.conn_to(&mut st, msg.addr)?;
         if st.tx_free.is_empty() {
@@ -668,8 +754,9 @@ impl Engine {
                 len,
                 report,
                 rndv: 0,
+                conn,
             };
-            if let Err(e) = self.post_buf(&mut st, conn, slot, HDR + len) {
+            if let Err(e) = self.post_buf(&mut st, conn, slot, HDR + len, fence) {
                 st.tx_free.push(slot);
                 return Err(e);
             }
@@ -718,8 +805,9 @@ impl Engine {
             len,
             report,
             rndv: rid,
+            conn,
         };
-        if let Err(e) = self.post_buf(&mut st, conn, slot, HDR) {
+        if let Err(e) = self.post_buf(&mut st, conn, slot, HDR, fence) {
             st.tx_free.push(slot);
             let _ = st.rndv.remove(rid);
             return Err(e);
@@ -729,7 +817,14 @@ impl Engine {
 
     /// Posts an RMA or atomic work request on the connection to `dest`
     /// (or keeps it until the connection is made).
-    fn post_rma(&self, st: &mut State, dest: FiAddr, op: RmaOp, wr: RmaWr) -> Result<()> {
+    fn post_rma(
+        &self,
+        st: &mut State,
+        dest: FiAddr,
+        mut op: RmaOp,
+        wr: RmaWr,
+        fence: bool,
+    ) -> Result<()> {
         let conn = match self.conn_to(st, dest) {
             Ok(c) => c,
             Err(e) => {
@@ -740,19 +835,22 @@ impl Engine {
             }
         };
         let stage = op.stage;
+        op.conn = conn;
         let idx = st.rma.insert(op);
-        if st.conns[conn].state != ConnState::Up {
-            st.conns[conn].backlog.push_back(Deferred::Rma { idx, wr });
+        let c = &mut st.conns[conn];
+        if c.must_wait(fence) {
+            c.backlog.push_back(Deferred::Rma { idx, wr, fence });
             return Ok(());
         }
-        if let Err(e) = Self::post_rma_now(&st.conns[conn].id, idx, &wr) {
+        if let Err(e) = Self::post_rma_now(&c.id, idx, &wr) {
             let _ = st.rma.remove(idx);
             if let Some(s) = stage {
                 st.tx_free.push(s);
             }
             return Err(e);
         }
-        st.conns[conn].posted += 1;
+        c.posted += 1;
+        c.inflight += 1;
         Ok(())
     }
 
@@ -772,11 +870,21 @@ impl Engine {
     /// Posts deferred work once its connection is up.
     fn post_deferred(&self, st: &mut State, conn: usize, d: &Deferred) -> Result<()> {
         let id = &st.conns[conn].id;
-        match *d {
-            Deferred::Buf { slot, bytes } => self.post_buf_now(id, slot, bytes),
-            Deferred::Rma { idx, wr } => Self::post_rma_now(id, idx, &wr),
-        }?;
-        st.conns[conn].posted += 1;
+        let app = match *d {
+            Deferred::Buf { slot, bytes, .. } => {
+                self.post_buf_now(id, slot, bytes)?;
+                st.tx.get(slot).is_some_and(|t| t.kind != TxKind::Control)
+            }
+            Deferred::Rma { idx, wr, .. } => {
+                Self::post_rma_now(id, idx, &wr)?;
+                true
+            }
+        };
+        let c = &mut st.conns[conn];
+        c.posted += 1;
+        if app {
+            c.inflight += 1;
+        }
         Ok(())
     }
 

@@ -386,6 +386,7 @@ impl Engine {
         let Some(r) = usize::try_from(h.id).ok().and_then(|i| st.rndv.remove(i)) else {
             return;
         };
+        self.op_done(st, r.conn);
         let entry = CqEntry {
             context: r.context,
             flags: r.flags,
