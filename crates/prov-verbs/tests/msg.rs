@@ -482,3 +482,13 @@ fn a_peer_that_disappears_ends_the_connection() {
     .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Shutdown);
 }
+
+/// A MSG endpoint is enabled once: a second `fi_enable` fails with
+/// `OpBadState` (as RDM's, which the semantics suite checks).
+#[test]
+fn a_second_enable_is_refused() {
+    let Some(info) = msg_info() else { return };
+    let fabric = prov_verbs::VerbsProvider.fabric(&info.fabric_attr).unwrap();
+    let side = open_side(fabric.as_ref(), &info);
+    assert_eq!(side.ep.enable().unwrap_err().kind(), ErrorKind::OpBadState);
+}

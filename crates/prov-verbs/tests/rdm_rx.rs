@@ -205,11 +205,15 @@ fn check_parts(buf: &[u8], got: &[CqEntry], msgs: &[(u64, usize)]) {
     assert_eq!(flagged, 1, "the buffer is released once");
 }
 
+/// Messages sent back to back (not each after the previous completed, as
+/// the semantics suite does): a rendezvous read still in flight while the
+/// eager message behind it is carved; each lands where it was carved and
+/// the buffer is released once. (What follows a release, and the
+/// FI_OPT_MIN_MULTI_RECV getter, are the suite's.)
 #[test]
 fn multi_recv_takes_eager_and_rendezvous_messages() {
     let Some(w) = world(|_| {}) else { return };
     w.b.ep.set_min_multi_recv(2000).unwrap();
-    assert_eq!(w.b.ep.min_multi_recv().unwrap(), 2000);
     let mut big = vec![0u8; 24_000];
     let biov = iov(&mut big);
     // SAFETY: `big` outlives the buffer's last completion.
@@ -229,23 +233,10 @@ fn multi_recv_takes_eager_and_rendezvous_messages() {
     assert!(got.iter().all(|e| e.context == 77));
     check_parts(&big, &got, &msgs);
     w.completions(w.a.cq.as_ref(), msgs.len());
-    // A fresh message goes to a new receive, not the released buffer.
-    let mut small = vec![0u8; 64];
-    let siov = iov(&mut small);
-    // SAFETY: `small` outlives its completion.
-    unsafe {
-        w.b.ep
-            .recvmsg(&m(&siov, FiAddr::UNSPEC, 78), OpFlags::empty())
-    }
-    .unwrap();
-    let mut last = pattern(5, 50);
-    w.send(&mut last, 5);
-    let e = w.completions(w.b.cq.as_ref(), 1)[0];
-    assert_eq!((e.context, e.len), (78, 50));
-    assert_eq!(&small[..50], &pattern(5, 50)[..]);
-    w.completions(w.a.cq.as_ref(), 1);
 }
 
+/// Unexpected messages, a rendezvous among them, taken by a multi-receive
+/// posted later that they fill to less than the default minimum (64).
 #[test]
 fn multi_recv_takes_unexpected_messages() {
     let Some(w) = world(|_| {}) else { return };
