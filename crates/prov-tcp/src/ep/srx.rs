@@ -391,16 +391,19 @@ impl DerefMut for Pass<'_> {
 impl Drop for Pass<'_> {
     #[inline]
     fn drop(&mut self) {
-        if let Some((ep, g)) = self.srx.as_mut() {
+        if let Some((_, g)) = self.srx.as_mut() {
             let st = &mut *self.st;
+            // Work the pass left undone (it ended before `finish_pass`)
+            // goes to the mail with the rest, flagged, so that it is not
+            // left in the engine unseen.
+            while let Some(a) = st.rx.next_action() {
+                st.foreign.push(a);
+            }
             mem::swap(&mut st.rx, &mut g.engine);
             // Work about other endpoints' senders, for them to do (that of
             // a closed endpoint is dropped).
             for a in st.foreign.drain(..) {
                 let no = ep_of(owner(&a));
-                if no == ep.ep_no {
-                    continue;
-                }
                 let Some(m) = g
                     .members
                     .iter()
