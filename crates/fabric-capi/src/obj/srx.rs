@@ -3,7 +3,7 @@
 //!
 //! Its message and tagged tables are the endpoints' own: their data
 //! operations look for an endpoint first (the hot path is unchanged) and
-//! then for a context ([`get`]), whose receives go to the provider's
+//! then for a context (`srx::get`), whose receives go to the provider's
 //! context and whose sends it refuses. `fi_cancel` and the
 //! `FI_OPT_MIN_MULTI_RECV` option have their own `fi_ops_ep` here.
 //! `fi_ep_bind(ep, &srx->fid, 0)` binds it to an endpoint opened with
