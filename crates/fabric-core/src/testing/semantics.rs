@@ -1,7 +1,10 @@
 //! The semantics suite every provider's `tests/semantics.rs` runs: the
 //! object rules of fi_endpoint(3), fi_msg(3), fi_tagged(3), fi_rma(3),
 //! fi_atomic(3), fi_cq(3), fi_eq(3), fi_cntr(3), fi_av(3) and fi_mr(3)
-//! checked the same way on every provider, over RDM endpoints.
+//! checked the same way on every provider, over RDM endpoints; the
+//! `srx_*` checks ([`srx_messages`] and the others) cover shared receive
+//! contexts (`fi_srx_context`), which a provider without them declines
+//! through getinfo ([`Rig::offers_srx`]).
 //!
 //! A provider's test builds a [`Rig`] (its provider, base hints and the
 //! getinfo node / flags) and calls each function of this module from its
