@@ -23,8 +23,9 @@
 //!   the protocol): messages and tagged messages (unexpected queue,
 //!   directed receive, FI_PEEK / FI_CLAIM / FI_DISCARD, cancel), eager
 //!   copies up to 8 KiB and rendezvous with one RDMA read beyond, FI_SOURCE,
-//!   RMA and atomics, no FI_MR_LOCAL: applications written for tcp / shm
-//!   run unchanged.
+//!   RMA and atomics, FI_FENCE (kept by the provider: a fenced operation
+//!   waits for the earlier ones to the same peer, rendezvous included), no
+//!   FI_MR_LOCAL: applications written for tcp / shm run unchanged.
 //! - **CQs** ([`VerbsCq`]) read the hardware CQ straight into the caller's
 //!   array; blocking reads and `wait_fd` use the completion channel, armed
 //!   only when a reader is about to sleep. **EQs**, counters and AVs are
@@ -34,9 +35,23 @@
 //!   up to the port's MTU (less a 28-byte sender name), `FI_ADDR_IB_UD`
 //!   addresses and an AV of address handles, FI_SOURCE, remote CQ data.
 //!
-//! Not implemented: FI_MULTI_RECV on MSG and DGRAM endpoints (RDM has it,
-//! through the kit's receive engine), shared contexts, scalable endpoints,
-//! auto progress for RDM and DGRAM.
+//! Not implemented: FI_MULTI_RECV and `fi_cancel` on MSG endpoints (their
+//! receives go straight to the NIC's receive queue, zero copy, and verbs
+//! cannot take a work request back; both are refused with `FI_EOPNOTSUPP`),
+//! FI_MULTI_RECV on DGRAM endpoints (RDM has both, through the kit's
+//! receive engine), shared contexts, scalable endpoints, auto progress for
+//! RDM and DGRAM.
+//!
+//! # Rooms
+//!
+//! `getinfo` (offers, node / service), `domain` (fabric, domain, MR), `cq`,
+//! `ep/` (`msg`, `dgram`, `passive`, and `rdm/` split into `wire`, `conn`,
+//! `rx`, `api`), and `raw/`, the one unsafe gateway: the only module that
+//! imports `fabric_sys` or holds `unsafe` (the crate denies it elsewhere,
+//! but for the `unsafe` methods of the object traits, which only hand the
+//! caller's buffers to `raw::mem`). Endpoints build work requests with
+//! `raw::wr`'s typed builders (scatter lists and requests on the stack)
+//! and post them through the queue pair's owner.
 //!
 //! # Memory registration
 //!

@@ -492,3 +492,43 @@ fn a_second_enable_is_refused() {
     let side = open_side(fabric.as_ref(), &info);
     assert_eq!(side.ep.enable().unwrap_err().kind(), ErrorKind::OpBadState);
 }
+
+/// What MSG endpoints do not offer, refused with reasons: their receives
+/// go straight to the NIC's receive queue (zero copy), so FI_MULTI_RECV is
+/// not offered (getinfo) and refused, and a posted receive cannot be
+/// cancelled (it is flushed with `Canceled` at shutdown instead).
+#[test]
+fn multi_recv_and_cancel_are_refused_on_msg() {
+    let Some(info) = msg_info() else { return };
+    assert!(!info.caps.contains(Caps::MULTI_RECV));
+    assert!(!info.rx_attr.op_flags.contains(OpFlags::MULTI_RECV));
+    let l = listener(&info);
+    let (server, client) = connected(&l);
+    let mut sbuf = Buf::new(server.domain.as_ref(), 256);
+    let siov = sbuf.iov();
+    let sdesc = [sbuf.mr.desc()];
+    // SAFETY: the buffer outlives the refused receive.
+    let r = unsafe {
+        server
+            .ep
+            .recvmsg(&msg(&siov, &sdesc, 1, 0), OpFlags::MULTI_RECV)
+    };
+    assert_eq!(r.unwrap_err().kind(), ErrorKind::OpNotSupp);
+    // SAFETY: the buffer outlives the receive, flushed at shutdown below.
+    unsafe {
+        server
+            .ep
+            .recvmsg(&msg(&siov, &sdesc, 2, 0), OpFlags::empty())
+    }
+    .unwrap();
+    let e = server.ep.cancel(2).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::OpNotSupp, "{e}");
+    // The receive is still posted: a message takes it.
+    client
+        .ep
+        .inject(b"still posted", FiAddr::UNSPEC, None)
+        .unwrap();
+    let c = wait_cq(server.cq.as_ref()).unwrap();
+    assert_eq!((c.context, c.len), (2, 12));
+    assert_eq!(&sbuf.mem[..12], b"still posted");
+}

@@ -801,6 +801,18 @@ impl Endpoint for MsgEndpoint {
         Some(self.fid())
     }
 
+    /// Refused: a MSG endpoint's receives go straight to the queue pair's
+    /// receive queue (zero copy), and verbs cannot take a work request
+    /// back from it; it completes when a message consumes it, or flushed
+    /// (`FI_ECANCELED`) when the connection ends.
+    fn cancel(&self, _context: u64) -> Result<()> {
+        self.data()?;
+        Err(Error::new(
+            ErrorKind::OpNotSupp,
+            "verbs: a MSG endpoint's receives are in the NIC's receive queue, from which verbs cannot take one back (they complete, or are flushed with FI_ECANCELED at shutdown)",
+        ))
+    }
+
     fn info(&self) -> &Info {
         &self.inner.info
     }
