@@ -2,7 +2,8 @@
 //! counts the calling thread's allocations, [`DataPath`], the exchange
 //! that "the data path allocates nothing" tests count, and
 //! [`PeerProcess`] / [`peer_start`], the two ends of a test that runs its
-//! peer in another process.
+//! peer in another process, the shared semantics suite ([`semantics`]) and
+//! fault run ([`fault`]).
 //!
 //! ```ignore
 //! #[global_allocator]
@@ -10,6 +11,7 @@
 //! let before = fabric_core::testing::CountingAlloc::count();
 //! ```
 
+pub mod fault;
 pub mod semantics;
 
 use std::alloc::{GlobalAlloc, Layout, System};
