@@ -76,6 +76,29 @@ fn bits<T: Copy + std::fmt::Debug + std::ops::BitOr<Output = T> + 'static>(
     prop::sample::subsequence(all, 0..=n).prop_map(move |v| v.into_iter().fold(empty, |a, b| a | b))
 }
 
+/// Provider names the hints may ask for: any (`None`) or one compiled
+/// in, so that enough generated hints can match whatever the features.
+fn provider_names() -> Vec<Option<&'static str>> {
+    let mut v = vec![None];
+    if cfg!(feature = "tcp") {
+        v.push(Some("tcp"));
+    }
+    if cfg!(feature = "shm") {
+        v.push(Some("shm"));
+    }
+    v
+}
+
+/// Endpoint types the hints may ask for: MSG only where a provider that
+/// offers it (tcp) is compiled in.
+fn ep_types() -> Vec<EpType> {
+    let mut v = vec![EpType::Unspec, EpType::Rdm];
+    if cfg!(feature = "tcp") {
+        v.push(EpType::Msg);
+    }
+    v
+}
+
 fn arb_hints() -> impl Strategy<Value = (Version, Info)> {
     let caps = bits(
         vec![
@@ -122,14 +145,14 @@ fn arb_hints() -> impl Strategy<Value = (Version, Info)> {
     (
         prop::sample::select(vec![Version::new(1, 4), Version::V1_5, Version::CURRENT]),
         caps,
-        prop::sample::select(vec![EpType::Unspec, EpType::Msg, EpType::Rdm]),
+        prop::sample::select(ep_types()),
         order,
         tx_flags,
         any::<bool>(),
         mr,
         prop::sample::select(vec![Threading::Unspec, Threading::Domain, Threading::Safe]),
         any::<bool>(),
-        prop::sample::select(vec![None, Some("tcp"), Some("shm")]),
+        prop::sample::select(provider_names()),
     )
         .prop_map(|(v, caps, ep, order, tx, multi, mr, thr, auto, prov)| {
             let mut h = Info::default();
