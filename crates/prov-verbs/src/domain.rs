@@ -199,10 +199,10 @@ impl Domain for VerbsDomain {
             info,
             "verbs",
             crate::getinfo::TX_OP_FLAGS,
-            if info.ep_attr.ep_type == EpType::Rdm {
-                crate::getinfo::RDM_RX_OP_FLAGS
-            } else {
-                crate::getinfo::RX_OP_FLAGS
+            match info.ep_attr.ep_type {
+                EpType::Rdm => crate::getinfo::RDM_RX_OP_FLAGS,
+                EpType::Msg => crate::getinfo::MSG_RX_OP_FLAGS,
+                _ => crate::getinfo::RX_OP_FLAGS,
             },
         )?;
         match info.ep_attr.ep_type {

@@ -58,11 +58,15 @@ pub const TX_OP_FLAGS: OpFlags = OpFlags::COMPLETION
     .union(OpFlags::TRANSMIT_COMPLETE);
 
 /// The default receive flags an endpoint accepts (`rx_attr.op_flags`);
-/// FI_MULTI_RECV on RDM only ([`RDM_RX_OP_FLAGS`]).
+/// FI_MULTI_RECV on MSG and RDM ([`MSG_RX_OP_FLAGS`], [`RDM_RX_OP_FLAGS`]),
+/// not DGRAM.
 pub const RX_OP_FLAGS: OpFlags = OpFlags::COMPLETION;
 /// The receive flags of RDM endpoints: FI_MULTI_RECV too (the kit's
 /// receive engine carves the buffers).
 pub const RDM_RX_OP_FLAGS: OpFlags = RX_OP_FLAGS.union(OpFlags::MULTI_RECV);
+/// The receive flags of MSG endpoints: FI_MULTI_RECV too (a registered
+/// buffer whose rest is posted as one receive after each message).
+pub const MSG_RX_OP_FLAGS: OpFlags = RX_OP_FLAGS.union(OpFlags::MULTI_RECV);
 
 /// Largest inject of MSG endpoints (sent inline, or copied to a registered
 /// staging slot when the QP takes less inline).
@@ -298,7 +302,7 @@ pub fn offers(p: &PortAddr, rx_cq_data: bool) -> Vec<Info> {
         | Caps::INJECT
         | Caps::LOCAL_COMM
         | Caps::REMOTE_COMM;
-    let msg_caps = common;
+    let msg_caps = common | Caps::MULTI_RECV;
     let rdm_caps = common | Caps::TAGGED | Caps::DIRECTED_RECV | Caps::SOURCE | Caps::MULTI_RECV;
     let size = l.max_qp_wr.clamp(1, QUEUE_SIZE);
     let iov = l.max_sge.clamp(1, IOV_LIMIT);
@@ -326,7 +330,11 @@ pub fn offers(p: &PortAddr, rx_cq_data: bool) -> Vec<Info> {
         i.tx_attr.iov_limit = iov;
         i.tx_attr.rma_iov_limit = 1;
         i.rx_attr.caps = caps & Caps::RX;
-        i.rx_attr.op_flags = if msg { RX_OP_FLAGS } else { RDM_RX_OP_FLAGS };
+        i.rx_attr.op_flags = if msg {
+            MSG_RX_OP_FLAGS
+        } else {
+            RDM_RX_OP_FLAGS
+        };
         i.rx_attr.msg_order = ORDER;
         i.rx_attr.comp_order = CompOrder::DATA;
         i.rx_attr.size = size;

@@ -35,12 +35,19 @@
 //!   up to the port's MTU (less a 28-byte sender name), `FI_ADDR_IB_UD`
 //!   addresses and an AV of address handles, FI_SOURCE, remote CQ data.
 //!
-//! Not implemented: FI_MULTI_RECV and `fi_cancel` on MSG endpoints (their
-//! receives go straight to the NIC's receive queue, zero copy, and verbs
-//! cannot take a work request back; both are refused with `FI_EOPNOTSUPP`),
-//! FI_MULTI_RECV on DGRAM endpoints (RDM has both, through the kit's
-//! receive engine), shared contexts, scalable endpoints, auto progress for
-//! RDM and DGRAM.
+//! - **FI_MULTI_RECV on MSG**, zero copy: the registered buffer's unused
+//!   rest is posted as one receive; after each message the rest is posted
+//!   again while at least `FI_OPT_MIN_MULTI_RECV` bytes remain (the RC
+//!   queue pair's RNR retries hold the sender meanwhile), else the buffer
+//!   is released (FI_MULTI_RECV on that completion). Receives posted
+//!   behind it are held by the provider until then, so messages take
+//!   receives in posting order; `fi_cancel` cancels those (`FI_ECANCELED`,
+//!   once). A receive already in the NIC's receive queue cannot be taken
+//!   back (verbs has no such call): its cancel is `FI_EOPNOTSUPP`, and it
+//!   completes, or is flushed (`FI_ECANCELED`) when the connection ends.
+//!
+//! Not implemented: FI_MULTI_RECV on DGRAM endpoints, shared contexts,
+//! scalable endpoints, auto progress for RDM and DGRAM.
 //!
 //! # Rooms
 //!

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use common::*;
 use fabric_core::objects::{
-    AtomicMsg, AtomicOp, CompletionFlags, CqEntry, Datatype, EqEvent, FiAddr, RmaIov, RmaMsg,
+    AtomicMsg, AtomicOp, CompletionFlags, CqEntry, Datatype, EqEvent, FiAddr, IoVec, RmaIov, RmaMsg,
 };
 use fabric_core::*;
 
@@ -493,42 +493,141 @@ fn a_second_enable_is_refused() {
     assert_eq!(side.ep.enable().unwrap_err().kind(), ErrorKind::OpBadState);
 }
 
-/// What MSG endpoints do not offer, refused with reasons: their receives
-/// go straight to the NIC's receive queue (zero copy), so FI_MULTI_RECV is
-/// not offered (getinfo) and refused, and a posted receive cannot be
-/// cancelled (it is flushed with `Canceled` at shutdown instead).
+/// A pattern that shows misplaced bytes: different per message and offset.
+fn pattern(k: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(k.wrapping_mul(101)))
+        .collect()
+}
+
+/// FI_MULTI_RECV on MSG: messages sent back to back are carved one after
+/// another out of one registered buffer (each completion points at its
+/// message); the one that leaves less than FI_OPT_MIN_MULTI_RECV releases
+/// it (its completion alone carries FI_MULTI_RECV) and nothing past the
+/// last message is written; a receive posted behind the buffer is held
+/// until then, takes the next message, and can be cancelled meanwhile
+/// (`Canceled` once, then `NoEnt`); a receive in the NIC's queue cannot
+/// be cancelled (`OpNotSupp`) and still takes its message.
 #[test]
-fn multi_recv_and_cancel_are_refused_on_msg() {
+fn multi_recv_carves_a_buffer_and_held_receives_cancel() {
     let Some(info) = msg_info() else { return };
-    assert!(!info.caps.contains(Caps::MULTI_RECV));
-    assert!(!info.rx_attr.op_flags.contains(OpFlags::MULTI_RECV));
+    assert!(info.caps.contains(Caps::MULTI_RECV));
+    let mut hints = msg_hints();
+    hints.rx_attr.op_flags = OpFlags::MULTI_RECV;
+    assert!(
+        entries(EpType::Msg, hints).is_some(),
+        "MSG entries accept FI_MULTI_RECV as a receive flag"
+    );
     let l = listener(&info);
     let (server, client) = connected(&l);
-    let mut sbuf = Buf::new(server.domain.as_ref(), 256);
-    let siov = sbuf.iov();
-    let sdesc = [sbuf.mr.desc()];
-    // SAFETY: the buffer outlives the refused receive.
-    let r = unsafe {
-        server
-            .ep
-            .recvmsg(&msg(&siov, &sdesc, 1, 0), OpFlags::MULTI_RECV)
-    };
-    assert_eq!(r.unwrap_err().kind(), ErrorKind::OpNotSupp);
-    // SAFETY: the buffer outlives the receive, flushed at shutdown below.
+    server.ep.set_min_multi_recv(1000).unwrap();
+    assert_eq!(server.ep.min_multi_recv().unwrap(), 1000);
+    let mut multi = Buf::new(server.domain.as_ref(), 4096);
+    multi.mem.fill(0xEE);
+    let miov = multi.iov();
+    let mdesc = [multi.mr.desc()];
+    // SAFETY: the buffers outlive their completions, read below.
     unsafe {
         server
             .ep
-            .recvmsg(&msg(&siov, &sdesc, 2, 0), OpFlags::empty())
+            .recvmsg(&msg(&miov, &mdesc, 77, 0), OpFlags::MULTI_RECV)
     }
     .unwrap();
-    let e = server.ep.cancel(2).unwrap_err();
+    let mut after = Buf::new(server.domain.as_ref(), 256);
+    let aiov = after.iov();
+    let adesc = [after.mr.desc()];
+    // Held behind the multi-receive buffer: cancellable.
+    // SAFETY: as above.
+    unsafe {
+        server
+            .ep
+            .recvmsg(&msg(&aiov, &adesc, 79, 0), OpFlags::empty())
+    }
+    .unwrap();
+    // SAFETY: as above.
+    unsafe {
+        server
+            .ep
+            .recvmsg(&msg(&aiov, &adesc, 78, 0), OpFlags::empty())
+    }
+    .unwrap();
+    server.ep.cancel(79).unwrap();
+    let e = wait_cq(server.cq.as_ref()).unwrap_err();
+    assert_eq!((e.entry.context, e.err), (79, ErrorKind::Canceled));
+    assert_eq!(server.ep.cancel(79).unwrap_err().kind(), ErrorKind::NoEnt);
+
+    // 100 + 300 + 1500 + 1000 leave 1196; 300 more leave 896 < 1000.
+    let sizes = [100usize, 300, 1500, 1000, 300, 50];
+    let mut src = Buf::new(client.domain.as_ref(), 8192);
+    let mut offs = Vec::new();
+    let mut at = 0;
+    for (k, &n) in sizes.iter().enumerate() {
+        src.mem[at..at + n].copy_from_slice(&pattern(k as u8, n));
+        offs.push(at);
+        at += n;
+    }
+    let sdesc = [src.mr.desc()];
+    let base = src.mem.as_mut_ptr();
+    for (k, (&n, &o)) in sizes.iter().zip(&offs).enumerate() {
+        let piece = [IoVec {
+            addr: base.wrapping_add(o),
+            len: n,
+        }];
+        // SAFETY: `src` outlives the sends, completed below.
+        unsafe {
+            client
+                .ep
+                .sendmsg(&msg(&piece, &sdesc, 100 + k as u64, 0), OpFlags::empty())
+        }
+        .unwrap();
+    }
+    let mut off = 0usize;
+    for (k, &n) in sizes.iter().enumerate().take(5) {
+        let c = wait_cq(server.cq.as_ref()).unwrap();
+        assert_eq!((c.context, c.len), (77, n), "message {k}");
+        assert_eq!(c.buf, multi.addr() + off as u64, "message {k}'s place");
+        assert!(
+            c.flags
+                .contains(CompletionFlags::RECV | CompletionFlags::MSG)
+        );
+        assert_eq!(
+            c.flags.contains(CompletionFlags::MULTI_RECV),
+            k == 4,
+            "message {k}: FI_MULTI_RECV"
+        );
+        assert_eq!(
+            &multi.mem[off..off + n],
+            &pattern(k as u8, n)[..],
+            "message {k}"
+        );
+        off += n;
+    }
+    let c = wait_cq(server.cq.as_ref()).unwrap();
+    assert_eq!((c.context, c.len), (78, 50), "the receive held behind");
+    assert_eq!(&after.mem[..50], &pattern(5, 50)[..]);
+    assert!(
+        multi.mem[off..].iter().all(|&b| b == 0xEE),
+        "bytes past the last message written"
+    );
+    for k in 0..sizes.len() {
+        assert_eq!(wait_cq(client.cq.as_ref()).unwrap().context, 100 + k as u64);
+    }
+
+    // A receive in the NIC's queue: not cancellable, still posted.
+    // SAFETY: `after` outlives the receive, completed below.
+    unsafe {
+        server
+            .ep
+            .recvmsg(&msg(&aiov, &adesc, 80, 0), OpFlags::empty())
+    }
+    .unwrap();
+    let e = server.ep.cancel(80).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::OpNotSupp, "{e}");
-    // The receive is still posted: a message takes it.
     client
         .ep
         .inject(b"still posted", FiAddr::UNSPEC, None)
         .unwrap();
     let c = wait_cq(server.cq.as_ref()).unwrap();
-    assert_eq!((c.context, c.len), (2, 12));
-    assert_eq!(&sbuf.mem[..12], b"still posted");
+    assert_eq!((c.context, c.len), (80, 12));
+    assert_eq!(&after.mem[..12], b"still posted");
 }

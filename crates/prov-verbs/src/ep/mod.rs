@@ -9,7 +9,8 @@ pub(crate) mod msg;
 pub(crate) mod passive;
 pub(crate) mod rdm;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use fabric_core::kit::binds::Accepts;
@@ -184,11 +185,50 @@ impl TxRing {
     }
 }
 
-/// One posted receive.
+/// One receive work request in the queue pair's receive queue.
 #[derive(Debug, Clone, Copy, Default)]
 struct RxSlot {
     context: u64,
     report: bool,
+    /// The window of the current multi-receive buffer.
+    multi: bool,
+}
+
+/// A multi-receive buffer (FI_MULTI_RECV): one registered piece, carved
+/// by successive messages. Its unused rest (from `off`) is posted as one
+/// receive work request, its window; a message takes the window, and the
+/// rest after it is posted again while at least `FI_OPT_MIN_MULTI_RECV`
+/// bytes remain (meanwhile the queue pair's RNR retries hold the sender).
+#[derive(Debug, Clone, Copy)]
+struct MultiBuf {
+    context: u64,
+    report: bool,
+    addr: u64,
+    len: usize,
+    lkey: u32,
+    off: usize,
+}
+
+/// A receive the provider holds, not yet in the receive queue: those
+/// posted while a multi-receive buffer is in use wait for its release, so
+/// that messages take the receives in the order they were posted.
+#[derive(Debug, Clone, Copy)]
+enum Held {
+    One {
+        sges: SgeList<IOV_MAX>,
+        context: u64,
+        report: bool,
+    },
+    Multi(MultiBuf),
+}
+
+impl Held {
+    fn context(&self) -> u64 {
+        match self {
+            Held::One { context, .. } => *context,
+            Held::Multi(m) => m.context,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -196,6 +236,10 @@ struct RxRing {
     slots: Vec<RxSlot>,
     head: u64,
     tail: u64,
+    /// The multi-receive buffer whose window is in the receive queue.
+    multi: Option<MultiBuf>,
+    /// Receives posted behind it, in order.
+    held: VecDeque<Held>,
 }
 
 /// How a transmit request is reported.
@@ -234,6 +278,8 @@ pub(crate) struct QpData {
     pub(crate) shut: AtomicBool,
     tx_cq: Arc<CqShared>,
     rx_cq: Arc<CqShared>,
+    /// `FI_OPT_MIN_MULTI_RECV`.
+    pub(crate) min_multi: AtomicUsize,
 }
 
 impl std::fmt::Debug for QpData {
@@ -252,6 +298,8 @@ pub(crate) struct QpSizes {
     pub max_inline: usize,
     pub iov_limit: usize,
     pub max_msg: usize,
+    /// `FI_OPT_MIN_MULTI_RECV` at enable.
+    pub min_multi: usize,
 }
 
 impl QpData {
@@ -281,6 +329,8 @@ impl QpData {
                 slots: vec![RxSlot::default(); sizes.rx.max(1)],
                 head: 0,
                 tail: 0,
+                multi: None,
+                held: VecDeque::new(),
             }),
             staging,
             binds,
@@ -291,6 +341,7 @@ impl QpData {
             shut: AtomicBool::new(false),
             tx_cq,
             rx_cq,
+            min_multi: AtomicUsize::new(sizes.min_multi),
         });
         d.tx_cq.attach(qp_num, d.clone());
         d.rx_cq.attach(qp_num, d.clone());
@@ -484,13 +535,16 @@ impl QpData {
         Ok(())
     }
 
-    /// Posts a receive into registered memory.
+    /// Posts a receive into registered memory; with `multi`, a
+    /// multi-receive buffer (one registered piece). A receive posted while
+    /// a multi-receive buffer is in use is held until its release.
     pub(crate) fn post_recv(
         &self,
         user: &UserIov<'_>,
         desc: &[MrDesc],
         context: u64,
         report: bool,
+        multi: bool,
     ) -> Result<()> {
         if self.shut.load(Ordering::Acquire) {
             return Err(Error::new(
@@ -504,21 +558,163 @@ impl QpData {
                 "verbs: a receive buffer needs a memory descriptor (FI_MR_LOCAL)",
             ));
         }
+        let held = if multi {
+            let ([p], [d, ..]) = (user.pieces(), desc) else {
+                return Err(Error::inval(
+                    "verbs: a multi-receive buffer is one registered piece",
+                ));
+            };
+            let Some(lkey) = lkey_of(*d) else {
+                return Err(Error::inval(
+                    "verbs: a receive buffer needs a memory descriptor (FI_MR_LOCAL)",
+                ));
+            };
+            Held::Multi(MultiBuf {
+                context,
+                report,
+                addr: p.addr as u64,
+                len: p.len,
+                lkey,
+                off: 0,
+            })
+        } else {
+            Held::One {
+                sges,
+                context,
+                report,
+            }
+        };
         let mut r = self.rx.lock();
+        let cap = r.slots.len();
+        if (r.head - r.tail) as usize + r.held.len() >= cap {
+            return Err(Error::again());
+        }
+        if r.multi.is_some() || !r.held.is_empty() {
+            r.held.push_back(held);
+            return Ok(());
+        }
+        self.post_held(&mut r, held)
+    }
+
+    /// Posts a receive (or the window of a multi-receive buffer, which
+    /// becomes the current one) to the receive queue.
+    fn post_held(&self, r: &mut RxRing, h: Held) -> Result<()> {
         let cap = r.slots.len();
         if (r.head - r.tail) as usize >= cap {
             return Err(Error::again());
         }
         let seq = r.head;
+        let (sges, slot) = match h {
+            Held::One {
+                sges,
+                context,
+                report,
+            } => (
+                sges,
+                RxSlot {
+                    context,
+                    report,
+                    multi: false,
+                },
+            ),
+            Held::Multi(m) => {
+                let rest = u32::try_from(m.len - m.off).unwrap_or(u32::MAX);
+                (
+                    SgeList::one(Sge::new(m.addr + m.off as u64, rest, m.lkey)),
+                    RxSlot {
+                        context: m.context,
+                        report: m.report,
+                        multi: true,
+                    },
+                )
+            }
+        };
         let mut wr = RecvWr::new(seq | RX_BIT, sges);
         match self.id.post_recv(&mut wr) {
             Ok(()) => {}
             Err(libc::ENOMEM) => return Err(Error::again()),
             Err(e) => return Err(crate::raw::from_errno(e, "ibv_post_recv")),
         }
-        r.slots[(seq % cap as u64) as usize] = RxSlot { context, report };
+        if let Held::Multi(m) = h {
+            r.multi = Some(m);
+        }
+        r.slots[(seq % cap as u64) as usize] = slot;
         r.head += 1;
         Ok(())
+    }
+
+    /// The current multi-receive buffer was released: the receives held
+    /// behind it go to the receive queue, up to the next multi-receive
+    /// buffer. `Some(error)` when the queue pair is in the error state:
+    /// they fail instead (once each, `Canceled`).
+    fn release_multi(&self, r: &mut RxRing, cq: &CqShared, failed: Option<&Error>) {
+        r.multi = None;
+        while let Some(h) = r.held.pop_front() {
+            let is_multi = matches!(h, Held::Multi(_));
+            let res = match failed {
+                Some(e) => Err(e.clone()),
+                None => self.post_held(r, h),
+            };
+            if let Err(e) = res {
+                self.fail_held(cq, &h, &e);
+                continue;
+            }
+            if is_multi {
+                break;
+            }
+        }
+    }
+
+    /// A held receive fails (cancelled, or never posted).
+    fn fail_held(&self, cq: &CqShared, h: &Held, e: &Error) {
+        let mut flags = CompletionFlags::MSG | CompletionFlags::RECV;
+        if matches!(h, Held::Multi(_)) {
+            flags |= CompletionFlags::MULTI_RECV;
+        }
+        if let Some(c) = &self.binds.cntr_recv {
+            c.add_err(1);
+        }
+        cq.push_err(CqErrEntry {
+            entry: CqEntry {
+                context: h.context(),
+                flags,
+                ..CqEntry::default()
+            },
+            olen: 0,
+            err: e.kind(),
+            prov_errno: 0,
+            err_text: e.detail().to_string(),
+            src_addr: None,
+        });
+    }
+
+    /// `fi_cancel` of a receive: one the provider holds (behind a
+    /// multi-receive buffer) completes with `Canceled`, once; one in the
+    /// receive queue cannot be taken back (`OpNotSupp`); others are
+    /// `NoEnt`.
+    pub(crate) fn cancel_recv(&self, context: u64) -> Result<()> {
+        let mut r = self.rx.lock();
+        if let Some(i) = r.held.iter().position(|h| h.context() == context) {
+            let h = r.held.remove(i);
+            drop(r);
+            if let Some(h) = h {
+                let e = Error::new(ErrorKind::Canceled, "verbs: the receive was cancelled");
+                self.fail_held(&self.rx_cq, &h, &e);
+            }
+            return Ok(());
+        }
+        let cap = r.slots.len() as u64;
+        let in_queue = (r.tail..r.head).any(|s| r.slots[(s % cap) as usize].context == context);
+        if in_queue {
+            return Err(Error::new(
+                ErrorKind::OpNotSupp,
+                "verbs: the receive is in the NIC's receive queue, from which verbs cannot take a work request back (it completes, or is flushed with FI_ECANCELED at shutdown)",
+            ));
+        }
+        Err(Error::new(
+            ErrorKind::NoEnt,
+            "verbs: no posted receive has this context",
+        ))
     }
 
     fn complete_tx(&self, wc: &Wc, cq: &CqShared) -> Option<(CqEntry, FiAddr)> {
@@ -565,23 +761,37 @@ impl QpData {
         let cap = r.slots.len();
         let slot = r.slots[(seq % cap as u64) as usize];
         r.tail = seq + 1;
-        drop(r);
         let mut entry = CqEntry {
             context: slot.context,
             flags: CompletionFlags::MSG | CompletionFlags::RECV,
             ..CqEntry::default()
         };
         if !wc.ok() {
+            if slot.multi {
+                // Released: what was held behind it can never be posted.
+                entry.flags |= CompletionFlags::MULTI_RECV;
+                let e = Error::new(wc.error_kind(), wc.error_text());
+                self.release_multi(&mut r, cq, Some(&e));
+            }
+            drop(r);
             if let Some(c) = &self.binds.cntr_recv {
                 c.add_err(1);
             }
             cq.push_err(wc_error(wc, entry));
             return None;
         }
-        entry.len = wc.byte_len() as usize;
-        if wc.kind() == WcKind::RecvWriteImm {
-            entry.flags = CompletionFlags::RMA | CompletionFlags::REMOTE_WRITE;
-            entry.len = 0;
+        // Remote CQ data of an RDMA write took the receive: no bytes of it.
+        let write = wc.kind() == WcKind::RecvWriteImm;
+        entry.len = if write { 0 } else { wc.byte_len() as usize };
+        if slot.multi {
+            self.carve(&mut r, cq, &mut entry);
+        }
+        drop(r);
+        if write {
+            entry.flags = (entry.flags & CompletionFlags::MULTI_RECV)
+                | CompletionFlags::RMA
+                | CompletionFlags::REMOTE_WRITE;
+            entry.buf = 0;
         }
         if let Some(imm) = wc.imm() {
             entry.flags |= CompletionFlags::REMOTE_CQ_DATA;
@@ -591,6 +801,22 @@ impl QpData {
             c.add(1);
         }
         slot.report.then_some((entry, FiAddr::NOTAVAIL))
+    }
+
+    /// A message took the window of the current multi-receive buffer
+    /// (`entry.len` bytes): its place goes into `entry`, and the rest is
+    /// posted again, or the buffer is released (FI_MULTI_RECV).
+    fn carve(&self, r: &mut RxRing, cq: &CqShared, entry: &mut CqEntry) {
+        let Some(mut m) = r.multi else { return };
+        entry.buf = m.addr + m.off as u64;
+        m.off = (m.off + entry.len).min(m.len);
+        if m.len - m.off >= self.min_multi.load(Ordering::Relaxed).max(1)
+            && self.post_held(r, Held::Multi(m)).is_ok()
+        {
+            return;
+        }
+        entry.flags |= CompletionFlags::MULTI_RECV;
+        self.release_multi(r, cq, None);
     }
 }
 

@@ -10,16 +10,21 @@
 //!   outcome is an EQ event: `Connected` with the peer's private data, or
 //!   an error event (`FI_ECONNREFUSED` with the rejection's private data,
 //!   `FI_EHOSTUNREACH`, ...). Connection events are progressed by EQ reads.
+//! - Receives go straight to the queue pair's receive queue; a
+//!   multi-receive buffer (FI_MULTI_RECV) is posted window by window, with
+//!   the receives posted behind it held until its release (see the
+//!   queue-pair engine, `ep::QpData`).
 //! - `shutdown` (or the peer's) disconnects: both sides report `Shutdown`;
 //!   the QP enters the error state, so every pending operation completes
 //!   with an error completion (`FI_ECANCELED`, "Work Request Flushed
 //!   Error").
 
 use std::os::fd::BorrowedFd;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use fabric_core::kit::objects::Progress;
+use fabric_core::kit::rx::MIN_MULTI_RECV;
 use fabric_core::objects::MrDesc;
 use fabric_core::objects::{
     AtomicMsg, AtomicOp, AtomicOps, Bind, CmOps, CompletionFlags, Datatype, Endpoint, EqErrEntry,
@@ -72,6 +77,9 @@ pub(crate) struct MsgInner {
     data: OnceLock<Arc<QpData>>,
     binds: Mutex<Binds>,
     eq: OnceLock<Arc<fabric_core::kit::objects::EqCore>>,
+    /// `FI_OPT_MIN_MULTI_RECV` (the queue-pair engine holds it once
+    /// enabled).
+    min_multi: AtomicUsize,
 }
 
 impl Drop for MsgInner {
@@ -146,6 +154,7 @@ impl MsgEndpoint {
                 data: OnceLock::new(),
                 binds: Mutex::new(Binds::default()),
                 eq: OnceLock::new(),
+                min_multi: AtomicUsize::new(MIN_MULTI_RECV),
             }),
         })
     }
@@ -397,14 +406,14 @@ impl MsgEndpoint {
         flags: OpFlags,
     ) -> Result<()> {
         let d = self.data()?;
-        if flags.contains(OpFlags::MULTI_RECV) {
-            return Err(Error::new(
-                ErrorKind::OpNotSupp,
-                "verbs: FI_MULTI_RECV is not supported on MSG endpoints",
-            ));
-        }
         let report = !d.binds.rx_selective || flags.contains(OpFlags::COMPLETION);
-        d.post_recv(user, desc, context, report)
+        d.post_recv(
+            user,
+            desc,
+            context,
+            report,
+            flags.contains(OpFlags::MULTI_RECV),
+        )
     }
 }
 
@@ -801,16 +810,25 @@ impl Endpoint for MsgEndpoint {
         Some(self.fid())
     }
 
-    /// Refused: a MSG endpoint's receives go straight to the queue pair's
-    /// receive queue (zero copy), and verbs cannot take a work request
-    /// back from it; it completes when a message consumes it, or flushed
-    /// (`FI_ECANCELED`) when the connection ends.
-    fn cancel(&self, _context: u64) -> Result<()> {
-        self.data()?;
-        Err(Error::new(
-            ErrorKind::OpNotSupp,
-            "verbs: a MSG endpoint's receives are in the NIC's receive queue, from which verbs cannot take one back (they complete, or are flushed with FI_ECANCELED at shutdown)",
-        ))
+    /// Cancels a receive the provider still holds (posted behind a
+    /// multi-receive buffer in use): it completes with `FI_ECANCELED`,
+    /// once. A receive in the queue pair's receive queue (zero copy)
+    /// cannot be taken back from the NIC: `OpNotSupp`; it completes, or is
+    /// flushed (`FI_ECANCELED`) when the connection ends.
+    fn cancel(&self, context: u64) -> Result<()> {
+        self.data()?.cancel_recv(context)
+    }
+
+    fn min_multi_recv(&self) -> Result<usize> {
+        Ok(self.inner.min_multi.load(Ordering::Relaxed))
+    }
+
+    fn set_min_multi_recv(&self, bytes: usize) -> Result<()> {
+        self.inner.min_multi.store(bytes, Ordering::Relaxed);
+        if let Some(d) = self.inner.data.get() {
+            d.min_multi.store(bytes, Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     fn info(&self) -> &Info {
@@ -901,6 +919,7 @@ impl Endpoint for MsgEndpoint {
                 .min(caps.max_send_sge as usize)
                 .min(caps.max_recv_sge as usize),
             max_msg: l.max_msg_size,
+            min_multi: inner.min_multi.load(Ordering::Relaxed),
         };
         let id = cm
             .id
