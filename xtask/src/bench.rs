@@ -1,32 +1,57 @@
-//! `cargo xtask bench [--rounds N] [--quick] [--out FILE]`: our
+//! `cargo xtask bench [--rounds N] [--quick] [--sizes LIST] [--providers
+//! LIST] [--strict] [--out FILE]` (`--help` describes them): our
 //! `fabric pingpong` against libfabric's `fi_pingpong` on the same machine,
 //! in the same run, alternating, several rounds; plus the floors (a
-//! busy-polling raw TCP ping-pong, a raw TCP stream, memcpy, a cache-line
-//! ping-pong). Writes BENCHMARKS.md (medians, spreads, our/their ratio per
-//! size) and two SVG charts under `bench/`.
+//! busy-polling raw TCP ping-pong, a busy-polling shared-memory ping-pong,
+//! a raw TCP stream, memcpy, a cache-line ping-pong). Writes BENCHMARKS.md
+//! (medians, spreads, our/their ratio per size, the ratio of every round
+//! with the host mode it was taken in) and two SVG charts under `bench/`.
 //!
 //! With `fi_pingpong` installed it also runs Debian's `fi_pingpong` on our
 //! C library (`fabric-capi` built in release, copied as `libfabric.so.1`
-//! into `target/release/capi-lib/`, which `LD_LIBRARY_PATH` names), in the
-//! same alternation: the column "fi_pingpong on ours / fabric pingpong"
-//! is the cost of the C interface for the same provider and size.
+//! into `<target>/release/capi-lib/`, which `LD_LIBRARY_PATH` names), in
+//! the same alternation: the column "fi_pingpong on ours / fabric
+//! pingpong" is the cost of the C interface for the same provider and size.
 //!
 //! Server processes run on core 1 and clients on core 0 (`taskset`), as in
 //! `../shared/notes/perf-anchors.md`; one extra round puts both on core 1.
+//!
+//! Host modes: this host's speed changes for seconds at a time. Before and
+//! after every run the bench takes a probe (the shared-memory floor at
+//! 1 B, see [`floor::shm_pingpong`]); [`modes`] clusters the probes into
+//! modes and tags every per-round ratio with the modes of the probes
+//! around its two runs. The per-size raw TCP and raw shared-memory floors
+//! run in the same alternation as the pairs. A size whose ours / theirs
+//! latency ratio is above 1.0 in any round is flagged, in the printed
+//! table and in the markdown; `--strict` makes that the exit status.
+//!
+//! The floor helpers run from a release build of this program (built with
+//! `fabric` at the start), so that their loops are optimised.
+
+mod floor;
+mod modes;
+mod opts;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::{IsTerminal, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{IsTerminal, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-/// One measurement: one-way latency and ping-pong bandwidth.
+use floor::{cacheline_usec, cross_core_copy_mbps, memcpy_mbps};
+use modes::{Modes, RoundRatio, by_mode_text, per_round, rounds_text};
+use opts::Opts;
+
+/// One measurement: one-way latency and ping-pong bandwidth, the round it
+/// was taken in and the probes around it.
 #[derive(Debug, Clone, Copy)]
 struct Sample {
     usec: f64,
     mbps: f64,
+    round: usize,
+    /// Indices of the probes taken just before and just after the run.
+    span: Option<(usize, usize)>,
 }
 
 /// Samples per size for one configuration.
@@ -43,45 +68,23 @@ struct Config {
     /// Debian's `fi_pingpong` on our C library (its output is
     /// `fi_pingpong`'s; its columns are apart from ours and theirs).
     capi: bool,
+    /// One process (`client`) that runs both sides itself (the
+    /// shared-memory floor); `server` is unused.
+    one_process: bool,
     /// Environment of both processes.
     env: Vec<(String, String)>,
 }
 
-struct Opts {
-    rounds: usize,
-    quick: bool,
-    out: PathBuf,
-}
-
-fn parse_opts(args: &[String]) -> Result<Opts, String> {
-    let mut o = Opts {
-        rounds: 3,
-        quick: false,
-        out: PathBuf::from("BENCHMARKS.md"),
-    };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--rounds" => {
-                o.rounds = it
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .filter(|n| *n > 0)
-                    .ok_or("--rounds needs a number")?
-            }
-            "--quick" => o.quick = true,
-            "--out" => o.out = it.next().map(PathBuf::from).ok_or("--out needs a file")?,
-            other => return Err(format!("unknown option `{other}`")),
-        }
-    }
-    Ok(o)
-}
+/// Name of the raw TCP ping-pong floor's configuration.
+const RAW_TCP: &str = "raw TCP (busy poll)";
+/// Name of the raw shared-memory ping-pong floor's configuration.
+const RAW_SHM: &str = "raw shm (busy poll, one copy)";
 
 /// Runs the benchmarks, or one of the floor helpers (`floor-*`, run as
 /// child processes of this program).
 pub(crate) fn main(args: &[String]) -> ExitCode {
     if args.first().is_some_and(|a| a.starts_with("floor-")) {
-        return match floor_child(args) {
+        return match floor::floor_child(args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("xtask bench {}: {e}", args[0]);
@@ -89,17 +92,27 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
             }
         };
     }
-    let opts = match parse_opts(args) {
+    let opts = match opts::parse_opts(args) {
         Ok(o) => o,
         Err(e) => {
-            eprintln!(
-                "xtask bench: {e}\nusage: cargo xtask bench [--rounds N] [--quick] [--out FILE]"
-            );
+            eprintln!("xtask bench: {e}\n(`cargo xtask bench --help` lists the options)");
             return ExitCode::from(2);
         }
     };
+    if opts.help {
+        // A closed pipe (`| head`) is no error worth a panic.
+        let _ = writeln!(std::io::stdout(), "{}", opts::HELP);
+        return ExitCode::SUCCESS;
+    }
     match run(&opts) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(0) => ExitCode::SUCCESS,
+        Ok(flagged) if opts.strict => {
+            eprintln!(
+                "xtask bench --strict: {flagged} ratio/size cell(s) slower than libfabric in some round (above)"
+            );
+            ExitCode::FAILURE
+        }
+        Ok(_) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("xtask bench: {e}");
             ExitCode::FAILURE
@@ -127,6 +140,10 @@ fn iterations(size: usize, quick: bool) -> usize {
 /// Sizes of the streaming-bandwidth runs (`fabric bw`, raw TCP stream).
 const STREAM_SIZES: &[usize] = &[65536, 1 << 20, 4 << 20];
 
+/// With `--sizes`, streaming runs use the chosen sizes from this one up
+/// (a stream of small messages would take long and say little).
+const STREAM_MIN: usize = 65536;
+
 /// Window iterations of a `fabric bw` run moving about 1 GiB (256 MiB
 /// with `--quick`) in windows of 64.
 fn stream_iterations(size: usize, quick: bool) -> usize {
@@ -134,7 +151,7 @@ fn stream_iterations(size: usize, quick: bool) -> usize {
     (total / size / 64).max(4)
 }
 
-fn sizes(quick: bool) -> Vec<usize> {
+fn default_sizes(quick: bool) -> Vec<usize> {
     if quick {
         vec![1, 4096, 65536]
     } else {
@@ -142,7 +159,53 @@ fn sizes(quick: bool) -> Vec<usize> {
     }
 }
 
-fn run(o: &Opts) -> Result<(), String> {
+/// Where cargo puts its builds: `$CARGO_TARGET_DIR` (relative to the
+/// workspace) or the workspace's `target/`.
+fn target_dir(root: &Path) -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(d) if !d.is_empty() => root.join(d),
+        _ => root.join("target"),
+    }
+}
+
+/// The probes of a run: the shared-memory floor at 1 B, taken before and
+/// after every measured run; NaN for a probe that failed.
+struct Prober {
+    exe: String,
+    probes: Vec<f64>,
+    failed: bool,
+}
+
+/// Round trips per probe batch, and batches per probe (the probe is the
+/// fastest batch, so that preempted batches do not move it).
+const PROBE_ITERS: usize = 5000;
+const PROBE_BATCHES: usize = 5;
+
+impl Prober {
+    /// Takes a probe; returns its index.
+    fn probe(&mut self, bar: &indicatif::ProgressBar) -> usize {
+        let c = raw_shm(&self.exe);
+        let v = run_config(&c, 1, PROBE_ITERS, 0, ("1", "0"), Some(PROBE_BATCHES));
+        let usec = match v {
+            Ok(s) => s.usec,
+            Err(e) => {
+                if !self.failed {
+                    bar.println(format!(
+                        "--- host-mode probe failed (modes will be unknown where it fails): {e}"
+                    ));
+                    self.failed = true;
+                }
+                f64::NAN
+            }
+        };
+        self.probes.push(usec);
+        self.probes.len() - 1
+    }
+}
+
+/// Returns how many sizes were flagged (ours slower than theirs in some
+/// round).
+fn run(o: &Opts) -> Result<usize, String> {
     let start = Instant::now();
     let root = std::env::var("CARGO_MANIFEST_DIR")
         .map(|d| PathBuf::from(d).join(".."))
@@ -152,16 +215,43 @@ fn run(o: &Opts) -> Result<(), String> {
     if let Some(dir) = o.out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     }
-    println!("==> building fabric-cli (release)");
+    let target = target_dir(&root);
+    println!("==> building fabric-cli and the floor helpers (release)");
     let st = Command::new("cargo")
-        .args(["build", "--quiet", "--release", "-p", "fabric-cli"])
+        .args([
+            "build",
+            "--quiet",
+            "--release",
+            "-p",
+            "fabric-cli",
+            "-p",
+            "xtask",
+        ])
         .current_dir(&root)
         .status()
         .map_err(|e| format!("cargo build: {e}"))?;
     if !st.success() {
-        return Err("cargo build --release -p fabric-cli failed".into());
+        return Err("cargo build --release -p fabric-cli -p xtask failed".into());
     }
-    let fabric = root.join("target/release/fabric");
+    let fabric = target.join("release/fabric");
+    if !fabric.exists() {
+        return Err(format!(
+            "{} is missing after the build (CARGO_TARGET_DIR?)",
+            fabric.display()
+        ));
+    }
+    let helper = target.join("release/xtask");
+    let exe = if helper.exists() {
+        helper
+    } else {
+        println!(
+            "--- {} missing: floors run from this (debug) build",
+            helper.display()
+        );
+        std::env::current_exe().map_err(|e| format!("finding xtask: {e}"))?
+    }
+    .display()
+    .to_string();
     if !have("taskset") {
         return Err("`taskset` (util-linux) is needed to pin processes".into());
     }
@@ -171,8 +261,29 @@ fn run(o: &Opts) -> Result<(), String> {
             "--- fi_pingpong not found: `apt-get install libfabric-bin` to compare against libfabric"
         );
     }
-    let capi_lib = if fi { capi_lib(&root) } else { Ok(None) }?;
-    let providers = compiled_providers(&fabric);
+    let mut providers = compiled_providers(&fabric)?;
+    if let Some(want) = &o.providers {
+        let known: Vec<&str> = providers.iter().map(|(p, _)| p.as_str()).collect();
+        if let Some(bad) = want.iter().find(|w| !known.contains(&w.as_str())) {
+            return Err(format!(
+                "--providers: `{bad}` is not compiled into {} (it has: {})",
+                fabric.display(),
+                known.join(", ")
+            ));
+        }
+        providers.retain(|(p, _)| want.contains(p));
+    }
+    let has = |name: &str| {
+        providers
+            .iter()
+            .any(|(p, eps)| p == name && !eps.is_empty())
+    };
+    let (with_tcp, with_shm) = (has("tcp"), has("shm"));
+    let capi_lib = if fi && (with_tcp || with_shm) {
+        capi_lib(&root, &target)
+    } else {
+        Ok(None)
+    }?;
     let mut configs = Vec::new();
     for (p, eps) in &providers {
         if eps.is_empty() {
@@ -200,12 +311,25 @@ fn run(o: &Opts) -> Result<(), String> {
             }
         }
     }
-    let sizes = sizes(o.quick);
-    // The raw TCP floor runs in the same alternation as the rest, so that
-    // its ratios compare runs seconds apart (this host's speed changes
+    if configs.is_empty() {
+        return Err("nothing to measure: no selected provider has endpoints here".into());
+    }
+    let sizes = o.sizes.clone().unwrap_or_else(|| default_sizes(o.quick));
+    let stream_sizes: Vec<usize> = match &o.sizes {
+        Some(s) => s.iter().copied().filter(|&n| n >= STREAM_MIN).collect(),
+        None => STREAM_SIZES.to_vec(),
+    };
+    // The per-size floors run in the same alternation as the rest, so that
+    // their ratios compare runs seconds apart (this host's speed changes
     // for seconds at a time).
-    let raw = raw_tcp()?;
-    let steps = (o.rounds * sizes.len() * (configs.len() + 1)) as u64;
+    let mut floor_configs = Vec::new();
+    if with_tcp {
+        floor_configs.push(raw_tcp(&exe));
+    }
+    if with_shm {
+        floor_configs.push(raw_shm(&exe));
+    }
+    let steps = (o.rounds * sizes.len() * (configs.len() + floor_configs.len())) as u64;
     let bar = if std::io::stdout().is_terminal() {
         indicatif::ProgressBar::new(steps)
     } else {
@@ -215,73 +339,141 @@ fn run(o: &Opts) -> Result<(), String> {
         indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} {msg}")
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
+    let mut prober = Prober {
+        exe: exe.clone(),
+        probes: Vec::new(),
+        failed: false,
+    };
     let mut port = 48600u16;
     let mut results: BTreeMap<String, Series> = BTreeMap::new();
     for round in 0..o.rounds {
         for &size in &sizes {
-            // Alternate: every configuration at this size, then the next size.
-            for c in configs.iter().chain(std::iter::once(&raw)) {
+            // Alternate: every configuration at this size, then the next
+            // size; a probe between every two runs.
+            let mut before = prober.probe(&bar);
+            for c in configs.iter().chain(&floor_configs) {
                 bar.set_message(format!("round {} {} {size} B", round + 1, c.name));
                 if size <= c.max {
                     port = port.wrapping_add(1).max(48600);
-                    match pingpong(c, size, iterations(size, o.quick), port, ("1", "0")) {
-                        Ok(s) => results
-                            .entry(c.name.clone())
-                            .or_default()
-                            .entry(size)
-                            .or_default()
-                            .push(s),
+                    let r = run_config(c, size, iterations(size, o.quick), port, ("1", "0"), None);
+                    let after = prober.probe(&bar);
+                    match r {
+                        Ok(mut s) => {
+                            s.round = round;
+                            s.span = Some((before, after));
+                            results
+                                .entry(c.name.clone())
+                                .or_default()
+                                .entry(size)
+                                .or_default()
+                                .push(s)
+                        }
                         Err(e) => bar.println(format!("--- {} {size} B: {e}", c.name)),
                     }
+                    before = after;
                 }
                 bar.inc(1);
             }
         }
     }
     bar.finish_and_clear();
-    println!("==> streaming bandwidth (fabric bw, window 64)");
-    let mut stream: BTreeMap<String, BTreeMap<usize, Vec<f64>>> = BTreeMap::new();
-    for _ in 0..o.rounds {
-        for (p, eps) in &providers {
-            if !eps.contains(&"rdm") {
-                continue;
-            }
-            let c = ours_bw(&fabric, p);
-            for &size in STREAM_SIZES {
-                port = port.wrapping_add(1).max(48600);
-                match pingpong(&c, size, stream_iterations(size, o.quick), port, ("1", "0")) {
-                    Ok(s) => stream
-                        .entry(c.name.clone())
-                        .or_default()
-                        .entry(size)
-                        .or_default()
-                        .push(s.mbps),
-                    Err(e) => println!("--- {} {size} B: {e}", c.name),
+    let bw_providers: Vec<&String> = providers
+        .iter()
+        .filter(|(_, eps)| eps.contains(&"rdm"))
+        .map(|(p, _)| p)
+        .collect();
+    let mut stream: BTreeMap<String, BTreeMap<usize, Vec<Sample>>> = BTreeMap::new();
+    let mut memcpy_rounds: Vec<Sample> = Vec::new();
+    if stream_sizes.is_empty() || bw_providers.is_empty() {
+        println!("==> streaming bandwidth: no size from 64 KiB up or no RDM provider, skipped");
+    } else {
+        println!("==> streaming bandwidth (fabric bw, window 64), memcpy in every round");
+        for round in 0..o.rounds {
+            let mut before = prober.probe(&bar);
+            let mbps = memcpy_mbps();
+            let after = prober.probe(&bar);
+            memcpy_rounds.push(Sample {
+                usec: f64::NAN,
+                mbps,
+                round,
+                span: Some((before, after)),
+            });
+            before = after;
+            for p in &bw_providers {
+                let c = ours_bw(&fabric, p);
+                for &size in &stream_sizes {
+                    port = port.wrapping_add(1).max(48600);
+                    let r = run_config(
+                        &c,
+                        size,
+                        stream_iterations(size, o.quick),
+                        port,
+                        ("1", "0"),
+                        None,
+                    );
+                    let after = prober.probe(&bar);
+                    match r {
+                        Ok(mut s) => {
+                            s.round = round;
+                            s.span = Some((before, after));
+                            stream
+                                .entry(c.name.clone())
+                                .or_default()
+                                .entry(size)
+                                .or_default()
+                                .push(s)
+                        }
+                        Err(e) => println!("--- {} {size} B: {e}", c.name),
+                    }
+                    before = after;
                 }
             }
         }
     }
     println!("==> one core (both processes on cpu 1), 1 B");
     let mut one_core: BTreeMap<String, Vec<Sample>> = BTreeMap::new();
-    for _ in 0..o.rounds {
+    for round in 0..o.rounds {
         for c in &configs {
             port = port.wrapping_add(1).max(48600);
             let n = if c.ours || c.capi { 2000 } else { 100 };
-            match pingpong(c, 1, n, port, ("1", "1")) {
-                Ok(s) => one_core.entry(c.name.clone()).or_default().push(s),
+            match run_config(c, 1, n, port, ("1", "1"), None) {
+                Ok(mut s) => {
+                    s.round = round;
+                    one_core.entry(c.name.clone()).or_default().push(s)
+                }
                 Err(e) => println!("--- one core {}: {e}", c.name),
             }
         }
     }
     println!("==> floors");
-    let raw_pingpong = results.remove(&raw.name).unwrap_or_default();
-    let floors = measure_floors(raw_pingpong, o)?;
+    let floors = Floors {
+        tcp_pingpong: results.remove(RAW_TCP).unwrap_or_default(),
+        shm_pingpong: results.remove(RAW_SHM).unwrap_or_default(),
+        memcpy_rounds,
+        ..measure_floors(&exe, o, if with_tcp { &stream_sizes } else { &[] })
+    };
+    let modes = Modes::cluster(&prober.probes);
     let runs = Runs {
         pingpong: results,
         stream,
         one_core,
     };
-    let md = report(o, &configs, &runs, &floors, &sizes, start.elapsed());
+    let pairs = pairs(&configs);
+    let table = RatioTable::new(&pairs, &runs, &floors, &sizes, &modes);
+    print!("{}", table.text(&modes));
+    let md = report(
+        o,
+        &configs,
+        &runs,
+        &floors,
+        &Shape {
+            sizes: &sizes,
+            stream_sizes: &stream_sizes,
+        },
+        &table,
+        &modes,
+        start.elapsed(),
+    );
     std::fs::write(&o.out, md).map_err(|e| format!("writing {}: {e}", o.out.display()))?;
     let dir = o
         .out
@@ -312,18 +504,28 @@ fn run(o: &Opts) -> Result<(), String> {
         dir.display(),
         start.elapsed().as_secs_f64()
     );
-    Ok(())
+    Ok(table.flagged_sizes())
 }
 
 /// The providers compiled into `fabric`, each with the endpoint types
 /// (`rdm`, `msg`) it offers on this machine (verbs offers none without an
 /// RDMA device).
-fn compiled_providers(fabric: &Path) -> Vec<(String, Vec<&'static str>)> {
-    let out = Command::new(fabric).args(["info", "-l"]).output();
-    let text = out
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    text.lines()
+fn compiled_providers(fabric: &Path) -> Result<Vec<(String, Vec<&'static str>)>, String> {
+    let out = Command::new(fabric)
+        .args(["info", "-l"])
+        .output()
+        .map_err(|e| format!("running {} info -l: {e}", fabric.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} info -l failed ({}): {}",
+            fabric.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let list: Vec<(String, Vec<&'static str>)> = text
+        .lines()
         .filter_map(|l| l.strip_suffix(':'))
         .map(|p| {
             let eps = [("rdm", "FI_EP_RDM"), ("msg", "FI_EP_MSG")]
@@ -340,7 +542,15 @@ fn compiled_providers(fabric: &Path) -> Vec<(String, Vec<&'static str>)> {
                 .collect();
             (p.to_string(), eps)
         })
-        .collect()
+        .collect();
+    if list.is_empty() {
+        return Err(format!(
+            "{} info -l listed no provider (expected `NAME:` lines): {:?}",
+            fabric.display(),
+            text.chars().take(200).collect::<String>()
+        ));
+    }
+    Ok(list)
 }
 
 /// Our `fabric pingpong` with provider `p` on endpoint type `ep`.
@@ -364,6 +574,7 @@ fn ours(fabric: &Path, p: &str, ep: &str) -> Config {
         client: args(f),
         max: usize::MAX,
         capi: false,
+        one_process: false,
         env: Vec::new(),
     }
 }
@@ -371,7 +582,7 @@ fn ours(fabric: &Path, p: &str, ep: &str) -> Config {
 /// Builds the C library (`fabric-capi`, release, its default providers)
 /// and puts it as `libfabric.so.1` in a folder of its own, for
 /// `LD_LIBRARY_PATH`; `None` (and a note) if it cannot be built.
-fn capi_lib(root: &Path) -> Result<Option<PathBuf>, String> {
+fn capi_lib(root: &Path, target: &Path) -> Result<Option<PathBuf>, String> {
     println!("==> building fabric-capi (release): fi_pingpong on our libfabric.so.1");
     let st = Command::new("cargo")
         .args(["build", "--quiet", "--release", "-p", "fabric-capi"])
@@ -384,9 +595,9 @@ fn capi_lib(root: &Path) -> Result<Option<PathBuf>, String> {
         );
         return Ok(None);
     }
-    let dir = root.join("target/release/capi-lib");
+    let dir = target.join("release/capi-lib");
     std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    let so = root.join("target/release/libfabric_capi.so");
+    let so = target.join("release/libfabric_capi.so");
     std::fs::copy(&so, dir.join("libfabric.so.1"))
         .map_err(|e| format!("copying {}: {e}", so.display()))?;
     Ok(Some(dir))
@@ -423,6 +634,7 @@ fn ours_bw(fabric: &Path, p: &str) -> Config {
         client: args(f),
         max: usize::MAX,
         capi: false,
+        one_process: false,
         env: Vec::new(),
     }
 }
@@ -458,8 +670,62 @@ fn theirs(p: &str, ep: &str) -> Config {
         ],
         max: usize::MAX,
         capi: false,
+        one_process: false,
         env: Vec::new(),
     }
+}
+
+/// One run of `c`: the server on `cpus.0`, the client on `cpus.1`; a
+/// one-process configuration gets both cores and `batches`. The sample's
+/// round and probes are the caller's to fill in.
+fn run_config(
+    c: &Config,
+    size: usize,
+    iters: usize,
+    port: u16,
+    cpus: (&str, &str),
+    batches: Option<usize>,
+) -> Result<Sample, String> {
+    if c.one_process {
+        return one_process(c, size, iters, cpus, batches);
+    }
+    pingpong(c, size, iters, port, cpus)
+}
+
+/// A one-process configuration (the shared-memory floor), which pins its
+/// own two threads.
+fn one_process(
+    c: &Config,
+    size: usize,
+    iters: usize,
+    cpus: (&str, &str),
+    batches: Option<usize>,
+) -> Result<Sample, String> {
+    let (program, args) = c
+        .client
+        .split_first()
+        .ok_or_else(|| format!("{}: empty command", c.name))?;
+    let mut cmd = Command::new("timeout");
+    cmd.arg("120")
+        .arg(program)
+        .args(args)
+        .args(["-S", &size.to_string(), "-I", &iters.to_string()])
+        .args(["--cpus", &format!("{},{}", cpus.0, cpus.1)])
+        .envs(c.env.iter().map(|(k, v)| (k, v)));
+    if let Some(b) = batches {
+        cmd.args(["-R", &b.to_string()]);
+    }
+    let out = cmd
+        .output()
+        .map_err(|e| format!("starting {program}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    parse_ours(&String::from_utf8_lossy(&out.stdout))
 }
 
 /// One ping-pong run: the server on `cpus.0`, the client on `cpus.1`.
@@ -509,113 +775,163 @@ fn pingpong(
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
-    let sample = if c.ours && !c.capi {
+    if c.ours && !c.capi {
         parse_ours(&text)
     } else {
         parse_theirs(&text)
-    };
-    sample.ok_or_else(|| format!("no result in the client's output: {text:?}"))
+    }
 }
 
-fn parse_ours(text: &str) -> Option<Sample> {
-    let line = text.lines().rev().find(|l| l.starts_with('{'))?;
-    let v: serde_json::Value = serde_json::from_str(line).ok()?;
-    Some(Sample {
-        usec: v["usec_per_xfer"].as_f64()?,
-        mbps: v["mb_per_sec"].as_f64()?,
-    })
-}
-
-fn parse_theirs(text: &str) -> Option<Sample> {
-    // bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec
+/// The last JSON line of `fabric pingpong --json` (or a floor helper):
+/// `usec_per_xfer` and `mb_per_sec`.
+fn parse_ours(text: &str) -> Result<Sample, String> {
     let line = text
         .lines()
         .rev()
-        .find(|l| !l.trim().is_empty() && !l.starts_with("bytes"))?;
-    let f: Vec<&str> = line.split_whitespace().collect();
-    Some(Sample {
-        mbps: f.get(5)?.parse().ok()?,
-        usec: f.get(6)?.parse().ok()?,
+        .find(|l| l.starts_with('{'))
+        .ok_or_else(|| format!("no JSON line in the client's output: {}", tail(text)))?;
+    let v: serde_json::Value =
+        serde_json::from_str(line).map_err(|e| format!("bad JSON line {line:?}: {e}"))?;
+    let field = |k: &str| {
+        v[k].as_f64()
+            .ok_or_else(|| format!("JSON line without a number `{k}`: {line:?}"))
+    };
+    Ok(Sample {
+        usec: field("usec_per_xfer")?,
+        mbps: field("mb_per_sec")?,
+        round: 0,
+        span: None,
     })
+}
+
+/// `fi_pingpong`'s result line: `bytes #sent #ack total time MB/sec
+/// usec/xfer Mxfers/sec`.
+fn parse_theirs(text: &str) -> Result<Sample, String> {
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty() && !l.starts_with("bytes"))
+        .ok_or_else(|| format!("no result line in fi_pingpong's output: {}", tail(text)))?;
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let field = |i: usize, what: &str| -> Result<f64, String> {
+        f.get(i).and_then(|w| w.parse().ok()).ok_or_else(|| {
+            format!(
+                "fi_pingpong's line has no {what} in column {}: {line:?}",
+                i + 1
+            )
+        })
+    };
+    Ok(Sample {
+        mbps: field(5, "MB/sec")?,
+        usec: field(6, "usec/xfer")?,
+        round: 0,
+        span: None,
+    })
+}
+
+/// The end of a program's output, for an error message.
+fn tail(text: &str) -> String {
+    let t = text.trim();
+    let start = t.char_indices().rev().nth(300).map(|(i, _)| i).unwrap_or(0);
+    format!("{:?}", &t[start..])
 }
 
 /// What the configurations measured.
 struct Runs {
     /// Ping-pong samples per configuration and size.
     pingpong: BTreeMap<String, Series>,
-    /// Streaming bandwidth (MB/s) per `fabric bw` configuration and size.
-    stream: BTreeMap<String, BTreeMap<usize, Vec<f64>>>,
+    /// Streaming samples (MB/s) per `fabric bw` configuration and size.
+    stream: BTreeMap<String, Series>,
     /// 1 B ping-pong samples with both processes on one core.
     one_core: BTreeMap<String, Vec<Sample>>,
 }
 
 /// The floors, by name.
 struct Floors {
+    /// The raw TCP ping-pong, per size, in the alternation.
     tcp_pingpong: Series,
+    /// The raw shared-memory ping-pong, per size, in the alternation.
+    shm_pingpong: Series,
     tcp_stream_mbps: Vec<(usize, Vec<f64>)>,
+    /// memcpy MB/s measured in every streaming round, next to `fabric bw`.
+    memcpy_rounds: Vec<Sample>,
     memcpy_mbps: Vec<f64>,
     cross_core_mbps: Vec<f64>,
     cacheline_usec: Vec<f64>,
 }
 
-fn self_exe() -> Result<PathBuf, String> {
-    std::env::current_exe().map_err(|e| format!("finding xtask: {e}"))
-}
-
-/// The raw TCP ping-pong floor: this program's `floor-tcp` helper.
-fn raw_tcp() -> Result<Config, String> {
-    let exe = self_exe()?.display().to_string();
+/// The raw TCP ping-pong floor: the `floor-tcp` helper of `exe`.
+fn raw_tcp(exe: &str) -> Config {
     let args = |role: &str| -> Vec<String> {
-        vec![exe.clone(), "bench".into(), "floor-tcp".into(), role.into()]
+        vec![exe.into(), "bench".into(), "floor-tcp".into(), role.into()]
     };
-    Ok(Config {
-        name: "raw TCP (busy poll)".into(),
+    Config {
+        name: RAW_TCP.into(),
         ours: true,
         server: args("server"),
         client: args("client"),
         max: usize::MAX,
         capi: false,
+        one_process: false,
         env: Vec::new(),
-    })
+    }
 }
 
-/// The floors besides the raw ping-pong (measured with the rest):
-/// streaming, memcpy, cache-line ping-pong.
-fn measure_floors(tcp_pingpong: Series, o: &Opts) -> Result<Floors, String> {
-    let exe = self_exe()?.display().to_string();
+/// The raw shared-memory ping-pong floor (and the host-mode probe): the
+/// `floor-shm` helper of `exe`, one process pinning its two threads.
+fn raw_shm(exe: &str) -> Config {
+    Config {
+        name: RAW_SHM.into(),
+        ours: true,
+        server: Vec::new(),
+        client: vec![exe.into(), "bench".into(), "floor-shm".into()],
+        max: usize::MAX,
+        capi: false,
+        one_process: true,
+        env: Vec::new(),
+    }
+}
+
+/// The floors measured after the alternation: the raw TCP stream at
+/// `stream_sizes`, memcpy, the copy across cores, the cache-line
+/// ping-pong.
+fn measure_floors(exe: &str, o: &Opts, stream_sizes: &[usize]) -> Floors {
     let mut f = Floors {
-        tcp_pingpong,
+        tcp_pingpong: Series::new(),
+        shm_pingpong: Series::new(),
         tcp_stream_mbps: Vec::new(),
+        memcpy_rounds: Vec::new(),
         memcpy_mbps: Vec::new(),
         cross_core_mbps: Vec::new(),
         cacheline_usec: Vec::new(),
     };
     let mut port = 49600u16;
-    for &size in STREAM_SIZES {
+    for &size in stream_sizes {
         let mut v = Vec::new();
         for _ in 0..o.rounds {
-            port += 1;
+            port = port.wrapping_add(1).max(49600);
             let stream = Config {
                 name: "raw TCP stream".into(),
                 ours: true,
                 server: vec![
-                    exe.clone(),
+                    exe.into(),
                     "bench".into(),
                     "floor-stream".into(),
                     "server".into(),
                 ],
                 client: vec![
-                    exe.clone(),
+                    exe.into(),
                     "bench".into(),
                     "floor-stream".into(),
                     "client".into(),
                 ],
                 max: usize::MAX,
                 capi: false,
+                one_process: false,
                 env: Vec::new(),
             };
             let total = if o.quick { 256 } else { 1024 } * (1 << 20) / size;
-            match pingpong(&stream, size, total, port, ("1", "0")) {
+            match pingpong(&stream, size, total.max(1), port, ("1", "0")) {
                 Ok(s) => v.push(s.mbps),
                 Err(e) => println!("--- raw TCP stream {size} B: {e}"),
             }
@@ -627,209 +943,265 @@ fn measure_floors(tcp_pingpong: Series, o: &Opts) -> Result<Floors, String> {
         f.cross_core_mbps.push(cross_core_copy_mbps());
         f.cacheline_usec.push(cacheline_usec());
     }
-    Ok(f)
+    f
 }
 
-/// The floor helpers, run as child processes (`bench floor-tcp server|client
-/// -S SIZE -I N -B|-P PORT [ADDR]`), printing a JSON line like `fabric
-/// pingpong --json`.
-fn floor_child(args: &[String]) -> Result<(), String> {
-    let kind = args.first().map(String::as_str).unwrap_or("");
-    let role = args.get(1).map(String::as_str).unwrap_or("");
-    let mut size = 1usize;
-    let mut iters = 1000usize;
-    let mut port = 0u16;
-    let mut i = 2;
-    while i < args.len() {
-        let v = args.get(i + 1).cloned().unwrap_or_default();
-        match args[i].as_str() {
-            "-S" => size = v.parse().map_err(|_| "bad -S")?,
-            "-I" => iters = v.parse().map_err(|_| "bad -I")?,
-            "-B" | "-P" => port = v.parse().map_err(|_| "bad port")?,
-            _ => {
-                i += 1;
-                continue;
-            }
-        }
-        i += 2;
+/// What a ratio compares.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum PairKind {
+    /// Our program against libfabric's on the same provider: flagged
+    /// when ours is slower in some round.
+    OursTheirs,
+    /// `fi_pingpong` on our library against it on Debian's: flagged too.
+    CapiTheirs,
+    /// `fi_pingpong` on our library against our own program.
+    CapiOurs,
+    /// Ours against a floor.
+    Floor,
+}
+
+/// Two configurations whose per-round latency ratio `a / b` is reported.
+struct Pair {
+    a: String,
+    b: String,
+    /// The column's title.
+    label: String,
+    kind: PairKind,
+}
+
+impl Pair {
+    fn flags(&self) -> bool {
+        matches!(self.kind, PairKind::OursTheirs | PairKind::CapiTheirs)
     }
-    let io = |e: std::io::Error| e.to_string();
-    let mut buf = vec![0u8; size];
-    match (kind, role) {
-        ("floor-tcp", "server") => {
-            let l = TcpListener::bind(("127.0.0.1", port)).map_err(io)?;
-            let (mut s, _) = l.accept().map_err(io)?;
-            s.set_nodelay(true).map_err(io)?;
-            s.set_nonblocking(true).map_err(io)?;
-            for _ in 0..iters + 100 {
-                spin_read(&mut s, &mut buf)?;
-                spin_write(&mut s, &buf)?;
+}
+
+/// The ratio columns, in the tables' order: ours / theirs, the C library's
+/// columns, ours / each floor.
+fn pairs(configs: &[Config]) -> Vec<Pair> {
+    let ours: Vec<&Config> = configs.iter().filter(|c| c.ours && !c.capi).collect();
+    let theirs: Vec<&Config> = configs.iter().filter(|c| !c.ours && !c.capi).collect();
+    let capi: Vec<&Config> = configs.iter().filter(|c| c.capi).collect();
+    let mut v = Vec::new();
+    let mut add = |a: &Config, b: &str, label: String, kind| {
+        v.push(Pair {
+            a: a.name.clone(),
+            b: b.to_string(),
+            label,
+            kind,
+        })
+    };
+    for o in &ours {
+        for t in &theirs {
+            if same_kind(o, t) {
+                add(
+                    o,
+                    &t.name,
+                    format!("{} / {}", o.name, t.name),
+                    PairKind::OursTheirs,
+                );
             }
-            Ok(())
         }
-        ("floor-tcp", "client") => {
-            let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(io)?;
-            s.set_nodelay(true).map_err(io)?;
-            s.set_nonblocking(true).map_err(io)?;
-            let mut t = Instant::now();
-            for k in 0..iters + 100 {
-                if k == 100 {
-                    t = Instant::now();
+    }
+    for c in &capi {
+        for o in &ours {
+            if same_kind(o, c) {
+                add(
+                    c,
+                    &o.name,
+                    format!("fi_pingpong on ours / fabric pingpong ({})", c.name),
+                    PairKind::CapiOurs,
+                );
+            }
+        }
+        for t in &theirs {
+            if same_kind(c, t) {
+                add(
+                    c,
+                    &t.name,
+                    format!("{} / {}", c.name, t.name),
+                    PairKind::CapiTheirs,
+                );
+            }
+        }
+    }
+    for (prefix, floor, short) in [
+        ("fabric tcp", RAW_TCP, "raw TCP"),
+        ("fabric shm", RAW_SHM, "raw shm"),
+    ] {
+        for o in ours.iter().filter(|c| c.name.starts_with(prefix)) {
+            add(o, floor, format!("{} / {short}", o.name), PairKind::Floor);
+        }
+    }
+    v
+}
+
+/// Every pair's per-round latency ratios at every size.
+struct RatioTable<'a> {
+    pairs: &'a [Pair],
+    sizes: Vec<usize>,
+    /// `[pair][size]`.
+    ratios: Vec<Vec<Vec<RoundRatio>>>,
+    by_mode: Vec<Vec<String>>,
+}
+
+impl<'a> RatioTable<'a> {
+    fn new(
+        pairs: &'a [Pair],
+        runs: &Runs,
+        floors: &Floors,
+        sizes: &[usize],
+        modes: &Modes,
+    ) -> RatioTable<'a> {
+        let samples = |name: &str, size: usize| -> Vec<Sample> {
+            let series = match name {
+                RAW_TCP => Some(&floors.tcp_pingpong),
+                RAW_SHM => Some(&floors.shm_pingpong),
+                _ => runs.pingpong.get(name),
+            };
+            series
+                .and_then(|s| s.get(&size))
+                .cloned()
+                .unwrap_or_default()
+        };
+        let ratios: Vec<Vec<Vec<RoundRatio>>> = pairs
+            .iter()
+            .map(|p| {
+                sizes
+                    .iter()
+                    .map(|&size| {
+                        per_round(
+                            &samples(&p.a, size),
+                            &samples(&p.b, size),
+                            |s| s.usec,
+                            modes,
+                        )
+                    })
+                    .collect()
+            })
+            .collect();
+        let by_mode = ratios
+            .iter()
+            .map(|per_size| per_size.iter().map(|r| by_mode_text(r, modes)).collect())
+            .collect();
+        RatioTable {
+            pairs,
+            sizes: sizes.to_vec(),
+            ratios,
+            by_mode,
+        }
+    }
+
+    /// The rounds' ratios of pair `p` at size index `s`.
+    fn get(&self, p: usize, s: usize) -> &[RoundRatio] {
+        &self.ratios[p][s]
+    }
+
+    /// The median of the per-round ratios (NaN without any).
+    fn median(&self, p: usize, s: usize) -> f64 {
+        let v: Vec<f64> = self.get(p, s).iter().map(|r| r.ratio).collect();
+        median(&v)
+    }
+
+    /// The largest per-round ratio when above 1.0 on a flagged pair.
+    fn flag(&self, p: usize, s: usize) -> Option<f64> {
+        if !self.pairs[p].flags() {
+            return None;
+        }
+        let max = self
+            .get(p, s)
+            .iter()
+            .map(|r| r.ratio)
+            .fold(f64::NEG_INFINITY, f64::max);
+        (max > 1.0).then_some(max)
+    }
+
+    /// How many (pair, size) cells are flagged: sizes where ours was
+    /// slower than theirs in some round, counted per pair.
+    fn flagged_sizes(&self) -> usize {
+        (0..self.pairs.len())
+            .map(|p| {
+                (0..self.sizes.len())
+                    .filter(|&s| self.flag(p, s).is_some())
+                    .count()
+            })
+            .sum()
+    }
+
+    /// The per-round table for the terminal.
+    fn text(&self, modes: &Modes) -> String {
+        let mut t = String::new();
+        let _ = writeln!(t, "\n==> host modes: {}", modes.summary());
+        let _ = writeln!(
+            t,
+            "==> one-way latency ratios, every round (ratio and host mode; A is the fastest mode, A/B a round that spanned two):"
+        );
+        let width = self.pairs.iter().map(|p| p.label.len()).max().unwrap_or(0);
+        for (p, pair) in self.pairs.iter().enumerate() {
+            for (s, &size) in self.sizes.iter().enumerate() {
+                let r = self.get(p, s);
+                if r.is_empty() {
+                    continue;
                 }
-                spin_write(&mut s, &buf)?;
-                spin_read(&mut s, &mut buf)?;
+                let flag = match self.flag(p, s) {
+                    Some(max) => format!("  <-- ABOVE 1.0 (max {})", fmt(max)),
+                    None => String::new(),
+                };
+                let _ = writeln!(
+                    t,
+                    "  {:width$}  {:>7}  median {:>5}  by mode: {:<16}  rounds: {}{flag}",
+                    pair.label,
+                    size_name(size),
+                    fmt(self.median(p, s)),
+                    self.by_mode[p][s],
+                    rounds_text(r),
+                );
             }
-            let secs = t.elapsed().as_secs_f64();
-            println!(
-                "{}",
-                serde_json::json!({"usec_per_xfer": secs * 1e6 / (2.0 * iters as f64), "mb_per_sec": (2 * iters * size) as f64 / secs / 1e6})
+        }
+        let n = self.flagged_sizes();
+        if n > 0 {
+            let _ = writeln!(
+                t,
+                "==> {n} ratio/size cell(s) where ours was slower than libfabric in at least one round (flagged above)"
             );
-            Ok(())
-        }
-        ("floor-stream", "server") => {
-            let l = TcpListener::bind(("127.0.0.1", port)).map_err(io)?;
-            let (mut s, _) = l.accept().map_err(io)?;
-            let mut window = stream_window(size);
-            for k in 0..iters {
-                let b = &mut window[(k % STREAM_WINDOW) * size..][..size];
-                s.read_exact(b).map_err(io)?;
-            }
-            s.write_all(&[1]).map_err(io)
-        }
-        ("floor-stream", "client") => {
-            let mut s = TcpStream::connect(("127.0.0.1", port)).map_err(io)?;
-            let window = stream_window(size);
-            let t = Instant::now();
-            for k in 0..iters {
-                s.write_all(&window[(k % STREAM_WINDOW) * size..][..size])
-                    .map_err(io)?;
-            }
-            let mut one = [0u8; 1];
-            s.read_exact(&mut one).map_err(io)?;
-            let secs = t.elapsed().as_secs_f64();
-            println!(
-                "{}",
-                serde_json::json!({"usec_per_xfer": 0.0, "mb_per_sec": (iters * size) as f64 / secs / 1e6})
+        } else {
+            let _ = writeln!(
+                t,
+                "==> no size where ours was slower than libfabric in any round"
             );
-            Ok(())
         }
-        _ => Err(format!("unknown floor helper `{kind} {role}`")),
+        t
     }
-}
 
-/// Buffers the raw stream rotates through, as `fabric bw -W 64` does.
-const STREAM_WINDOW: usize = 64;
-
-/// The raw stream's buffers: [`STREAM_WINDOW`] of `size` bytes, every page
-/// touched before timing (as `fabric bw` does with its window).
-fn stream_window(size: usize) -> Vec<u8> {
-    vec![0x5a; size * STREAM_WINDOW]
-}
-
-fn spin_read(s: &mut TcpStream, buf: &mut [u8]) -> Result<(), String> {
-    let mut got = 0;
-    while got < buf.len() {
-        match s.read(&mut buf[got..]) {
-            Ok(0) => return Err("peer closed".into()),
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
-            Err(e) => return Err(e.to_string()),
-        }
-    }
-    Ok(())
-}
-
-fn spin_write(s: &mut TcpStream, buf: &[u8]) -> Result<(), String> {
-    let mut put = 0;
-    while put < buf.len() {
-        match s.write(&buf[put..]) {
-            Ok(n) => put += n,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
-            Err(e) => return Err(e.to_string()),
-        }
-    }
-    Ok(())
-}
-
-/// Single-thread memcpy bandwidth at 1 MiB, MB/s.
-fn memcpy_mbps() -> f64 {
-    let src = vec![7u8; 1 << 20];
-    let mut dst = vec![0u8; 1 << 20];
-    let n = 400;
-    let t = Instant::now();
-    for i in 0..n {
-        dst.copy_from_slice(&src);
-        std::hint::black_box(&mut dst);
-        dst[i % 4096] = 1;
-    }
-    (n as f64 * (1 << 20) as f64) / t.elapsed().as_secs_f64() / 1e6
-}
-
-/// A copy of 1 MiB that another thread has just written, so that the data
-/// comes from the other core's cache, MB/s: the floor of any protocol that
-/// moves a message between cores with one copy. Both threads spin while
-/// they wait, so that they stay on two cores; only the copy is timed.
-fn cross_core_copy_mbps() -> f64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::{Arc, Mutex};
-    const LEN: usize = 1 << 20;
-    let n = 300u64;
-    let buf = Arc::new(Mutex::new(vec![0u8; LEN]));
-    let turn = Arc::new(AtomicU64::new(0));
-    let (b2, t2) = (buf.clone(), turn.clone());
-    let writer = std::thread::spawn(move || {
-        for i in 0..n {
-            while t2.load(Ordering::Acquire) != 2 * i {
-                std::hint::spin_loop();
+    /// The per-round table in markdown.
+    fn markdown(&self, m: &mut String) {
+        let _ = writeln!(
+            m,
+            "| ratio | size | median | median by mode | every round (ratio mode) | above 1.0 in a round |\n|---|---|---|---|---|---|"
+        );
+        for (p, pair) in self.pairs.iter().enumerate() {
+            for (s, &size) in self.sizes.iter().enumerate() {
+                let r = self.get(p, s);
+                if r.is_empty() {
+                    continue;
+                }
+                let flag = match self.flag(p, s) {
+                    Some(max) => format!("⚠ max {}", fmt(max)),
+                    None if pair.flags() => "no".into(),
+                    None => "(floor or C-interface cost, not flagged)".into(),
+                };
+                let _ = writeln!(
+                    m,
+                    "| {} | {} | {} | {} | {} | {flag} |",
+                    pair.label,
+                    size_name(size),
+                    fmt(self.median(p, s)),
+                    self.by_mode[p][s],
+                    rounds_text(r),
+                );
             }
-            if let Ok(mut b) = b2.lock() {
-                b.fill(i as u8 | 1);
-            }
-            t2.store(2 * i + 1, Ordering::Release);
         }
-    });
-    let mut dst = vec![0u8; LEN];
-    let mut busy = Duration::ZERO;
-    for i in 0..n {
-        while turn.load(Ordering::Acquire) != 2 * i + 1 {
-            std::hint::spin_loop();
-        }
-        if let Ok(b) = buf.lock() {
-            let t = Instant::now();
-            dst.copy_from_slice(&b);
-            busy += t.elapsed();
-        }
-        std::hint::black_box(&mut dst);
-        turn.store(2 * i + 2, Ordering::Release);
+        let _ = writeln!(m);
     }
-    let _ = writer.join();
-    n as f64 * LEN as f64 / busy.as_secs_f64() / 1e6
-}
-
-/// Cache-line ping-pong between two threads, one-way microseconds.
-fn cacheline_usec() -> f64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    let flag = std::sync::Arc::new(AtomicU64::new(0));
-    let n = 200_000u64;
-    let f2 = flag.clone();
-    let h = std::thread::spawn(move || {
-        for i in 0..n {
-            while f2.load(Ordering::Acquire) != 2 * i + 1 {
-                std::hint::spin_loop();
-            }
-            f2.store(2 * i + 2, Ordering::Release);
-        }
-    });
-    let t = Instant::now();
-    for i in 0..n {
-        flag.store(2 * i + 1, Ordering::Release);
-        while flag.load(Ordering::Acquire) != 2 * i + 2 {
-            std::hint::spin_loop();
-        }
-    }
-    let secs = t.elapsed().as_secs_f64();
-    let _ = h.join();
-    secs * 1e6 / (2.0 * n as f64)
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -840,17 +1212,6 @@ fn median(v: &[f64]) -> f64 {
     } else {
         s[s.len() / 2]
     }
-}
-
-/// The median of the per-round ratios `a[i] / b[i]`: each pair ran
-/// seconds apart, in the same alternation. Without one sample per round on
-/// both sides (a failed run), the ratio of the medians.
-fn paired(a: &[f64], b: &[f64]) -> f64 {
-    if a.len() != b.len() || a.is_empty() {
-        return median(a) / median(b);
-    }
-    let r: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
-    median(&r)
 }
 
 fn spread(v: &[f64]) -> String {
@@ -869,6 +1230,17 @@ fn fmt(x: f64) -> String {
     }
 }
 
+/// A size as `--sizes` takes it: `64k`, `1m`, `100`.
+fn size_arg(n: usize) -> String {
+    if n >= 1 << 20 && n % (1 << 20) == 0 {
+        format!("{}m", n >> 20)
+    } else if n >= 1024 && n % 1024 == 0 {
+        format!("{}k", n >> 10)
+    } else {
+        n.to_string()
+    }
+}
+
 fn size_name(s: usize) -> String {
     match s {
         s if s >= 1 << 20 => format!("{} MiB", s >> 20),
@@ -877,34 +1249,64 @@ fn size_name(s: usize) -> String {
     }
 }
 
+/// The sizes of a run.
+struct Shape<'a> {
+    sizes: &'a [usize],
+    stream_sizes: &'a [usize],
+}
+
+#[allow(clippy::too_many_arguments)]
 fn report(
     o: &Opts,
     configs: &[Config],
     runs: &Runs,
     floors: &Floors,
-    sizes: &[usize],
+    shape: &Shape<'_>,
+    table: &RatioTable<'_>,
+    modes: &Modes,
     took: Duration,
 ) -> String {
     let (results, stream, one_core) = (&runs.pingpong, &runs.stream, &runs.one_core);
+    let sizes = shape.sizes;
     let mut m = String::new();
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|t| {
             t.lines()
                 .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+                .and_then(|l| l.split(':').nth(1))
+                .map(|n| n.trim().to_string())
         })
         .unwrap_or_default();
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(0);
+    let mut invocation = String::from("cargo xtask bench");
+    if o.quick {
+        invocation.push_str(" --quick");
+    }
+    if o.rounds != 3 {
+        let _ = write!(invocation, " --rounds {}", o.rounds);
+    }
+    if let Some(s) = &o.sizes {
+        let list: Vec<String> = s.iter().map(|&n| size_arg(n)).collect();
+        let _ = write!(invocation, " --sizes {}", list.join(","));
+    }
+    if let Some(p) = &o.providers {
+        let _ = write!(invocation, " --providers {}", p.join(","));
+    }
     let _ = writeln!(m, "# Benchmarks\n");
     let _ = writeln!(
         m,
-        "Generated by `cargo xtask bench{}` ({} rounds, {:.0} s) on {cores} cores ({cpu}). Servers on core 1, clients on core 0; every configuration runs at every size before the next size, so ours and theirs alternate in the same run. Figures are medians [min–max] over the rounds. One-way latency = run time / (2 × round trips); bandwidth = ping-pong bytes moved / time (fi_pingpong's MB/sec column). Ratios are ours / theirs (lower is better for latency, higher for bandwidth), the median of the per-round ratios: the raw TCP ping-pong runs in the same alternation, and each round's pair ran seconds apart, which keeps a ratio in one of this host's speed modes.\n",
-        if o.quick { " --quick" } else { "" },
+        "Generated by `{invocation}` ({} rounds, {:.0} s) on {cores} cores ({cpu}). Servers on core 1, clients on core 0; every configuration runs at every size before the next size, so ours and theirs alternate in the same run. Figures are medians [min–max] over the rounds. One-way latency = run time / (2 × round trips); bandwidth = ping-pong bytes moved / time (fi_pingpong's MB/sec column). Ratios are ours / theirs (lower is better for latency, higher for bandwidth), the median of the per-round ratios: the raw TCP and raw shared-memory ping-pongs run in the same alternation, and each round's pair ran seconds apart, which keeps a ratio in one of this host's speed modes.\n",
         o.rounds,
         took.as_secs_f64()
+    );
+    let _ = writeln!(
+        m,
+        "**Host modes.** A probe (a busy-polling shared-memory ping-pong of 1 B between two threads pinned to cores 1 and 0) ran before and after every run; sorted, probes split into modes wherever one is more than {}x the one before it; the modes are named A (fastest), B and so on. This run: {}. Every per-round ratio below is tagged with the modes of the probes around its two runs (`A/B`: the host changed mode in between). A ⚠ marks a size where ours was slower than libfabric (latency ratio above 1.0) in at least one round, whatever the median.\n",
+        modes::MODE_STEP,
+        modes.summary()
     );
     let ours: Vec<&Config> = configs.iter().filter(|c| c.ours && !c.capi).collect();
     let theirs: Vec<&Config> = configs.iter().filter(|c| !c.ours && !c.capi).collect();
@@ -915,113 +1317,101 @@ fn report(
             "`fi_pingpong/ours` is Debian's `fi_pingpong` on this repository's C library (`fabric-capi`, release, as `libfabric.so.1` through `LD_LIBRARY_PATH`) with the same provider; the column \"fi_pingpong on ours / fabric pingpong\" is the cost of the C interface (same provider, endpoint type and size), \"fi_pingpong on ours / fi_pingpong\" compares the same program on our library and on Debian's.\n"
         );
     }
-    for (title, pick) in [
+    let floor_series: Vec<(&str, &Series)> = [
+        (RAW_TCP, &floors.tcp_pingpong),
+        (RAW_SHM, &floors.shm_pingpong),
+    ]
+    .into_iter()
+    .filter(|(_, s)| !s.is_empty())
+    .collect();
+    let samples = |name: &str, size: usize| -> Vec<Sample> {
+        let series = floor_series
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, s)| *s)
+            .or_else(|| results.get(name));
+        series
+            .and_then(|s| s.get(&size))
+            .cloned()
+            .unwrap_or_default()
+    };
+    let value_cols: Vec<&str> = ours
+        .iter()
+        .chain(theirs.iter())
+        .chain(capi.iter())
+        .map(|c| c.name.as_str())
+        .collect();
+    let pairs = table.pairs;
+    for (title, pick, latency) in [
         (
             "One-way latency (µs)",
             (|s: &Sample| s.usec) as fn(&Sample) -> f64,
+            true,
         ),
-        ("Ping-pong bandwidth (MB/s)", |s: &Sample| s.mbps),
+        ("Ping-pong bandwidth (MB/s)", |s: &Sample| s.mbps, false),
     ] {
         let _ = writeln!(m, "## {title}\n");
+        // Value columns, the ratios between configurations, the floors'
+        // values, the ratios to the floors.
+        let (head_pairs, floor_pairs): (Vec<usize>, Vec<usize>) =
+            (0..pairs.len()).partition(|&p| pairs[p].kind != PairKind::Floor);
         let mut head = String::from("| size |");
         let mut rule = String::from("|---|");
-        for c in ours.iter().chain(theirs.iter()).chain(capi.iter()) {
-            let _ = write!(head, " {} |", c.name);
-            rule.push_str("---|");
+        let col = |h: &mut String, r: &mut String, name: &str| {
+            let _ = write!(h, " {name} |");
+            r.push_str("---|");
+        };
+        for c in &value_cols {
+            col(&mut head, &mut rule, c);
         }
-        for o in &ours {
-            for t in &theirs {
-                if same_kind(o, t) {
-                    let _ = write!(head, " {} / {} |", o.name, t.name);
-                    rule.push_str("---|");
-                }
-            }
+        for &p in &head_pairs {
+            col(&mut head, &mut rule, &pairs[p].label);
         }
-        for c in &capi {
-            for o in &ours {
-                if same_kind(o, c) {
-                    let _ = write!(
-                        head,
-                        " fi_pingpong on ours / fabric pingpong ({}) |",
-                        c.name
-                    );
-                    rule.push_str("---|");
-                }
-            }
-            for t in &theirs {
-                if same_kind(c, t) {
-                    let _ = write!(head, " {} / {} |", c.name, t.name);
-                    rule.push_str("---|");
-                }
-            }
+        for (name, _) in &floor_series {
+            col(&mut head, &mut rule, name);
         }
-        head.push_str(" raw TCP (busy poll) |");
-        rule.push_str("---|");
-        let vs_raw: Vec<&&Config> = ours
-            .iter()
-            .filter(|c| c.name.starts_with("fabric tcp"))
-            .collect();
-        for c in &vs_raw {
-            let _ = write!(head, " {} / raw TCP |", c.name);
-            rule.push_str("---|");
+        for &p in &floor_pairs {
+            col(&mut head, &mut rule, &pairs[p].label);
         }
         let _ = writeln!(m, "{head}\n{rule}");
-        for &size in sizes {
+        for (si, &size) in sizes.iter().enumerate() {
             let mut row = format!("| {} |", size_name(size));
-            let get = |name: &str| -> Vec<f64> {
-                results
-                    .get(name)
-                    .and_then(|s| s.get(&size))
-                    .map(|v| v.iter().map(pick).collect())
-                    .unwrap_or_default()
-            };
-            for c in ours.iter().chain(theirs.iter()).chain(capi.iter()) {
-                let v = get(&c.name);
-                let _ = write!(
-                    row,
-                    " {} |",
-                    if v.is_empty() {
-                        "–".into()
-                    } else {
-                        spread(&v)
-                    }
-                );
-            }
-            for o in &ours {
-                for t in &theirs {
-                    if same_kind(o, t) {
-                        let _ = write!(row, " {} |", fmt(paired(&get(&o.name), &get(&t.name))));
-                    }
-                }
-            }
-            for c in &capi {
-                for o in &ours {
-                    if same_kind(o, c) {
-                        let _ = write!(row, " {} |", fmt(paired(&get(&c.name), &get(&o.name))));
-                    }
-                }
-                for t in &theirs {
-                    if same_kind(c, t) {
-                        let _ = write!(row, " {} |", fmt(paired(&get(&c.name), &get(&t.name))));
-                    }
-                }
-            }
-            let raw: Vec<f64> = floors
-                .tcp_pingpong
-                .get(&size)
-                .map(|v| v.iter().map(pick).collect())
-                .unwrap_or_default();
-            let _ = write!(
-                row,
-                " {} |",
-                if raw.is_empty() {
-                    "–".into()
+            let cell = |v: Vec<f64>| {
+                if v.is_empty() {
+                    "–".to_string()
                 } else {
-                    spread(&raw)
+                    spread(&v)
                 }
-            );
-            for c in &vs_raw {
-                let _ = write!(row, " {} |", fmt(paired(&get(&c.name), &raw)));
+            };
+            let values = |name: &str| samples(name, size).iter().map(pick).collect::<Vec<f64>>();
+            let ratio = |p: usize| -> String {
+                if latency {
+                    let mut s = fmt(table.median(p, si));
+                    if let Some(max) = table.flag(p, si) {
+                        let _ = write!(s, " ⚠ (max {})", fmt(max));
+                    }
+                    s
+                } else {
+                    let r = per_round(
+                        &samples(&pairs[p].a, size),
+                        &samples(&pairs[p].b, size),
+                        pick,
+                        modes,
+                    );
+                    fmt(median(&r.iter().map(|x| x.ratio).collect::<Vec<_>>()))
+                }
+            };
+            for c in &value_cols {
+                let _ = write!(row, " {} |", cell(values(c)));
+            }
+            for &p in &head_pairs {
+                let _ = write!(row, " {} |", ratio(p));
+            }
+            for (name, _) in &floor_series {
+                let _ = write!(row, " {} |", cell(values(name)));
+            }
+            for &p in &floor_pairs {
+                let _ = write!(row, " {} |", ratio(p));
             }
             let _ = writeln!(m, "{row}");
         }
@@ -1029,48 +1419,66 @@ fn report(
     }
     let _ = writeln!(
         m,
-        "## Streaming bandwidth (MB/s)\n\n`fabric bw` keeps 64 sends in flight (about {} MiB per run) from 64 buffers; the raw TCP stream writes the same sizes from the same number of buffers with `write_all` on one blocking socket, and the receiver reads them into 64 buffers (all pages touched before timing on both). Ratios: tcp against the raw stream; shm against single-thread memcpy of one 1 MiB buffer, which stays in cache while the window's 64 buffers do not (so this ratio understates shm; the ping-pong bandwidth above reuses one buffer and compares with memcpy directly).\n",
-        if o.quick { 256 } else { 1024 }
+        "## Latency ratios in every round, with the host mode\n\nOne-way latency, a / b, per round; the mode letters are those of the probes around the two runs ({}).\n",
+        modes.summary()
     );
-    let memcpy = median(&floors.memcpy_mbps);
-    let _ = writeln!(
-        m,
-        "| size | fabric bw tcp | raw TCP stream | tcp / raw | fabric bw shm | shm / memcpy |\n|---|---|---|---|---|---|"
-    );
-    for &size in STREAM_SIZES {
-        let get = |name: &str| -> Vec<f64> {
-            stream
-                .get(name)
-                .and_then(|s| s.get(&size))
-                .cloned()
-                .unwrap_or_default()
-        };
-        let raw = floors
-            .tcp_stream_mbps
-            .iter()
-            .find(|(s, _)| *s == size)
-            .map(|(_, v)| v.clone())
-            .unwrap_or_default();
-        let (tcp, shm) = (get("fabric bw tcp"), get("fabric bw shm"));
-        let cell = |v: &[f64]| {
-            if v.is_empty() {
-                "–".to_string()
-            } else {
-                spread(v)
-            }
-        };
+    table.markdown(&mut m);
+    if !shape.stream_sizes.is_empty() {
         let _ = writeln!(
             m,
-            "| {} | {} | {} | {} | {} | {} |",
-            size_name(size),
-            cell(&tcp),
-            cell(&raw),
-            fmt(median(&tcp) / median(&raw)),
-            cell(&shm),
-            fmt(median(&shm) / memcpy)
+            "## Streaming bandwidth (MB/s)\n\n`fabric bw` keeps 64 sends in flight (about {} MiB per run) from 64 buffers; the raw TCP stream writes the same sizes from the same number of buffers with `write_all` on one blocking socket, and the receiver reads them into 64 buffers (all pages touched before timing on both). Ratios: tcp against the raw stream (measured after the alternation: the ratio of the medians); shm against single-thread memcpy of one 1 MiB buffer measured in the same round (the median of the per-round ratios, with the rounds' host modes), which stays in cache while the window's 64 buffers do not (so this ratio understates shm; the ping-pong bandwidth above reuses one buffer and compares with memcpy directly).\n",
+            if o.quick { 256 } else { 1024 }
         );
+        let _ = writeln!(
+            m,
+            "| size | fabric bw tcp | raw TCP stream | tcp / raw | fabric bw shm | memcpy (same rounds) | shm / memcpy | shm / memcpy, every round |\n|---|---|---|---|---|---|---|---|"
+        );
+        let memcpy: Vec<f64> = floors.memcpy_rounds.iter().map(|s| s.mbps).collect();
+        for &size in shape.stream_sizes {
+            let get = |name: &str| -> Vec<Sample> {
+                stream
+                    .get(name)
+                    .and_then(|s| s.get(&size))
+                    .cloned()
+                    .unwrap_or_default()
+            };
+            let mbps = |v: &[Sample]| v.iter().map(|s| s.mbps).collect::<Vec<f64>>();
+            let raw = floors
+                .tcp_stream_mbps
+                .iter()
+                .find(|(s, _)| *s == size)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default();
+            let (tcp, shm) = (get("fabric bw tcp"), get("fabric bw shm"));
+            let cell = |v: &[f64]| {
+                if v.is_empty() {
+                    "–".to_string()
+                } else {
+                    spread(v)
+                }
+            };
+            let vs_memcpy = per_round(&shm, &floors.memcpy_rounds, |s| s.mbps, modes);
+            let _ = writeln!(
+                m,
+                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                size_name(size),
+                cell(&mbps(&tcp)),
+                cell(&raw),
+                fmt(median(&mbps(&tcp)) / median(&raw)),
+                cell(&mbps(&shm)),
+                cell(&memcpy),
+                fmt(median(
+                    &vs_memcpy.iter().map(|r| r.ratio).collect::<Vec<_>>()
+                )),
+                if vs_memcpy.is_empty() {
+                    "–".to_string()
+                } else {
+                    rounds_text(&vs_memcpy)
+                }
+            );
+        }
+        let _ = writeln!(m);
     }
-    let _ = writeln!(m);
     let _ = writeln!(
         m,
         "## Both processes on one core (cpu 1), 1 B, one-way µs\n"
@@ -1107,7 +1515,7 @@ fn report(
     }
     let _ = writeln!(
         m,
-        "\nCharts: [latency](bench/latency.svg), [bandwidth](bench/bandwidth.svg).\n\nReproduce: `cargo xtask bench` (needs `taskset` and Debian's `libfabric-bin` for `fi_pingpong`)."
+        "\nThe raw shared-memory ping-pong (columns above) is two threads pinned to cores 1 and 0 busy-polling a turn counter; each message is one copy, the receiver copying the sender's freshly written buffer into its own, as cross-memory attach does without its system calls.\n\nCharts: [latency](bench/latency.svg), [bandwidth](bench/bandwidth.svg).\n\nReproduce: `{invocation}` (needs `taskset` and Debian's `libfabric-bin` for `fi_pingpong`; `cargo xtask bench --help` lists the options)."
     );
     m
 }
@@ -1136,19 +1544,26 @@ fn chart(
             (name.clone(), pts)
         })
         .collect();
-    lines.push((
-        "raw TCP (busy poll)".into(),
-        floors
-            .tcp_pingpong
-            .iter()
-            .map(|(size, v)| {
-                (
-                    *size as f64,
-                    median(&v.iter().map(pick).collect::<Vec<_>>()),
-                )
-            })
-            .collect(),
-    ));
+    for (name, series) in [
+        (RAW_TCP, &floors.tcp_pingpong),
+        (RAW_SHM, &floors.shm_pingpong),
+    ] {
+        if series.is_empty() {
+            continue;
+        }
+        lines.push((
+            name.into(),
+            series
+                .iter()
+                .map(|(size, v)| {
+                    (
+                        *size as f64,
+                        median(&v.iter().map(pick).collect::<Vec<_>>()),
+                    )
+                })
+                .collect(),
+        ));
+    }
     let ymin = lines
         .iter()
         .flat_map(|(_, p)| p.iter().map(|x| x.1))
@@ -1196,4 +1611,94 @@ fn chart(
         .map_err(|e| err(&e))?;
     root.present().map_err(|e| err(&e))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(round: usize, usec: f64, span: (usize, usize)) -> Sample {
+        Sample {
+            usec,
+            mbps: 1.0 / usec,
+            round,
+            span: Some(span),
+        }
+    }
+
+    #[test]
+    fn size_args_read_back() {
+        let sizes = [1, 100, 1024, 4096, 65536, 1 << 20, 3 << 20, 1536];
+        let text: Vec<String> = sizes.iter().map(|&n| size_arg(n)).collect();
+        assert_eq!(text[3], "4k");
+        assert_eq!(text[5], "1m");
+        let mut sorted = sizes.to_vec();
+        sorted.sort_unstable();
+        assert_eq!(opts::parse_sizes(&text.join(",")), Ok(sorted));
+    }
+
+    #[test]
+    fn a_size_slower_in_one_round_is_flagged_whatever_its_median() {
+        let configs = [
+            ours(Path::new("fabric"), "shm", "rdm"),
+            theirs("shm", "rdm"),
+            raw_shm("xtask"),
+        ];
+        let pairs = pairs(&configs[..2]);
+        assert_eq!(pairs.len(), 2, "ours / theirs and ours / raw shm");
+        assert_eq!(pairs[0].kind, PairKind::OursTheirs);
+        assert_eq!(pairs[1].kind, PairKind::Floor);
+        // Three rounds at 1 B: ours wins twice and loses once (in the
+        // slow mode); at 64 B it always wins. Probes: fast, then slow.
+        let probes = [0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.3, 0.3, 0.3];
+        let modes = Modes::cluster(&probes);
+        let series = |v: Vec<(usize, f64, f64)>, off: usize| -> Series {
+            let mut s = Series::new();
+            for (size, a, b) in v {
+                let list = vec![
+                    at(0, if off == 0 { a } else { b }, (off, off + 1)),
+                    at(1, if off == 0 { a } else { b }, (3 + off, 4 + off)),
+                    at(2, if off == 0 { a * 3.0 } else { b }, (6 + off, 7 + off)),
+                ];
+                s.insert(size, list);
+            }
+            s
+        };
+        let mut pingpong = BTreeMap::new();
+        pingpong.insert(
+            "fabric shm RDM".to_string(),
+            series(vec![(1, 0.5, 0.0), (64, 0.5, 0.0)], 0),
+        );
+        pingpong.insert(
+            "fi_pingpong shm RDM".to_string(),
+            series(vec![(1, 0.0, 1.0), (64, 0.0, 10.0)], 1),
+        );
+        let runs = Runs {
+            pingpong,
+            stream: BTreeMap::new(),
+            one_core: BTreeMap::new(),
+        };
+        let floors = Floors {
+            tcp_pingpong: Series::new(),
+            shm_pingpong: Series::new(),
+            tcp_stream_mbps: Vec::new(),
+            memcpy_rounds: Vec::new(),
+            memcpy_mbps: Vec::new(),
+            cross_core_mbps: Vec::new(),
+            cacheline_usec: Vec::new(),
+        };
+        let t = RatioTable::new(&pairs, &runs, &floors, &[1, 64], &modes);
+        assert_eq!(t.median(0, 0), 0.5);
+        assert_eq!(t.flag(0, 0), Some(1.5));
+        assert_eq!(t.flag(0, 1), None);
+        // No floor samples: nothing to flag or compare there.
+        assert!(t.get(1, 0).is_empty() && t.flag(1, 0).is_none());
+        assert_eq!(t.flagged_sizes(), 1);
+        assert_eq!(rounds_text(t.get(0, 0)), "0.50 A, 0.50 A, 1.50 B");
+        let text = t.text(&modes);
+        assert!(text.contains("ABOVE 1.0 (max 1.50)"), "{text}");
+        let mut md = String::new();
+        t.markdown(&mut md);
+        assert!(md.contains("| fabric shm RDM / fi_pingpong shm RDM | 1 B | 0.50 | A 0.50, B 1.50 | 0.50 A, 0.50 A, 1.50 B | ⚠ max 1.50 |"), "{md}");
+    }
 }
