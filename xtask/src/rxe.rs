@@ -40,6 +40,7 @@
 
 mod cpio;
 mod guest;
+mod hosts;
 mod kernel;
 
 use std::collections::BTreeMap;
@@ -84,6 +85,23 @@ const MODULES: &[&str] = &[
     "rdma_ucm",
 ];
 
+/// The modules of `--hosts 2`: the NIC of the link besides.
+const MODULES_TWO_HOSTS: &[&str] = &[
+    "crc32_generic",
+    "virtio_pci",
+    "virtio_net",
+    "rdma_rxe",
+    "ib_uverbs",
+    "rdma_ucm",
+];
+
+/// The kernel command line of every guest. `tsc=reliable`: under TCG the
+/// kernel would distrust the TSC and fall back to the HPET, whose every
+/// reading is an emulated device access (958 ns against 99 ns per clock
+/// reading, measured with `--bench`); QEMU derives the guest TSC from the
+/// host clock.
+const APPEND: &str = "console=ttyS0 quiet panic=-1 tsc=reliable";
+
 /// rdma-core's tools the guest runs, from `ibverbs-utils` and `iproute2`.
 const TOOLS: &[&str] = &["ibv_devices", "ibv_devinfo", "ibv_rc_pingpong", "rdma"];
 
@@ -91,11 +109,19 @@ const TOOLS: &[&str] = &["ibv_devices", "ibv_devinfo", "ibv_rc_pingpong", "rdma"
 /// does not list them.
 const DLOPENED: &[&str] = &["libibverbs.so.1", "librdmacm.so.1"];
 
-const USAGE: &str = "usage: cargo xtask rxe [--keep] [--kvm] [--bench] [--timeout SECS] [--features LIST] [--extra-test PATH]... [--script PATH] [-- TEST ARGS]
+const USAGE: &str = "usage: cargo xtask rxe [--hosts 1|2] [--fault] [--large] [--keep] [--kvm] [--bench] [--timeout SECS] [--features LIST] [--extra-test PATH]... [--script PATH] [-- TEST ARGS]
 
 Runs the verbs provider's tests inside a QEMU guest with two soft-RoCE
 devices (rxe0 on 10.99.0.1/24, rxe1 on 10.99.1.1/24).
 
+  --hosts 2         two guests joined by a virtual link instead (10.99.0.1
+                    and .2, fd99::1 and ::2): reachability, ibv_rc_pingpong,
+                    fabric pingpong / bw for verbs and tcp, the cross-host
+                    verbs tests, server on guest a, client on guest b
+                    (logs in target/rxe-hosts/)
+  --fault           with --hosts 2: also power guest b off mid-transfer
+                    and start it again (fails today: see README)
+  --large           with --hosts 2: also RDM bw at 1 MiB (fails today)
   --keep            keep target/rxe/initramfs.cpio.gz for inspection
   --kvm             use KVM instead of TCG (software emulation; the default)
   --bench           instead of the tests, compare fabric pingpong's latency
@@ -111,6 +137,12 @@ devices (rxe0 on 10.99.0.1/24, rxe1 on 10.99.1.1/24).
 
 #[derive(Debug, PartialEq)]
 struct Options {
+    /// 1: the one-guest rig; 2: two linked guests.
+    hosts: u8,
+    /// With two guests: the power-off step.
+    fault: bool,
+    /// With two guests: the large RDM runs.
+    large: bool,
     keep: bool,
     kvm: bool,
     bench: bool,
@@ -125,6 +157,9 @@ struct Options {
 /// `Ok(None)` asks for the usage text.
 fn parse_options(args: &[String]) -> Result<Option<Options>, String> {
     let mut o = Options {
+        hosts: 1,
+        fault: false,
+        large: false,
         keep: false,
         kvm: false,
         bench: false,
@@ -138,6 +173,15 @@ fn parse_options(args: &[String]) -> Result<Option<Options>, String> {
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
+            "--hosts" => {
+                o.hosts = it
+                    .next()
+                    .and_then(|v| v.parse::<u8>().ok())
+                    .filter(|n| (1..=2).contains(n))
+                    .ok_or("--hosts needs 1 or 2")?;
+            }
+            "--fault" => o.fault = true,
+            "--large" => o.large = true,
             "--keep" => o.keep = true,
             "--kvm" => o.kvm = true,
             "--bench" => o.bench = true,
@@ -172,6 +216,12 @@ fn parse_options(args: &[String]) -> Result<Option<Options>, String> {
             other => return Err(format!("unknown argument `{other}`")),
         }
     }
+    if o.hosts == 2 && (o.bench || o.script.is_some() || !o.extra_tests.is_empty()) {
+        return Err("--hosts 2 runs its own steps: no --bench, --script or --extra-test".into());
+    }
+    if o.hosts == 1 && (o.fault || o.large) {
+        return Err("--fault and --large go with --hosts 2".into());
+    }
     Ok(Some(o))
 }
 
@@ -204,6 +254,9 @@ pub(crate) fn main(args: &[String]) -> ExitCode {
 }
 
 fn run(o: &Options) -> Result<(), String> {
+    if o.hosts == 2 {
+        return run_two_hosts(o);
+    }
     ensure_packages(PACKAGES)?;
     if o.bench {
         ensure_packages(BENCH_PACKAGES)?;
@@ -216,7 +269,24 @@ fn run(o: &Options) -> Result<(), String> {
     let built = timed("build", || build(&workspace, o))?;
     let marker = marker();
     let initrd = dir.join("initramfs.cpio.gz");
-    timed("initramfs", || pack(&dir, &initrd, &k, &built, o, &marker))?;
+    let init = |modules: Vec<String>, fabric: &str, tests: Vec<String>| -> Result<String, String> {
+        let script = match &o.script {
+            Some(p) => {
+                Some(fs::read_to_string(p).map_err(|e| format!("--script {}: {e}", p.display()))?)
+            }
+            None => None,
+        };
+        Ok(guest::init_script(&guest::Plan {
+            marker: &marker,
+            modules,
+            fabric,
+            tests,
+            test_args: &o.test_args,
+            bench: o.bench,
+            script: script.as_deref(),
+        }))
+    };
+    timed("initramfs", || pack(&dir, &initrd, &k, &built, o, &init))?;
     let log = dir.join("console.log");
     let outcome = timed("guest", || boot(&k.vmlinuz, &initrd, &log, o, &marker));
     if o.keep {
@@ -256,6 +326,67 @@ fn run(o: &Options) -> Result<(), String> {
                 "the guest did not finish within {} s and was killed",
                 o.timeout.as_secs()
             ),
+        )),
+    }
+}
+
+/// `--hosts 2`: two guests on a link (see `hosts.rs`).
+fn run_two_hosts(o: &Options) -> Result<(), String> {
+    ensure_packages(PACKAGES)?;
+    let workspace = Workspace::find()?;
+    let dir = workspace.target.join("rxe-hosts");
+    fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let k = timed("kernel", || kernel::prepare(&dir, MODULES_TWO_HOSTS))?;
+    println!("rxe: kernel {} ({})", k.version, k.package);
+    let built = timed("build", || build(&workspace, o))?;
+    let marker = marker();
+    let initrd = dir.join("initramfs.cpio.gz");
+    let init = |modules: Vec<String>, fabric: &str, tests: Vec<String>| -> Result<String, String> {
+        let cross_host = tests.iter().find(|t| {
+            Path::new(t)
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("cross_host-"))
+        });
+        let cross_host = cross_host.ok_or("no cross_host test binary was built")?;
+        Ok(hosts::init_script(&hosts::Plan {
+            marker: &marker,
+            modules,
+            fabric,
+            cross_host: Some(cross_host),
+            test_args: &o.test_args,
+            fault: o.fault,
+            large: o.large,
+        }))
+    };
+    timed("initramfs", || pack(&dir, &initrd, &k, &built, o, &init))?;
+    let qemu = || qemu_command(o, &k.vmlinuz, &initrd);
+    let outcome = timed("guests", || {
+        hosts::run(&hosts::Boot {
+            qemu: &qemu,
+            append: APPEND,
+            dir: &dir,
+            marker: &marker,
+            timeout: o.timeout,
+        })
+    });
+    if o.keep {
+        println!("rxe: kept {}", initrd.display());
+    } else {
+        let _ = fs::remove_file(&initrd);
+    }
+    let console_b = fs::read_to_string(dir.join("console-b.log")).unwrap_or_default();
+    println!("{}", hosts::figures_table(&console_b));
+    let logs = format!(
+        "{} and {}",
+        dir.join("console-a.log").display(),
+        dir.join("console-b.log").display()
+    );
+    match outcome? {
+        hosts::Outcome::Pass => Ok(()),
+        hosts::Outcome::Fail(why) => Err(format!("{why} (consoles above, saved in {logs})")),
+        hosts::Outcome::TimedOut => Err(format!(
+            "the guests did not finish within {} s and were killed (consoles in {logs})",
+            o.timeout.as_secs()
         )),
     }
 }
@@ -391,6 +522,9 @@ fn build(w: &Workspace, o: &Options) -> Result<Built, String> {
     let mut test_args = vec!["test", "-p", "prov-verbs", "--no-run"];
     if o.bench {
         test_args.extend(["--release", "--test", "cost"]);
+    }
+    if o.hosts == 2 {
+        test_args.extend(["--test", "cross_host"]);
     }
     if let Some(f) = &o.features {
         test_args.extend(["--features", f.as_str()]);
@@ -530,13 +664,17 @@ fn marker() -> String {
     )
 }
 
+/// The guest's `/init`, from the guest paths of the modules, the CLI and
+/// the test binaries.
+type InitScript<'a> = dyn Fn(Vec<String>, &str, Vec<String>) -> Result<String, String> + 'a;
+
 fn pack(
     dir: &Path,
     initrd: &Path,
     k: &kernel::Kernel,
     built: &Built,
     o: &Options,
-    marker: &str,
+    init: &InitScript<'_>,
 ) -> Result<(), String> {
     let mut img = Image::default();
     let mut elves = Vec::new();
@@ -599,22 +737,7 @@ fn pack(
         modules.push(guest);
     }
 
-    let script = match &o.script {
-        Some(p) => {
-            Some(fs::read_to_string(p).map_err(|e| format!("--script {}: {e}", p.display()))?)
-        }
-        None => None,
-    };
-    let plan = guest::Plan {
-        marker,
-        modules,
-        fabric,
-        tests,
-        test_args: &o.test_args,
-        bench: o.bench,
-        script: script.as_deref(),
-    };
-    let script = guest::init_script(&plan);
+    let script = init(modules, fabric, tests)?;
     img.add(
         "/init",
         Node::File {
@@ -861,29 +984,8 @@ fn boot(
     o: &Options,
     marker: &str,
 ) -> Result<Outcome, String> {
-    let qemu = require_program("qemu-system-x86_64", "qemu-system-x86")?;
-    let mut cmd = Command::new(qemu);
-    if o.kvm {
-        fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open("/dev/kvm")
-            .map_err(|e| format!("--kvm: cannot open /dev/kvm: {e}"))?;
-        cmd.args(["-accel", "kvm", "-cpu", "host"]);
-    } else {
-        cmd.args(["-accel", "tcg"]);
-    }
-    cmd.args(["-m", "2048", "-smp", "2", "-nodefaults", "-no-user-config"])
-        .args(["-display", "none", "-serial", "stdio", "-no-reboot"])
-        .arg("-kernel")
-        .arg(vmlinuz)
-        .arg("-initrd")
-        .arg(initrd)
-        // `tsc=reliable`: under TCG the kernel would distrust the TSC and
-        // fall back to the HPET, whose every reading is an emulated device
-        // access (958 ns against 99 ns per clock reading, measured with
-        // `--bench`); QEMU derives the guest TSC from the host clock.
-        .args(["-append", "console=ttyS0 quiet panic=-1 tsc=reliable"])
+    let mut cmd = qemu_command(o, vmlinuz, initrd)?;
+    cmd.args(["-append", APPEND])
         .stdin(Stdio::null())
         .stdout(Stdio::piped());
     println!(
@@ -907,6 +1009,30 @@ fn boot(
         (false, Some(false)) => Outcome::Fail,
         (false, None) => Outcome::Silent,
     })
+}
+
+/// QEMU with the accelerator, memory, CPUs, console, kernel and initramfs
+/// of a guest; the caller adds the kernel command line (`-append`).
+fn qemu_command(o: &Options, vmlinuz: &Path, initrd: &Path) -> Result<Command, String> {
+    let qemu = require_program("qemu-system-x86_64", "qemu-system-x86")?;
+    let mut cmd = Command::new(qemu);
+    if o.kvm {
+        fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/kvm")
+            .map_err(|e| format!("--kvm: cannot open /dev/kvm: {e}"))?;
+        cmd.args(["-accel", "kvm", "-cpu", "host"]);
+    } else {
+        cmd.args(["-accel", "tcg"]);
+    }
+    cmd.args(["-m", "2048", "-smp", "2", "-nodefaults", "-no-user-config"])
+        .args(["-display", "none", "-serial", "stdio", "-no-reboot"])
+        .arg("-kernel")
+        .arg(vmlinuz)
+        .arg("-initrd")
+        .arg(initrd);
+    Ok(cmd)
 }
 
 /// Copies the console to our stdout and the log; sends each result line's

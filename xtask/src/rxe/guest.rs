@@ -47,7 +47,7 @@ pub(super) fn quote(word: &str) -> String {
     format!("'{}'", word.replace('\'', r"'\''"))
 }
 
-const PRELUDE: &str = r#"#!/bin/busybox sh
+pub(super) const PRELUDE: &str = r#"#!/bin/busybox sh
 # The init of the soft-RoCE guest, written by `cargo xtask rxe`.
 /bin/busybox mkdir -p /proc /sys /dev /tmp
 /bin/busybox mount -t proc proc /proc

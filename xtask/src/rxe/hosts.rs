@@ -1,0 +1,844 @@
+//! `--hosts 2`: two guests joined by a virtual Ethernet link.
+//!
+//! Each QEMU gets a virtio NIC whose other end is a UDP socket on
+//! 127.0.0.1 (`-netdev socket,udp=...,localaddr=...`): every frame one
+//! guest sends is a datagram to the other QEMU, so the link is private to
+//! the two processes, needs no bridge, tap device or root, and survives one
+//! side being killed and started again (there is no connection to lose).
+//! Both guests boot the same initramfs; the kernel command line says which
+//! one a guest is (`xtask.host=a` or `b`), and its `/init` sets up
+//! `10.99.0.N/24` and `fd99::N/64` on the NIC and `rxe0` over it.
+//!
+//! Guest A is the server side of every run, guest B the client. They keep
+//! in step through the host: a guest prints `<marker> sync NAME` and reads
+//! a line from its console; once both wait at the same NAME the host writes
+//! `go NAME` to both. The host fails the run when the two wait at different
+//! names, or one ends while the other waits.
+//!
+//! The fault step: guest A asks the host (`<marker> power-off b`) to power
+//! off guest B in the middle of a transfer; the host kills B's QEMU (the
+//! power going away: no shutdown, no goodbye on the wire), starts it again
+//! with `xtask.phase=restarted`, and the restarted B connects to A again.
+
+use std::fmt::Write as _;
+use std::fs;
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::net::UdpSocket;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use super::guest::{self, quote};
+
+/// The two guests: name, IPv4 and IPv6 address on the link, MAC.
+pub(super) const HOSTS: [(&str, &str, &str, &str); 2] = [
+    ("a", "10.99.0.1", "fd99::1", "52:54:00:99:00:01"),
+    ("b", "10.99.0.2", "fd99::2", "52:54:00:99:00:02"),
+];
+
+/// Starts the lines with figures (`<prefix> <run> <size> <usec> <MB/s>`).
+pub(super) const FIGURE_PREFIX: &str = "rxe-xhost:";
+
+/// The `fabric` runs across the guests: a name, then the arguments both
+/// sides get (the server adds `-B PORT`, the client `-P PORT ADDRESS`),
+/// and whether the client reaches the server over IPv6 (none does yet: the
+/// CLI's control port listens on IPv4 only; IPv6 is the cross-host tests'
+/// `msg_ipv6_through_rdma_cm`). Sizes and counts keep each run to seconds
+/// under TCG.
+pub(super) const PERF_RUNS: &[(&str, &str, bool)] = &[
+    (
+        "verbs-msg",
+        "pingpong -p verbs -e msg -S 1:65536 -I 20 -v --json",
+        false,
+    ),
+    (
+        "verbs-rdm",
+        "pingpong -p verbs -e rdm -S 1:65536 -I 20 -v --json",
+        false,
+    ),
+    (
+        "verbs-rdm-tagged",
+        "pingpong -p verbs -e rdm -m tagged -S 1:4096 -I 20 -v --json",
+        false,
+    ),
+    (
+        "verbs-dgram",
+        "pingpong -p verbs -e dgram -S 1:1024 -I 20 -v --json",
+        false,
+    ),
+    (
+        "tcp-msg",
+        "pingpong -p tcp -e msg -S 1:65536 -I 20 -v --json",
+        false,
+    ),
+    (
+        "tcp-rdm",
+        "pingpong -p tcp -e rdm -S 1:65536 -I 20 -v --json",
+        false,
+    ),
+    (
+        "verbs-msg-bw",
+        "bw -p verbs -e msg -S 4096,65536,1048576 -I 4 -W 16 -v --json",
+        false,
+    ),
+    (
+        "verbs-rdm-bw",
+        "bw -p verbs -e rdm -S 4096,65536 -I 4 -W 16 -v --json",
+        false,
+    ),
+];
+
+/// Runs of `--large`, as [`PERF_RUNS`]: RDM at 1 MiB, which stalls
+/// across the guests (the client gets no completion within 60 s) while it
+/// passes within one guest; one message at a time, then sixteen.
+pub(super) const LARGE_RUNS: &[(&str, &str, bool)] = &[
+    (
+        "verbs-rdm-bw-1m-w1",
+        "bw -p verbs -e rdm -S 1048576 -I 4 -W 1 -v --json",
+        false,
+    ),
+    (
+        "verbs-rdm-bw-1m",
+        "bw -p verbs -e rdm -S 1048576 -I 4 -W 16 -v --json",
+        false,
+    ),
+];
+
+/// Sizes `ibv_rc_pingpong` runs across the guests, the anchor of the
+/// `verbs-msg` figures.
+pub(super) const IBV_SIZES: [usize; 3] = [1, 4096, 65536];
+
+/// What the two guests' script does.
+pub(super) struct Plan<'a> {
+    pub(super) marker: &'a str,
+    pub(super) modules: Vec<String>,
+    pub(super) fabric: &'a str,
+    /// The cross-host test binary (`prov-verbs/tests/cross_host.rs`).
+    pub(super) cross_host: Option<&'a str>,
+    pub(super) test_args: &'a [String],
+    /// Power guest B off mid-transfer and start it again.
+    pub(super) fault: bool,
+    /// Also the [`LARGE_RUNS`].
+    pub(super) large: bool,
+}
+
+const TWO_HOSTS: &str = r#"
+# The guest's console is fd 3; everything else reads /dev/null, so that no
+# program takes the host's `go` lines.
+exec 3<&0 0</dev/null
+stty -echo <&3 2>/dev/null
+# Waits until the other guest reaches the same point (the host says go).
+rendezvous() {
+    echo "$MARK sync $1"
+    read -r reply <&3 || { say "the console closed at $1"; finish FAIL; }
+    reply=$(echo "$reply" | tr -d '\r')
+    [ "$reply" = "go $1" ] || { say "at $1 the host said '$reply'"; finish FAIL; }
+}
+# Waits up to $2 seconds for process $1, then kills it; its status.
+reap() {
+    n=0
+    while kill -0 "$1" 2>/dev/null; do
+        n=$((n + 1))
+        if [ $n -gt $(($2 * 10)) ]; then
+            say "pid $1 still runs $2 s after its peer ended: killed"
+            kill "$1" 2>/dev/null
+            break
+        fi
+        sleep 0.1
+    done
+    wait "$1"
+}
+# Checks a fabric run's output: exit status $2, files /tmp/$1.out, .err.
+# Counts a failure unless it succeeded and every line says verified.
+perf_verdict() {
+    count=$((count + 1))
+    cat "/tmp/$1.out" "/tmp/$1.err"
+    lines=$(grep -c . "/tmp/$1.out")
+    good=$(grep -c '"verified":true' "/tmp/$1.out")
+    if [ "$2" -eq 0 ] && [ "$lines" -gt 0 ] && [ "$good" -eq "$lines" ]; then
+        say "<== $1: ok ($lines results, all verified)"
+    else
+        say "<== $1: FAILED (exit $2, $good of $lines results verified)"
+        failed=$((failed + 1))
+    fi
+}
+# The client's figures of run $1 as FIGURE lines.
+figures() {
+    awk -v run="$1" -v p="$FIGURE" '{
+        s = ""; u = ""; m = ""
+        n = split($0, f, /[,{}]/)
+        for (i = 1; i <= n; i++) {
+            split(f[i], kv, ":"); k = kv[1]; gsub(/"/, "", k)
+            if (k == "size") s = kv[2]
+            if (k == "usec_per_xfer") u = kv[2]
+            if (k == "mb_per_sec") m = kv[2]
+        }
+        if (s != "" && u != "") print p, run, s, u, m
+    }' "/tmp/$1.out"
+}
+# A counted check: runs the command, counts a failure.
+check() {
+    count=$((count + 1))
+    say "==> $*"
+    if "$@"; then say "<== ok"; else say "<== FAILED: $*"; failed=$((failed + 1)); fi
+}
+"#;
+
+/// The script both guests run; `/proc/cmdline` says which one it is.
+pub(super) fn init_script(plan: &Plan<'_>) -> String {
+    let mut s = String::from(guest::PRELUDE);
+    let _ = writeln!(s, "MARK={}", quote(plan.marker));
+    let _ = writeln!(s, "FIGURE={}", quote(FIGURE_PREFIX));
+    let _ = writeln!(s, "FABRIC={}", quote(plan.fabric));
+    s.push_str(TWO_HOSTS);
+    for m in &plan.modules {
+        let _ = writeln!(s, "must insmod {}", quote(m));
+    }
+    // Who am I: `xtask.host=` on the kernel command line.
+    s.push_str(
+        "HOST=$(sed -n 's/.*xtask\\.host=\\([a-z]*\\).*/\\1/p' /proc/cmdline)\n\
+         PHASE=$(sed -n 's/.*xtask\\.phase=\\([a-z]*\\).*/\\1/p' /proc/cmdline)\n\
+         case \"$HOST\" in\n",
+    );
+    for (i, (name, v4, v6, _)) in HOSTS.iter().enumerate() {
+        let (_, peer4, peer6, _) = HOSTS[1 - i];
+        let _ = writeln!(
+            s,
+            "{name}) ME={v4}; ME6={v6}; PEER={peer4}; PEER6={peer6} ;;"
+        );
+    }
+    s.push_str(
+        "*) say \"no xtask.host= on the kernel command line\"; finish FAIL ;;\nesac\n\
+         say \"guest $HOST${PHASE:+ ($PHASE)}: $ME, $ME6; peer $PEER, $PEER6\"\n",
+    );
+    // The link: the one interface that is not `lo`.
+    s.push_str(
+        r#"must ip link set lo up
+IF=$(ls /sys/class/net | grep -v '^lo$' | head -n 1)
+[ -n "$IF" ] || { say "no network interface (virtio_net?)"; finish FAIL; }
+# No duplicate address detection: the address is usable at once.
+echo 0 >"/proc/sys/net/ipv6/conf/$IF/accept_dad"
+must ip link set "$IF" up
+must ip addr add "$ME/24" dev "$IF"
+must ip -6 addr add "$ME6/64" dev "$IF"
+must rdma link add rxe0 type rxe netdev "$IF"
+must port_active rxe0
+ibv_devinfo -v -d rxe0 | grep -E 'state|active_mtu|GID'
+GID=$(gid rxe0 "$ME")
+count=0
+failed=0
+"#,
+    );
+    if plan.fault {
+        // The restarted guest B only connects again; see `fault`.
+        s.push_str("[ \"$PHASE\" = restarted ] && {\n");
+        fault_restarted(&mut s, plan);
+        s.push_str("}\n");
+    }
+    s.push_str("rendezvous up\n");
+    reachability(&mut s);
+    ibv_pingpong(&mut s);
+    let large = if plan.large { LARGE_RUNS } else { &[] };
+    for (port, (name, args, v6)) in (47600..).zip(PERF_RUNS.iter().chain(large)) {
+        perf_run(&mut s, name, args, *v6, port);
+    }
+    if let Some(t) = plan.cross_host {
+        cross_host_tests(&mut s, t, plan.test_args);
+    }
+    if plan.fault {
+        fault(&mut s, plan);
+    }
+    s.push_str(
+        "say \"guest $HOST: $((count - failed)) of $count checks passed\"\n\
+         rendezvous end\n\
+         [ $failed -eq 0 ] && finish PASS\n\
+         finish FAIL\n",
+    );
+    s
+}
+
+/// Ping both ways over IPv4 and IPv6, and the verbs provider resolving
+/// the peer's address (rdma_cm: `fabric info -n`).
+fn reachability(s: &mut String) {
+    s.push_str(
+        r#"check ping -c 3 -W 10 "$PEER"
+check ping6 -c 3 -W 10 "$PEER6"
+check "$FABRIC" info -p verbs -t FI_EP_MSG -n "$PEER" -P 7471
+check "$FABRIC" info -p verbs -t FI_EP_MSG -n "$PEER6" -P 7471
+ip neigh show
+rendezvous reached
+"#,
+    );
+}
+
+/// `ibv_rc_pingpong` from B to A at [`IBV_SIZES`]: rdma-core's own test
+/// across the link, and the anchor of the figures.
+fn ibv_pingpong(s: &mut String) {
+    for (port, size) in (18515..).zip(IBV_SIZES) {
+        let name = format!("ibv-rc-pingpong-{size}");
+        let _ = write!(
+            s,
+            r#"case "$HOST" in
+a)
+    say "==> {name} (server, gid $GID)"
+    timeout 120 ibv_rc_pingpong -d rxe0 -g "$GID" -p {port} -s {size} -n 200 >/tmp/ibv.out 2>&1 &
+    srv=$!
+    listening {port} || say "ibv_rc_pingpong is not listening"
+    rendezvous {name}
+    rendezvous {name}-done
+    reap $srv 30
+    rc=$?
+    ;;
+b)
+    rendezvous {name}
+    say "==> {name} (client, gid $GID)"
+    timeout 120 ibv_rc_pingpong -d rxe0 -g "$GID" -p {port} -s {size} -n 200 "$PEER" >/tmp/ibv.out 2>&1
+    rc=$?
+    rendezvous {name}-done
+    us=$(awk '/usec\/iter/ {{ print $(NF - 1) / 2 }}' /tmp/ibv.out)
+    [ -n "$us" ] && echo "$FIGURE ibv-rc-pingpong {size} $us -"
+    ;;
+esac
+cat /tmp/ibv.out
+count=$((count + 1))
+if [ $rc -eq 0 ]; then say "<== {name}: ok"; else say "<== {name}: FAILED (exit $rc)"; failed=$((failed + 1)); fi
+"#
+        );
+    }
+}
+
+/// One `fabric` run: the server on A, the client on B.
+fn perf_run(s: &mut String, name: &str, args: &str, v6: bool, port: u16) {
+    let peer = if v6 { "$PEER6" } else { "$PEER" };
+    let _ = write!(
+        s,
+        r#"case "$HOST" in
+a)
+    say "==> {name}: fabric {args} -B {port} (server)"
+    timeout 300 "$FABRIC" {args} -B {port} >/tmp/{name}.out 2>/tmp/{name}.err &
+    srv=$!
+    listening {port} || say "the server is not listening"
+    rendezvous {name}
+    rendezvous {name}-done
+    reap $srv 30
+    perf_verdict {name} $?
+    ;;
+b)
+    rendezvous {name}
+    say "==> {name}: fabric {args} -P {port} {peer} (client)"
+    timeout 300 "$FABRIC" {args} -P {port} "{peer}" >/tmp/{name}.out 2>/tmp/{name}.err
+    rc=$?
+    rendezvous {name}-done
+    perf_verdict {name} $rc
+    figures {name}
+    ;;
+esac
+"#
+    );
+}
+
+/// The cross-host tests: the same binary on both guests at once, the
+/// server side on A, the client side on B; they meet over their own TCP
+/// connections.
+fn cross_host_tests(s: &mut String, test: &str, args: &[String]) {
+    let args: Vec<String> = args.iter().map(|a| quote(a)).collect();
+    let _ = write!(
+        s,
+        r#"case "$HOST" in a) ROLE=server ;; *) ROLE=client ;; esac
+rendezvous cross-host
+count=$((count + 1))
+say "==> cross_host tests ($ROLE)"
+XHOST_ROLE=$ROLE XHOST_PEER=$PEER XHOST_PEER6=$PEER6 XHOST_SELF=$ME XHOST_SELF6=$ME6 \
+    timeout 600 {} --test-threads=1 {}
+rc=$?
+if [ $rc -eq 0 ]; then say "<== cross_host: ok"; else say "<== cross_host: FAILED (exit $rc)"; failed=$((failed + 1)); fi
+rendezvous cross-host-done
+"#,
+        quote(test),
+        args.join(" ")
+    );
+}
+
+/// The fault step, first boot: A runs a transfer that B's power-off cuts
+/// (the host kills B when A asks), then waits for the restarted B.
+fn fault(s: &mut String, plan: &Plan<'_>) {
+    let Some(t) = plan.cross_host else { return };
+    let _ = write!(
+        s,
+        r#"rendezvous fault
+count=$((count + 1))
+case "$HOST" in
+a)
+    say "==> fault: survivor (guest b is powered off mid-transfer)"
+    XHOST_ROLE=survivor XHOST_PEER=$PEER XHOST_SELF=$ME XHOST_CUT="$MARK power-off b" \
+        timeout 600 {t} --test-threads=1 --exact fault_power_off --nocapture
+    rc=$?
+    if [ $rc -eq 0 ]; then say "<== fault: ok"; else say "<== fault: FAILED (exit $rc)"; failed=$((failed + 1)); fi
+    ;;
+b)
+    say "==> fault: victim (this guest is powered off mid-transfer)"
+    XHOST_ROLE=victim XHOST_PEER=$PEER XHOST_SELF=$ME \
+        timeout 600 {t} --test-threads=1 --exact fault_power_off --nocapture
+    say "<== fault: the victim's transfer ended (exit $?) but this guest still runs"
+    finish FAIL
+    ;;
+esac
+"#,
+        t = quote(t)
+    );
+}
+
+/// The fault step, restarted guest B: connects to A's survivor again.
+fn fault_restarted(s: &mut String, plan: &Plan<'_>) {
+    let Some(t) = plan.cross_host else { return };
+    let _ = write!(
+        s,
+        r#"    say "==> fault: the restarted peer connects again"
+    XHOST_ROLE=restarted XHOST_PEER=$PEER XHOST_SELF=$ME \
+        timeout 600 {t} --test-threads=1 --exact fault_power_off --nocapture
+    rc=$?
+    [ $rc -eq 0 ] || say "<== fault (restarted): FAILED (exit $rc)"
+    rendezvous end
+    [ $rc -eq 0 ] && finish PASS
+    finish FAIL
+"#,
+        t = quote(t)
+    );
+}
+
+// ---------------------------------------------------------------------------
+// The host side
+
+/// How a two-guest run ended.
+pub(super) enum Outcome {
+    Pass,
+    /// A guest failed, or they fell out of step: the reason.
+    Fail(String),
+    TimedOut,
+}
+
+/// Console events of a guest.
+enum Event {
+    Sync(String),
+    PowerOff(String),
+    Verdict(bool),
+    /// The console closed: QEMU ended.
+    Ended,
+}
+
+/// One running guest.
+struct Guest {
+    name: &'static str,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    reader: Option<std::thread::JoinHandle<()>>,
+    verdict: Option<bool>,
+    ended: bool,
+    waits_at: Option<String>,
+}
+
+/// Where the two QEMUs' sockets are.
+struct Link {
+    ports: [u16; 2],
+}
+
+impl Link {
+    /// Two free UDP ports on 127.0.0.1 (asked of the kernel, then freed
+    /// for QEMU).
+    fn new() -> Result<Self, String> {
+        let a = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("no free UDP port: {e}"))?;
+        let b = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("no free UDP port: {e}"))?;
+        let port = |s: &UdpSocket| {
+            s.local_addr()
+                .map(|a| a.port())
+                .map_err(|e| format!("UDP port: {e}"))
+        };
+        Ok(Link {
+            ports: [port(&a)?, port(&b)?],
+        })
+    }
+
+    /// The `-netdev` and `-device` arguments of guest `i`.
+    fn args(&self, i: usize) -> [String; 4] {
+        let (me, peer) = (self.ports[i], self.ports[1 - i]);
+        [
+            "-netdev".into(),
+            format!("socket,id=link,udp=127.0.0.1:{peer},localaddr=127.0.0.1:{me}"),
+            "-device".into(),
+            format!("virtio-net-pci,netdev=link,mac={}", HOSTS[i].3),
+        ]
+    }
+}
+
+/// The inputs of a two-guest run.
+pub(super) struct Boot<'a> {
+    /// QEMU's command without the network and the kernel command line.
+    pub(super) qemu: &'a dyn Fn() -> Result<Command, String>,
+    pub(super) append: &'a str,
+    pub(super) dir: &'a Path,
+    pub(super) marker: &'a str,
+    pub(super) timeout: Duration,
+}
+
+fn log_path(dir: &Path, name: &str, restarts: usize) -> PathBuf {
+    if restarts == 0 {
+        dir.join(format!("console-{name}.log"))
+    } else {
+        dir.join(format!("console-{name}-restarted.log"))
+    }
+}
+
+fn start(
+    b: &Boot<'_>,
+    link: &Link,
+    i: usize,
+    phase: Option<&str>,
+    tx: &mpsc::Sender<(usize, Event)>,
+) -> Result<Guest, String> {
+    let name = HOSTS[i].0;
+    let mut cmd = (b.qemu)()?;
+    let mut append = format!("{} xtask.host={name}", b.append);
+    if let Some(p) = phase {
+        let _ = write!(append, " xtask.phase={p}");
+    }
+    cmd.args(link.args(i))
+        .args(["-append", &append])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start QEMU for guest {name}: {e}"))?;
+    let stdout = child.stdout.take().ok_or("QEMU has no stdout")?;
+    let stdin = child.stdin.take();
+    let log = log_path(b.dir, name, usize::from(phase.is_some()));
+    let file =
+        fs::File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+    let tx = tx.clone();
+    let marker = b.marker.to_string();
+    let reader = std::thread::spawn(move || relay(i, stdout, file, &marker, &tx));
+    Ok(Guest {
+        name,
+        child,
+        stdin,
+        reader: Some(reader),
+        verdict: None,
+        ended: false,
+        waits_at: None,
+    })
+}
+
+/// Copies a guest's console to our stdout (each line after `[a] `) and its
+/// log, and sends its events.
+fn relay(
+    i: usize,
+    console: impl std::io::Read,
+    log: fs::File,
+    marker: &str,
+    tx: &mpsc::Sender<(usize, Event)>,
+) {
+    let mut console = BufReader::new(console);
+    let mut log = BufWriter::new(log);
+    let stdout = std::io::stdout();
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match console.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        let text = String::from_utf8_lossy(&line);
+        let text = text.trim_end_matches(['\r', '\n']);
+        let _ = writeln!(log, "{text}");
+        let _ = log.flush();
+        let _ = writeln!(stdout.lock(), "[{}] {text}", HOSTS[i].0);
+        if let Some(e) = parse_event(text, marker) {
+            let _ = tx.send((i, e));
+        }
+    }
+    let _ = log.flush();
+    let _ = tx.send((i, Event::Ended));
+}
+
+fn parse_event(line: &str, marker: &str) -> Option<Event> {
+    let at = line.find(marker)?;
+    let rest = &line[at + marker.len()..];
+    if let Some(name) = rest.strip_prefix(" sync ") {
+        return Some(Event::Sync(name.trim().to_string()));
+    }
+    if let Some(host) = rest.strip_prefix(" power-off ") {
+        return Some(Event::PowerOff(host.trim().to_string()));
+    }
+    match rest.trim() {
+        ": PASS" => Some(Event::Verdict(true)),
+        ": FAIL" => Some(Event::Verdict(false)),
+        _ => None,
+    }
+}
+
+impl Guest {
+    fn say(&mut self, line: &str) -> Result<(), String> {
+        let stdin = self
+            .stdin
+            .as_mut()
+            .ok_or_else(|| format!("guest {}: no console input", self.name))?;
+        stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .and_then(|()| stdin.flush())
+            .map_err(|e| format!("guest {}: cannot write to its console: {e}", self.name))
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.stdin = None;
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+    }
+}
+
+/// Boots both guests, keeps them in step, and waits for both results.
+pub(super) fn run(b: &Boot<'_>) -> Result<Outcome, String> {
+    let link = Link::new()?;
+    println!(
+        "rxe: booting guests a and b, linked over UDP 127.0.0.1:{} <-> 127.0.0.1:{} (timeout {} s)",
+        link.ports[0],
+        link.ports[1],
+        b.timeout.as_secs()
+    );
+    let (tx, rx) = mpsc::channel();
+    let mut guests = Vec::new();
+    for i in 0..2 {
+        match start(b, &link, i, None, &tx) {
+            Ok(g) => guests.push(g),
+            Err(e) => {
+                guests.iter_mut().for_each(Guest::kill);
+                return Err(e);
+            }
+        }
+    }
+    let outcome = drive(b, &link, &mut guests, &rx, &tx);
+    for g in &mut guests {
+        g.kill();
+    }
+    outcome
+}
+
+fn drive(
+    b: &Boot<'_>,
+    link: &Link,
+    guests: &mut [Guest],
+    rx: &mpsc::Receiver<(usize, Event)>,
+    tx: &mpsc::Sender<(usize, Event)>,
+) -> Result<Outcome, String> {
+    let deadline = Instant::now() + b.timeout;
+    // Set while a guest is being restarted: the Ended event of the killed
+    // QEMU is expected.
+    let mut restarting: Option<usize> = None;
+    loop {
+        if guests.iter().all(|g| g.ended) {
+            break;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(Outcome::TimedOut);
+        }
+        let (i, event) = match rx.recv_timeout(left.min(Duration::from_secs(1))) {
+            Ok(x) => x,
+            Err(mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
+        let other = 1 - i;
+        match event {
+            Event::Verdict(v) => guests[i].verdict = Some(v),
+            Event::Sync(name) => {
+                guests[i].waits_at = Some(name);
+                let (a, bb) = (&guests[0].waits_at, &guests[1].waits_at);
+                if let (Some(x), Some(y)) = (a, bb) {
+                    if x != y {
+                        return Ok(Outcome::Fail(format!(
+                            "the guests fell out of step: a waits at `{x}`, b at `{y}`"
+                        )));
+                    }
+                    let go = format!("go {x}");
+                    for g in guests.iter_mut() {
+                        g.waits_at = None;
+                        g.say(&go)?;
+                    }
+                } else if guests[other].ended {
+                    return Ok(Outcome::Fail(format!(
+                        "guest {} waits at `{}`, but guest {} has ended",
+                        guests[i].name,
+                        guests[i].waits_at.as_deref().unwrap_or("?"),
+                        guests[other].name
+                    )));
+                }
+            }
+            Event::PowerOff(target) => {
+                let Some(t) = HOSTS.iter().position(|h| h.0 == target) else {
+                    return Ok(Outcome::Fail(format!(
+                        "guest {} asked to power off unknown guest `{target}`",
+                        guests[i].name
+                    )));
+                };
+                println!("rxe: powering off guest {target} (killing its QEMU)");
+                restarting = Some(t);
+                guests[t].kill();
+                // Its reader's Ended event is already queued; the new QEMU
+                // gets a fresh reader.
+                println!("rxe: starting guest {target} again");
+                let g = start(b, link, t, Some("restarted"), tx)?;
+                guests[t] = g;
+            }
+            Event::Ended => {
+                if restarting == Some(i) {
+                    // The killed QEMU's reader; the new one goes on.
+                    restarting = None;
+                    continue;
+                }
+                guests[i].ended = true;
+                let _ = guests[i].child.wait();
+                if let Some(at) = guests[other].waits_at.clone() {
+                    return Ok(Outcome::Fail(format!(
+                        "guest {} waits at `{at}`, but guest {} has ended",
+                        guests[other].name, guests[i].name
+                    )));
+                }
+            }
+        }
+    }
+    let verdicts: Vec<(&str, Option<bool>)> = guests.iter().map(|g| (g.name, g.verdict)).collect();
+    let mut why = Vec::new();
+    for (name, v) in verdicts {
+        match v {
+            Some(true) => {}
+            Some(false) => why.push(format!("guest {name} reported a failure")),
+            None => why.push(format!("guest {name} stopped without a result line")),
+        }
+    }
+    if why.is_empty() {
+        Ok(Outcome::Pass)
+    } else {
+        Ok(Outcome::Fail(why.join("; ")))
+    }
+}
+
+/// The table of the client's figures: one-way latency (pingpong) or
+/// bandwidth (bw) per run and size, and fabric's verbs MSG latency over
+/// `ibv_rc_pingpong`'s at the sizes both ran.
+pub(super) fn figures_table(console_b: &str) -> String {
+    let mut rows: Vec<(String, usize, f64, Option<f64>)> = Vec::new();
+    for line in console_b.lines() {
+        let Some(at) = line.find(FIGURE_PREFIX) else {
+            continue;
+        };
+        let w: Vec<&str> = line[at + FIGURE_PREFIX.len()..]
+            .split_whitespace()
+            .collect();
+        let [run, size, us, mbs] = w[..] else {
+            continue;
+        };
+        let (Ok(size), Ok(us)) = (size.parse::<usize>(), us.parse::<f64>()) else {
+            continue;
+        };
+        rows.push((run.to_string(), size, us, mbs.parse::<f64>().ok()));
+    }
+    let mut t = String::from(
+        "across the two guests (client on b, server on a); one-way usec for pingpong, MB/s for bw\n",
+    );
+    let _ = writeln!(
+        t,
+        "{:<18} {:>8} {:>10} {:>10}",
+        "run", "bytes", "usec", "MB/s"
+    );
+    for (run, size, us, mbs) in &rows {
+        let mbs = mbs.map_or("-".to_string(), |m| format!("{m:.1}"));
+        let _ = writeln!(t, "{run:<18} {size:>8} {us:>10.2} {mbs:>10}");
+    }
+    let get = |run: &str, size: usize| rows.iter().find(|r| r.0 == run && r.1 == size).map(|r| r.2);
+    for size in IBV_SIZES {
+        if let (Some(ours), Some(ibv)) = (get("verbs-msg", size), get("ibv-rc-pingpong", size)) {
+            if ibv > 0.0 {
+                let _ = writeln!(
+                    t,
+                    "verbs-msg / ibv_rc_pingpong at {size} B: {:.2} ({ours:.2} / {ibv:.2} usec)",
+                    ours / ibv
+                );
+            }
+        }
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(fault: bool) -> String {
+        init_script(&Plan {
+            marker: "m-1",
+            modules: vec!["/lib/modules/virtio_net.ko".into()],
+            fabric: "/usr/bin/fabric",
+            cross_host: Some("/rxe/tests/cross_host"),
+            test_args: &[],
+            fault,
+            large: false,
+        })
+    }
+
+    #[test]
+    fn the_script_runs_each_fabric_run_on_both_sides_in_step() {
+        let s = plan(false);
+        assert!(s.starts_with("#!/bin/busybox sh\n"));
+        assert!(s.contains("a) ME=10.99.0.1; ME6=fd99::1; PEER=10.99.0.2; PEER6=fd99::2 ;;"));
+        assert!(s.contains("must insmod '/lib/modules/virtio_net.ko'\n"));
+        for (name, args, _) in PERF_RUNS {
+            assert!(s.contains(&format!("rendezvous {name}\n")), "{name}");
+            assert!(s.contains(&format!("\"$FABRIC\" {args} -B ")), "{name}");
+        }
+        assert!(s.contains("XHOST_ROLE=$ROLE"));
+        assert!(!s.contains("fault_power_off"));
+        assert!(s.trim_end().ends_with("finish FAIL"));
+    }
+
+    #[test]
+    fn the_fault_step_restarts_b_into_its_own_branch() {
+        let s = plan(true);
+        assert!(s.contains("[ \"$PHASE\" = restarted ] && {\n"));
+        assert!(s.contains("XHOST_ROLE=restarted"));
+        assert!(s.contains("XHOST_CUT=\"$MARK power-off b\""));
+    }
+
+    #[test]
+    fn console_events_need_the_marker() {
+        assert!(matches!(
+            parse_event("m-1 sync up", "m-1"),
+            Some(Event::Sync(n)) if n == "up"
+        ));
+        assert!(matches!(
+            parse_event("x m-1 power-off b", "m-1"),
+            Some(Event::PowerOff(n)) if n == "b"
+        ));
+        assert!(matches!(
+            parse_event("m-1: PASS", "m-1"),
+            Some(Event::Verdict(true))
+        ));
+        assert!(parse_event("sync up", "m-1").is_none());
+        assert!(parse_event("m-1: maybe", "m-1").is_none());
+    }
+
+    #[test]
+    fn the_figures_table_gives_the_ratio_to_ibv_rc_pingpong() {
+        let console = "[b] rxe-xhost: verbs-msg 4096 300.0 13.6\n\
+                       rxe-xhost: ibv-rc-pingpong 4096 200.0 -\n\
+                       rxe-xhost: garbage\n\
+                       rxe-xhost: verbs-msg x 1 1\n";
+        let t = figures_table(console);
+        assert!(
+            t.contains("verbs-msg / ibv_rc_pingpong at 4096 B: 1.50"),
+            "{t}"
+        );
+        assert_eq!(t.lines().count(), 5, "{t}");
+    }
+}
