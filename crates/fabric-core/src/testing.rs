@@ -2,8 +2,9 @@
 //! counts the calling thread's allocations, [`DataPath`], the exchange
 //! that "the data path allocates nothing" tests count, and
 //! [`PeerProcess`] / [`peer_start`], the two ends of a test that runs its
-//! peer in another process, the shared semantics suite ([`semantics`]) and
-//! fault run ([`fault`]).
+//! peer in another process, the shared semantics suite ([`semantics`]),
+//! fault run ([`fault`]) and an application sleeping on wait fds
+//! ([`sleep`]).
 //!
 //! ```ignore
 //! #[global_allocator]
@@ -13,6 +14,7 @@
 
 pub mod fault;
 pub mod semantics;
+pub mod sleep;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;

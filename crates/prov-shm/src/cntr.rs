@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use fabric_core::kit::objects::{Armed, Cntr, Progress};
-use fabric_core::objects::Counter;
+use fabric_core::objects::{CntrAttr, Counter};
 use fabric_core::{Error, ErrorKind, Result};
 
 /// A counter: the kit's, with a blocking wait that also wakes when a peer
@@ -24,9 +24,9 @@ impl std::fmt::Debug for ShmCntr {
 
 impl ShmCntr {
     /// A counter progressed (and waited on) through the domain's engine.
-    pub(crate) fn new(engine: Arc<dyn Progress>) -> Result<ShmCntr> {
+    pub(crate) fn new(attr: &CntrAttr, engine: Arc<dyn Progress>) -> Result<ShmCntr> {
         Ok(ShmCntr {
-            inner: Cntr::new(engine.clone())?,
+            inner: Cntr::with_attr(attr, engine.clone())?,
             engine,
         })
     }
@@ -72,5 +72,11 @@ impl Counter for ShmCntr {
             Ok((core.read() >= threshold).then_some(()))
         })?;
         r.ok_or_else(|| Error::new(ErrorKind::TimedOut, "counter wait timed out"))
+    }
+    fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.inner.wait_fd()
+    }
+    fn trywait(&self) -> Result<()> {
+        self.inner.trywait()
     }
 }

@@ -154,8 +154,8 @@ impl Domain for ShmDomain {
         Ok(Box::new(Av::new(Arc::new(ShmBook))))
     }
 
-    fn cntr(&self, _attr: &CntrAttr) -> Result<Box<dyn Counter>> {
-        Ok(Box::new(ShmCntr::new(self.engine.clone())?))
+    fn cntr(&self, attr: &CntrAttr) -> Result<Box<dyn Counter>> {
+        Ok(Box::new(ShmCntr::new(attr, self.engine.clone())?))
     }
 
     fn srx_context(&self, attr: &RxAttr) -> Result<Box<dyn SharedRx>> {

@@ -31,6 +31,24 @@
 //! With both processes on one core, this is what lets the peer run
 //! instead of a spinning reader.
 //!
+//! # Sleeping outside any call (`fi_trywait`, FI_WAIT_FD)
+//!
+//! The wait fd of a CQ, EQ or counter is an epoll set of the object's own
+//! eventfd and the engine's inotify fd, `unannounced` and a one-shot
+//! timerfd. `trywait` makes a pass that announces at once when it finds
+//! nothing (`Engine::trywait`): from then on
+//! a peer that writes into one of our rings rings the doorbell (the
+//! `pwrite` of the wake word, as for a blocked `sread`), a thread that
+//! withdraws the announcement makes `unannounced` readable, and a
+//! completion made by another thread writes the object's eventfd (once
+//! per `trywait`). No thread of ours is blocked anywhere, and the busy
+//! path is unchanged: senders look at the announcement word they already
+//! look at, and a reader that finds work withdraws it as before. While
+//! operations or transfers are in flight, `trywait` arms the one-shot
+//! timer for the liveness checks ([`CHECK_EVERY`]); an idle endpoint's fd
+//! stays quiet. Under FI_PROGRESS_AUTO the set holds only the object's
+//! eventfd: the auto thread makes the completions.
+//!
 //! No announcement is made while outgoing work waits for room at a peer
 //! (a full ring or bounce pool there): the peer makes
 //! room in its own region without writing to ours, so nothing would wake
@@ -95,6 +113,30 @@ impl Progress for Engine {
     fn disarm(&self) {
         self.armed.fetch_sub(1, Ordering::SeqCst);
     }
+
+    /// The inotify watch of the regions, `unannounced` and the one-shot
+    /// check timer; none under an auto-progress thread (its completions
+    /// wake the object's eventfd).
+    fn trywait_fds<'a>(&'a self, f: &mut dyn FnMut(BorrowedFd<'a>)) {
+        if !self.is_auto() {
+            f(self.inotify.as_fd());
+            f(self.unannounced.as_fd());
+            f(self.ext_timer.as_fd());
+        }
+    }
+
+    fn trywait(&self) -> Result<()> {
+        Engine::trywait(self)
+    }
+
+    /// Nothing: an application sleeping outside any call is served by the
+    /// announcement and the one-shot timer `Engine::trywait` sets up,
+    /// not by [`Progress::arm`] (which would make every pass read the
+    /// periodic timer).
+    fn arm_external(&self) {}
+
+    /// Nothing (see [`Progress::arm_external`]).
+    fn disarm_external(&self) {}
 }
 
 /// Starts the auto-progress thread (FI_PROGRESS_AUTO): it progresses the

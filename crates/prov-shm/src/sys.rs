@@ -3,7 +3,7 @@
 //! itself holds no `unsafe`.
 
 use std::ffi::CStr;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
 use fabric_core::{Error, ErrorKind, Result};
@@ -55,10 +55,10 @@ pub(crate) fn eventfd(init: u32) -> Result<OwnedFd> {
     )
 }
 
-/// A non-blocking timerfd that fires every `period`.
-pub(crate) fn timer_every(period: Duration) -> Result<OwnedFd> {
+/// A non-blocking timerfd, not armed.
+pub(crate) fn timer() -> Result<OwnedFd> {
     // SAFETY: plain system call; the flags are valid.
-    let timer = owned(
+    owned(
         unsafe {
             libc::timerfd_create(
                 libc::CLOCK_MONOTONIC,
@@ -66,20 +66,32 @@ pub(crate) fn timer_every(period: Duration) -> Result<OwnedFd> {
             )
         },
         "timerfd_create",
-    )?;
-    let period = libc::timespec {
-        tv_sec: period.as_secs() as libc::time_t,
-        tv_nsec: libc::c_long::from(period.subsec_nanos()),
+    )
+}
+
+/// Arms timerfd `fd` to fire once after `after` (and then every `every`,
+/// unless zero); `after` zero disarms it.
+pub(crate) fn timer_set(fd: BorrowedFd<'_>, after: Duration, every: Duration) -> Result<()> {
+    let ts = |d: Duration| libc::timespec {
+        tv_sec: d.as_secs() as libc::time_t,
+        tv_nsec: libc::c_long::from(d.subsec_nanos()),
     };
     let spec = libc::itimerspec {
-        it_interval: period,
-        it_value: period,
+        it_interval: ts(every),
+        it_value: ts(after),
     };
-    // SAFETY: `timer` is a timerfd; `spec` is a live, valid itimerspec.
-    if unsafe { libc::timerfd_settime(timer.as_raw_fd(), 0, &spec, std::ptr::null_mut()) } < 0 {
+    // SAFETY: `fd` is a timerfd; `spec` is a live, valid itimerspec.
+    if unsafe { libc::timerfd_settime(fd.as_raw_fd(), 0, &spec, std::ptr::null_mut()) } < 0 {
         return Err(sys_err("timerfd_settime"));
     }
-    Ok(timer)
+    Ok(())
+}
+
+/// A non-blocking timerfd that fires every `period`.
+pub(crate) fn timer_every(period: Duration) -> Result<OwnedFd> {
+    let t = timer()?;
+    timer_set(t.as_fd(), period, period)?;
+    Ok(t)
 }
 
 /// Adds 1 to an eventfd's counter (it becomes readable).

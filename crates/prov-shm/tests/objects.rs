@@ -209,7 +209,12 @@ fn wait_none_cqs_and_passive_endpoints_are_refused() {
     let info = info();
     let fabric = ShmProvider.fabric(&info.fabric_attr).unwrap();
     let domain = fabric.domain(&info).unwrap();
-    let cq = domain.cq(&CqAttr::default()).unwrap();
+    let cq = domain
+        .cq(&CqAttr {
+            wait_obj: WaitObj::None,
+            ..CqAttr::default()
+        })
+        .unwrap();
     // sread on an FI_WAIT_NONE CQ is not supported; no wait fd.
     let mut e = [CqEntry::default()];
     assert!(cq.sread(&mut e, Some(Duration::from_millis(1))).is_err());

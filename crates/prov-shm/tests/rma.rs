@@ -152,6 +152,15 @@ fn bad_key_bounds_and_access_are_refused_without_writing() {
             };
             let err = next(a.cq.as_ref(), &[b.cq.as_ref()]).unwrap_err();
             assert_eq!((err.err, err.entry.context), (want, 3), "{r:?}");
+            // The target's reason comes back, and the length is the
+            // operation's.
+            // (The region is read-only: writes into it lack the right.)
+            let why = match want {
+                ErrorKind::KeyRejected => "no memory region with key",
+                _ => "does not grant FI_REMOTE_WRITE",
+            };
+            assert!(err.err_text.contains(why), "{r:?}: {}", err.err_text);
+            assert_eq!(err.entry.len, r.len, "{r:?}");
         }
         // Reading beyond the region is refused too.
         let mut back = vec![0u8; 5000];
@@ -166,10 +175,14 @@ fn bad_key_bounds_and_access_are_refused_without_writing() {
             a.ep.readmsg(&rma(&bi, b_at_a, &r, 4), OpFlags::empty())
                 .unwrap()
         };
-        assert_eq!(
-            next(a.cq.as_ref(), &[b.cq.as_ref()]).unwrap_err().err,
-            ErrorKind::Access
+        let err = next(a.cq.as_ref(), &[b.cq.as_ref()]).unwrap_err();
+        assert_eq!(err.err, ErrorKind::Access);
+        assert!(
+            err.err_text.contains("is outside the region of key"),
+            "{}",
+            err.err_text
         );
+        assert_eq!(err.entry.len, 5000);
     }
     assert!(ro.iter().all(|&x| x == 1), "nothing was written");
     drop(mr);

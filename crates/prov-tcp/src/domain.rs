@@ -123,8 +123,8 @@ impl Domain for TcpDomain {
         Ok(Box::new(Av::new(Arc::new(IpBook::new("tcp")))))
     }
 
-    fn cntr(&self, _attr: &CntrAttr) -> Result<Box<dyn Counter>> {
-        Ok(Box::new(Cntr::new(self.poller.clone())?))
+    fn cntr(&self, attr: &CntrAttr) -> Result<Box<dyn Counter>> {
+        Ok(Box::new(Cntr::with_attr(attr, self.poller.clone())?))
     }
 
     fn srx_context(&self, attr: &RxAttr) -> Result<Box<dyn SharedRx>> {

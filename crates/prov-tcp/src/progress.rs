@@ -2,6 +2,15 @@
 //! set of their sockets lets blocking reads sleep until something is
 //! ready, and lets an auto-progress thread (FI_PROGRESS_AUTO) sleep until
 //! there is work.
+//!
+//! The wait fd of a CQ, EQ or counter (FI_WAIT_FD) is an epoll set of the
+//! object's eventfd and this engine's epoll fd, so an application can
+//! sleep on it in its own epoll (or tokio's `AsyncFd`) with no thread in
+//! the object. Its `trywait` progresses, arms the engine (sockets that
+//! busy polling took out of the set go back in) until the application
+//! reads something again, and says `Again` while work waits that no
+//! socket announces. Under FI_PROGRESS_AUTO the object's set holds only
+//! its eventfd: the auto thread makes the completions.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -35,6 +44,14 @@ pub(crate) trait EpProgress: Send + Sync + std::fmt::Debug {
     /// Puts every socket that busy-polling took out of the epoll set back
     /// in ([`Poller::may_unwatch`] just became false).
     fn watch_all(&self) {}
+
+    /// Whether work waits for a progress pass that no socket's readiness
+    /// announces (work a shared receive context handed over): an
+    /// application must not sleep on the wait fd then (`fi_trywait` says
+    /// `Again`).
+    fn pending(&self) -> bool {
+        false
+    }
 }
 
 /// Epoll tokens: the endpoint's number in the high 32 bits, the
@@ -91,6 +108,9 @@ pub(crate) struct Poller {
     /// Someone else waits on the epoll fd at any time: every socket stays
     /// watched.
     pinned: AtomicBool,
+    /// An auto-progress thread drives the engine: an application sleeping
+    /// on a CQ's wait fd need not watch the sockets.
+    auto: AtomicBool,
 }
 
 /// Every this many progress calls, epoll is asked even when every
@@ -143,6 +163,7 @@ impl Poller {
             tokens: AtomicU64::new(1),
             waiters: AtomicU32::new(0),
             pinned: AtomicBool::new(false),
+            auto: AtomicBool::new(false),
         })
     }
 
@@ -343,6 +364,39 @@ impl Progress for Poller {
     fn disarm(&self) {
         self.waiters.fetch_sub(1, Ordering::SeqCst);
     }
+
+    /// The epoll set, unless an auto-progress thread watches it (then the
+    /// completions it makes wake the object's own eventfd).
+    fn trywait_fds<'a>(&'a self, f: &mut dyn FnMut(BorrowedFd<'a>)) {
+        if !self.auto.load(Ordering::SeqCst) {
+            f(self.epoll.as_fd());
+        }
+    }
+
+    /// Progress, then `Again` while an endpoint has work that no socket
+    /// will announce. The sockets busy polling took out of the epoll set
+    /// are back in it: the object armed this engine first
+    /// ([`Progress::arm_external`], the default: [`Progress::arm`]).
+    fn trywait(&self) -> Result<()> {
+        self.progress()?;
+        if self.auto.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let eps: Vec<_> = {
+            let st = self
+                .state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            st.eps.iter().filter_map(Weak::upgrade).collect()
+        };
+        if eps.iter().any(|ep| ep.pending()) {
+            return Err(Error::new(
+                ErrorKind::Again,
+                "tcp: progress is pending (call trywait again)",
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Whether a domain asks for an auto-progress thread.
@@ -356,6 +410,9 @@ pub(crate) fn wants_auto(d: &DomainAttr) -> bool {
 /// progresses every endpoint, so operations complete without CQ reads. It
 /// ends once the engine is dropped.
 pub(crate) fn spawn_auto(poller: Weak<Poller>) {
+    if let Some(p) = poller.upgrade() {
+        p.auto.store(true, Ordering::SeqCst);
+    }
     let r = std::thread::Builder::new()
         .name("tcp-progress".into())
         .spawn(move || {

@@ -67,7 +67,7 @@ pub struct CntrObj {
     pub refs: Refs,
 }
 
-static OPS: FiOps = fi_ops!(close);
+static OPS: FiOps = fi_ops!(close, super::no_bind, control);
 
 static CNTR_OPS: FiOpsCntr = FiOpsCntr {
     size: size_of::<FiOpsCntr>(),
@@ -133,6 +133,28 @@ pub(crate) unsafe extern "C" fn open(
         // SAFETY: non-null and writable.
         unsafe { *out = Box::into_raw(obj).cast() };
         0
+    })
+}
+
+/// `fi_control` on a counter: `FI_GETWAIT` writes the wait fd (an
+/// `int`), `-FI_ENODATA` when the counter has none (FI_WAIT_NONE).
+unsafe extern "C" fn control(fid: *mut Fid, cmd: c_int, arg: *mut c_void) -> c_int {
+    guard_int(|| {
+        // SAFETY: fi_control's argument is a fid.
+        let Some(c) = (unsafe { get(fid) }) else {
+            return EINVAL;
+        };
+        match cmd {
+            super::command::GETWAIT if !arg.is_null() => match c.inner.wait_fd() {
+                Some(fd) => {
+                    // SAFETY: FI_GETWAIT with FI_WAIT_FD takes an int *.
+                    unsafe { *arg.cast::<c_int>() = std::os::fd::AsRawFd::as_raw_fd(&fd) };
+                    0
+                }
+                None => fabric::ErrorKind::NoData.code(),
+            },
+            _ => super::ENOSYS,
+        }
     })
 }
 

@@ -108,9 +108,43 @@ unsafe extern "C" fn no_wait_open(_: *mut FidFabric, _: *mut c_void, _: *mut *mu
     super::ENOSYS
 }
 
-unsafe extern "C" fn trywait(_: *mut FidFabric, _: *mut *mut Fid, _: c_int) -> c_int {
-    // Nothing to arm: the queues are polled.
-    0
+/// `fi_trywait`: asks every CQ, EQ and counter in `fids` whether it is
+/// safe to sleep on its wait fd (each drives progress and arms its fd);
+/// the first that says no (`-FI_EAGAIN`: read it first) or fails ends the
+/// call with its code. A fid of another class is `-FI_EINVAL`.
+unsafe extern "C" fn trywait(_: *mut FidFabric, fids: *mut *mut Fid, count: c_int) -> c_int {
+    guard_int(|| {
+        let Ok(n) = usize::try_from(count) else {
+            return super::EINVAL;
+        };
+        if n == 0 {
+            return 0;
+        }
+        if fids.is_null() {
+            return super::EINVAL;
+        }
+        // SAFETY: the application passes an array of `count` fid pointers.
+        let list = unsafe { std::slice::from_raw_parts(fids, n) };
+        for &fid in list {
+            // SAFETY: each entry is null or a fid this library handed out
+            // (each `get` checks the class and the ops table).
+            let r = unsafe {
+                if let Some(c) = super::cq::get(fid) {
+                    c.inner.trywait()
+                } else if let Some(e) = super::eq::get(fid) {
+                    e.inner.trywait()
+                } else if let Some(c) = super::cntr::get(fid) {
+                    c.inner.trywait()
+                } else {
+                    return super::EINVAL;
+                }
+            };
+            if let Err(e) = r {
+                return e.code();
+            }
+        }
+        0
+    })
 }
 
 unsafe extern "C" fn domain2(

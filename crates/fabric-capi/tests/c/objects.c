@@ -116,6 +116,31 @@ int main(int argc, char **argv)
 	fd = -1;
 	OK(fi_control(&wcq->fid, FI_GETWAIT, &fd));
 	CHECK(fd >= 0);
+	if (ours) {
+		/* fi_trywait: an empty CQ and EQ may be slept on; an EQ that
+		 * holds an event may not, until it is read. */
+		struct fid *fids[2] = { &wcq->fid, &eq->fid };
+		OK(fi_trywait(fabric, fids, 2));
+		struct fi_eq_entry in = { .fid = &domain->fid, .data = 1 }, out;
+		uint32_t event = 0;
+		CHECK(fi_eq_write(eq, FI_NOTIFY, &in, sizeof(in), 0) == sizeof(in));
+		CHECK(fi_trywait(fabric, fids, 2) == -FI_EAGAIN);
+		CHECK(fi_eq_read(eq, &event, &out, sizeof(out), 0) == sizeof(out));
+		OK(fi_trywait(fabric, fids, 2));
+		/* A counter with FI_WAIT_FD gives its fd too. */
+		struct fi_cntr_attr wc_attr = { .wait_obj = FI_WAIT_FD };
+		struct fid_cntr *wc;
+		OK(fi_cntr_open(domain, &wc_attr, &wc, NULL));
+		fd = -1;
+		OK(fi_control(&wc->fid, FI_GETWAIT, &fd));
+		CHECK(fd >= 0);
+		struct fid *cf[1] = { &wc->fid };
+		OK(fi_trywait(fabric, cf, 1));
+		OK(fi_cntr_add(wc, 1));
+		CHECK(fi_trywait(fabric, cf, 1) == -FI_EAGAIN);
+		OK(fi_trywait(fabric, cf, 1));
+		OK(fi_close(&wc->fid));
+	}
 	OK(fi_close(&wcq->fid));
 	printf("wait fds: eq, cq\n");
 

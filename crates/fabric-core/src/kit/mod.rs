@@ -16,6 +16,7 @@
 pub mod atomic;
 pub mod av;
 pub mod binds;
+pub mod caps;
 pub mod cntr;
 pub mod cq;
 pub mod defaults;

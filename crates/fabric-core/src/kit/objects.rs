@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::av::AvTable;
 use super::cntr::CntrCore;
 use super::cq::CqCore;
-use super::wait::FdSet;
+use super::wait::{FdSet, PollSet};
 use crate::addr::Address;
 use crate::error::{Error, Result};
 use crate::objects::{
@@ -34,6 +34,78 @@ pub trait Progress: Send + Sync {
 
     /// The wait that [`Progress::arm`] announced is over.
     fn disarm(&self) {}
+
+    /// The fds an application sleeps on after a successful
+    /// [`Progress::trywait`] (they go into the object's wait fd, see
+    /// [`PollSet`]): readable when progress is needed. The default is
+    /// [`Progress::wait_fds`]. A provider whose own thread makes progress
+    /// (FI_PROGRESS_AUTO) gives none: its completions wake the object's
+    /// eventfd.
+    fn trywait_fds<'a>(&'a self, f: &mut dyn FnMut(BorrowedFd<'a>)) {
+        self.wait_fds(f);
+    }
+
+    /// The provider's part of `fi_trywait`: drives progress and makes sure
+    /// that [`Progress::trywait_fds`] turn readable when progress is
+    /// needed again; `Again` when progress is pending that no fd will
+    /// announce (call it again after reading). The default drives progress
+    /// and reports success, right for providers whose fds are always
+    /// accurate.
+    fn trywait(&self) -> Result<()> {
+        self.progress()
+    }
+
+    /// An object starts to let an application sleep on its wait fd
+    /// outside any call (its first `trywait`, or the first after it
+    /// released the last with [`Progress::disarm_external`]). The default
+    /// is [`Progress::arm`].
+    fn arm_external(&self) {
+        self.arm();
+    }
+
+    /// The application that [`Progress::arm_external`] was for is awake
+    /// again (it read something), or the object closed. The default is
+    /// [`Progress::disarm`].
+    fn disarm_external(&self) {
+        self.disarm();
+    }
+}
+
+/// Builds the wait fd of an object: its own signal's fd plus what its
+/// progress sources give to watch.
+fn poll_set(own: BorrowedFd<'_>, sources: &[&dyn Progress]) -> Result<PollSet> {
+    let set = PollSet::new()?;
+    set.add(own)?;
+    for p in sources {
+        add_fds(&set, *p)?;
+    }
+    Ok(set)
+}
+
+fn add_fds(set: &PollSet, p: &dyn Progress) -> Result<()> {
+    let mut r = Ok(());
+    p.trywait_fds(&mut |fd| {
+        if r.is_ok() {
+            r = set.add(fd);
+        }
+    });
+    r
+}
+
+/// The error of `trywait` on an object opened without a wait object.
+fn no_wait(what: &str) -> Error {
+    Error::new(
+        crate::ErrorKind::NoSys,
+        format!("trywait on {what} opened with FI_WAIT_NONE (it has no wait fd)"),
+    )
+}
+
+/// `trywait`'s answer when something is there to read.
+fn ready(what: &str) -> Error {
+    Error::new(
+        crate::ErrorKind::Again,
+        format!("{what}: read what is there before sleeping (trywait)"),
+    )
 }
 
 /// Arms a progress source ([`Progress::arm`]) for as long as it lives,
@@ -61,11 +133,27 @@ impl Drop for Armed<'_> {
 }
 
 /// A completion queue: [`CqCore`] plus the domain's progress.
+///
+/// Its wait fd (any wait object but FI_WAIT_NONE) is an epoll set of the
+/// core's eventfd and the progress source's [`Progress::trywait_fds`]:
+/// after [`CompletionQueue::trywait`] returned `Ok`, it turns readable
+/// when a completion arrives or progress is needed, with no thread in the
+/// CQ.
 pub struct Cq {
     core: Arc<CqCore>,
     format: CqFormat,
     wait: WaitObj,
     progress: Arc<dyn Progress>,
+    poll: Option<PollSet>,
+    /// The progress source is armed for an application sleeping on the
+    /// wait fd ([`Progress::arm_external`]).
+    external: std::sync::atomic::AtomicBool,
+}
+
+impl Drop for Cq {
+    fn drop(&mut self) {
+        self.release();
+    }
 }
 
 impl std::fmt::Debug for Cq {
@@ -80,12 +168,28 @@ impl std::fmt::Debug for Cq {
 impl Cq {
     /// A CQ with `attr`, progressed by `progress`.
     pub fn new(attr: &CqAttr, progress: Arc<dyn Progress>) -> Result<Self> {
+        let core = Arc::new(CqCore::new(attr.size)?);
+        let poll = match attr.wait_obj {
+            WaitObj::None => None,
+            _ => Some(poll_set(core.signal().fd(), &[&*progress])?),
+        };
         Ok(Cq {
-            core: Arc::new(CqCore::new(attr.size)?),
+            core,
             format: attr.format,
             wait: attr.wait_obj,
             progress,
+            poll,
+            external: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// The application that slept on the wait fd is awake: the progress
+    /// source need not stay armed for it.
+    fn release(&self) {
+        use std::sync::atomic::Ordering;
+        if self.external.load(Ordering::Relaxed) && self.external.swap(false, Ordering::AcqRel) {
+            self.progress.disarm_external();
+        }
     }
 
     /// The core, for the provider to push completions into.
@@ -101,6 +205,7 @@ impl Cq {
     fn read_now(&self, out: &mut [CqEntry], src: Option<&mut [FiAddr]>) -> Result<usize> {
         self.progress.progress()?;
         let n = self.core.read(out, src)?;
+        self.release();
         // Keep only what the format carries.
         for e in &mut out[..n] {
             trim(e, self.format);
@@ -131,8 +236,18 @@ impl Cq {
                 Err(e) => Err(e),
             }
         })?;
-        r.ok_or_else(Error::again)
+        r.ok_or_else(|| timed_out("CQ", timeout))
     }
+}
+
+/// A blocking read's timeout: `Again`, as `fi_cq_sread` / `fi_eq_sread`
+/// return -FI_EAGAIN, with a message that says it timed out.
+fn timed_out(what: &str, timeout: Option<Duration>) -> Error {
+    let ms = timeout.map_or(0, |t| t.as_millis());
+    Error::new(
+        crate::ErrorKind::Again,
+        format!("{what} sread timed out after {ms} ms with nothing to read"),
+    )
 }
 
 fn trim(e: &mut CqEntry, format: CqFormat) {
@@ -185,17 +300,47 @@ impl CompletionQueue for Cq {
     }
 
     fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
-        match self.wait {
-            WaitObj::None => None,
-            _ => Some(self.core.signal().fd()),
+        self.poll.as_ref().map(PollSet::fd)
+    }
+
+    fn trywait(&self) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        if self.poll.is_none() {
+            return Err(no_wait("a CQ"));
+        }
+        let signal = self.core.signal();
+        signal.watch_external();
+        if !self.external.swap(true, Ordering::AcqRel) {
+            self.progress.arm_external();
+        }
+        signal.rearm();
+        self.progress.trywait()?;
+        if self.core.is_empty() {
+            Ok(())
+        } else {
+            Err(ready("the CQ holds completions"))
         }
     }
 }
 
 /// A counter: [`CntrCore`] plus the domain's progress.
+///
+/// Its wait fd (unless opened with FI_WAIT_NONE) is built like a
+/// [`Cq`]'s: after [`Counter::trywait`] returned `Ok`, it turns readable
+/// when the counter (or its error count) changes or progress is needed.
 pub struct Cntr {
     core: Arc<CntrCore>,
     progress: Arc<dyn Progress>,
+    poll: Option<PollSet>,
+    external: std::sync::atomic::AtomicBool,
+    /// The counts the last `trywait` saw.
+    seen: std::sync::Mutex<(u64, u64)>,
+}
+
+impl Drop for Cntr {
+    fn drop(&mut self) {
+        self.release();
+    }
 }
 
 impl std::fmt::Debug for Cntr {
@@ -205,11 +350,30 @@ impl std::fmt::Debug for Cntr {
 }
 
 impl Cntr {
-    /// A counter progressed by `progress`.
+    /// A counter progressed by `progress`, with a wait fd.
     pub fn new(progress: Arc<dyn Progress>) -> Result<Self> {
-        Ok(Cntr {
-            core: Arc::new(CntrCore::new()?),
+        Self::with_attr(
+            &crate::objects::CntrAttr {
+                wait_obj: WaitObj::Unspec,
+            },
             progress,
+        )
+    }
+
+    /// A counter with `attr` (FI_WAIT_NONE: no wait fd), progressed by
+    /// `progress`.
+    pub fn with_attr(attr: &crate::objects::CntrAttr, progress: Arc<dyn Progress>) -> Result<Self> {
+        let core = Arc::new(CntrCore::new()?);
+        let poll = match attr.wait_obj {
+            WaitObj::None => None,
+            _ => Some(poll_set(core.signal().fd(), &[&*progress])?),
+        };
+        Ok(Cntr {
+            core,
+            progress,
+            poll,
+            external: std::sync::atomic::AtomicBool::new(false),
+            seen: std::sync::Mutex::new((0, 0)),
         })
     }
 
@@ -217,15 +381,26 @@ impl Cntr {
     pub fn core(&self) -> &Arc<CntrCore> {
         &self.core
     }
+
+    /// The application that slept on the wait fd is awake (it reads the
+    /// counter): the progress source need not stay armed for it.
+    fn release(&self) {
+        use std::sync::atomic::Ordering;
+        if self.external.load(Ordering::Relaxed) && self.external.swap(false, Ordering::AcqRel) {
+            self.progress.disarm_external();
+        }
+    }
 }
 
 impl Counter for Cntr {
     fn read(&self) -> u64 {
         let _ = self.progress.progress();
+        self.release();
         self.core.read()
     }
     fn readerr(&self) -> u64 {
         let _ = self.progress.progress();
+        self.release();
         self.core.read_err()
     }
     fn add(&self, value: u64) -> Result<()> {
@@ -253,6 +428,34 @@ impl Counter for Cntr {
         self.core.wait(threshold, fds.as_slice(), timeout, || {
             self.progress.progress()
         })
+    }
+
+    fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.poll.as_ref().map(PollSet::fd)
+    }
+
+    /// `Again` when either count changed since the previous `trywait` (or,
+    /// the first time, is not zero); the change is then taken as seen.
+    fn trywait(&self) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        if self.poll.is_none() {
+            return Err(no_wait("a counter"));
+        }
+        let signal = self.core.signal();
+        signal.watch_external();
+        if !self.external.swap(true, Ordering::AcqRel) {
+            self.progress.arm_external();
+        }
+        signal.rearm();
+        self.progress.trywait()?;
+        let now = (self.core.read(), self.core.read_err());
+        let mut seen = super::lock(&self.seen);
+        if *seen == now {
+            Ok(())
+        } else {
+            *seen = now;
+            Err(ready("the counter changed"))
+        }
     }
 }
 
@@ -312,6 +515,12 @@ impl AddressVector for Av {
         Ok(n)
     }
 
+    /// The address book's reason when it refuses the address.
+    fn insert_one(&self, addr: &Address) -> Result<FiAddr> {
+        self.book.accept(addr)?;
+        Ok(self.table.insert(addr.clone()))
+    }
+
     fn insertsvc(&self, node: &str, service: &str) -> Result<FiAddr> {
         let a = self.book.resolve(node, service)?;
         self.book.accept(&a)?;
@@ -355,6 +564,13 @@ pub struct EqCore {
     events: std::sync::Mutex<std::collections::VecDeque<EqItem>>,
     signal: super::wait::Signal,
     progress: std::sync::RwLock<Vec<Source>>,
+    /// The wait fd: the signal's fd and every source's trywait fds.
+    poll: PollSet,
+    /// Sources armed for an application sleeping on the wait fd
+    /// ([`Progress::arm_external`]).
+    external: std::sync::Mutex<Vec<std::sync::Weak<dyn Progress>>>,
+    /// Why a source's fds could not join the wait fd.
+    watch_err: std::sync::Mutex<Option<Error>>,
 }
 
 impl std::fmt::Debug for EqCore {
@@ -365,11 +581,34 @@ impl std::fmt::Debug for EqCore {
 
 impl EqCore {
     fn new() -> Result<Self> {
+        let signal = super::wait::Signal::new()?;
+        let poll = poll_set(signal.fd(), &[])?;
         Ok(EqCore {
             events: std::sync::Mutex::new(std::collections::VecDeque::new()),
-            signal: super::wait::Signal::new()?,
+            signal,
             progress: std::sync::RwLock::new(Vec::new()),
+            poll,
+            external: std::sync::Mutex::new(Vec::new()),
+            watch_err: std::sync::Mutex::new(None),
         })
+    }
+
+    /// Watches a new source's fds in the wait fd; a failure is kept for
+    /// the next `trywait` to report (the wait fd would not wake for it).
+    fn watch(&self, p: &dyn Progress) {
+        if let Err(e) = add_fds(&self.poll, p) {
+            *super::lock(&self.watch_err) = Some(e);
+        }
+    }
+
+    /// The application that slept on the wait fd is awake.
+    fn release(&self) {
+        let mut ext = super::lock(&self.external);
+        for w in ext.drain(..) {
+            if let Some(p) = w.upgrade() {
+                p.disarm_external();
+            }
+        }
     }
 
     /// Queues an event.
@@ -396,11 +635,15 @@ impl EqCore {
             Source::Strong(_) => true,
             Source::Weak(w) => w.strong_count() > 0 && !std::sync::Weak::ptr_eq(w, &p),
         });
+        if let Some(a) = p.upgrade() {
+            self.watch(&*a);
+        }
         v.push(Source::Weak(p));
     }
 
     /// Replaces every progress source by `p`, held strongly.
     pub fn set_progress(&self, p: Arc<dyn Progress>) {
+        self.watch(&*p);
         *self
             .progress
             .write()
@@ -485,10 +728,20 @@ impl Eq {
     }
 }
 
+impl Drop for Eq {
+    fn drop(&mut self) {
+        self.core.release();
+    }
+}
+
 impl crate::objects::EventQueue for Eq {
     fn read(&self) -> Result<crate::objects::EqEvent> {
         self.core.progress()?;
-        self.core.take()
+        let e = self.core.take()?;
+        if !super::lock(&self.core.external).is_empty() {
+            self.core.release();
+        }
+        Ok(e)
     }
 
     fn readerr(&self) -> Result<crate::objects::EqErrEntry> {
@@ -519,7 +772,7 @@ impl crate::objects::EventQueue for Eq {
                 Err(e) => Err(e),
             }
         })?;
-        r.ok_or_else(Error::again)
+        r.ok_or_else(|| timed_out("EQ", timeout))
     }
 
     fn write(&self, event: crate::objects::EqEvent) -> Result<()> {
@@ -530,7 +783,38 @@ impl crate::objects::EventQueue for Eq {
     fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
         match self.wait {
             WaitObj::None => None,
-            _ => Some(self.core.signal.fd()),
+            _ => Some(self.core.poll.fd()),
+        }
+    }
+
+    fn trywait(&self) -> Result<()> {
+        if self.wait == WaitObj::None {
+            return Err(no_wait("an EQ"));
+        }
+        if let Some(e) = super::lock(&self.core.watch_err).take() {
+            return Err(e);
+        }
+        self.core.signal.watch_external();
+        let sources = self.core.sources();
+        {
+            let mut ext = super::lock(&self.core.external);
+            ext.retain(|w| w.strong_count() > 0);
+            for p in &sources {
+                let w = Arc::downgrade(p);
+                if !ext.iter().any(|x| std::sync::Weak::ptr_eq(x, &w)) {
+                    p.arm_external();
+                    ext.push(w);
+                }
+            }
+        }
+        self.core.signal.rearm();
+        for p in &sources {
+            p.trywait()?;
+        }
+        if super::lock(&self.core.events).is_empty() {
+            Ok(())
+        } else {
+            Err(ready("the EQ holds events"))
         }
     }
 }
@@ -651,9 +935,60 @@ mod tests {
         assert_eq!(eq.read().unwrap(), EqEvent::Shutdown { fid: 1 });
         assert_eq!(eq.read().unwrap_err().kind(), crate::ErrorKind::Avail);
         assert_eq!(eq.readerr().unwrap().data, b"no");
+        let e = eq.sread(Some(Duration::from_millis(5))).unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::Again);
+        assert!(e.to_string().contains("timed out after 5 ms"), "{e}");
+    }
+
+    #[test]
+    fn a_cq_sread_timeout_says_so() {
+        let p: Arc<dyn Progress> = Arc::new(Counting(AtomicU32::new(0)));
+        let cq = Cq::new(&CqAttr::default(), p).unwrap();
+        let mut out = [CqEntry::default(); 1];
+        let e = cq
+            .sread(&mut out, Some(Duration::from_millis(3)))
+            .unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::Again);
+        assert!(e.to_string().contains("timed out after 3 ms"), "{e}");
+    }
+
+    #[test]
+    fn trywait_arms_the_cq_fd_and_reports_what_is_there() {
+        let p: Arc<dyn Progress> = Arc::new(Counting(AtomicU32::new(0)));
+        let cq = Cq::new(&CqAttr::default(), p.clone()).unwrap();
+        let fd = cq.wait_fd().unwrap();
+        let readable = || {
+            let mut fds = [rustix::event::PollFd::new(
+                &fd,
+                rustix::event::PollFlags::IN,
+            )];
+            let zero = rustix::event::Timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            rustix::event::poll(&mut fds, Some(&zero)).unwrap()
+        };
+        cq.trywait().unwrap();
+        assert_eq!(readable(), 0);
+        cq.core().push(CqEntry::default(), FiAddr::NOTAVAIL);
+        assert_eq!(readable(), 1, "a completion wakes the fd");
         assert_eq!(
-            eq.sread(Some(Duration::from_millis(5))).unwrap_err().kind(),
-            crate::ErrorKind::Again
+            cq.trywait().unwrap_err().kind(),
+            crate::ErrorKind::Again,
+            "a completion is there"
         );
+        let mut out = [CqEntry::default(); 1];
+        assert_eq!(cq.read(&mut out).unwrap(), 1);
+        cq.trywait().unwrap();
+        assert_eq!(readable(), 0, "trywait cleared the fd");
+        let none = Cq::new(
+            &CqAttr {
+                wait_obj: WaitObj::None,
+                ..CqAttr::default()
+            },
+            p,
+        )
+        .unwrap();
+        assert_eq!(none.trywait().unwrap_err().kind(), crate::ErrorKind::NoSys);
     }
 }

@@ -14,10 +14,10 @@
 //! sees the work, or the producer sees the sleeper and writes the eventfd.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicU32, Ordering, fence};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering, fence};
 use std::time::{Duration, Instant};
 
-use rustix::event::{EventfdFlags, PollFd, PollFlags, Timespec, eventfd, poll};
+use rustix::event::{EventfdFlags, PollFd, PollFlags, Timespec, epoll, eventfd, poll};
 
 use crate::error::{Error, ErrorKind, Result};
 
@@ -88,11 +88,19 @@ impl Default for SpinPolicy {
     }
 }
 
+/// The bit of [`Signal`]'s sleeper word that stands for a waiter outside
+/// the object ([`Signal::watch_external`]); the low bits count threads in
+/// [`Signal::wait`].
+const EXTERNAL: u32 = 1 << 31;
+
 /// An eventfd-backed wake-up signal with a sleeper count.
 #[derive(Debug)]
 pub struct Signal {
     fd: OwnedFd,
     sleepers: AtomicU32,
+    /// The eventfd was written since the last [`Signal::rearm`] (or
+    /// drain): notifications for the external waiter need no other write.
+    raised: AtomicBool,
     policy: SpinPolicy,
 }
 
@@ -109,6 +117,7 @@ impl Signal {
         Ok(Signal {
             fd,
             sleepers: AtomicU32::new(0),
+            raised: AtomicBool::new(false),
             policy,
         })
     }
@@ -123,9 +132,33 @@ impl Signal {
     /// work the waiter looks for.
     pub fn notify(&self) {
         fence(Ordering::SeqCst);
-        if self.sleepers.load(Ordering::SeqCst) > 0 {
+        let s = self.sleepers.load(Ordering::SeqCst);
+        // Threads in `wait`: write every time. Only an external waiter:
+        // write once per `rearm`.
+        let write = s & !EXTERNAL != 0
+            || (s != 0
+                && !self.raised.load(Ordering::Relaxed)
+                && !self.raised.swap(true, Ordering::SeqCst));
+        if write {
             self.notify_always();
         }
+    }
+
+    /// From now on a waiter outside the object may sleep on [`Signal::fd`]
+    /// (after [`Signal::rearm`]): notifications make the fd readable.
+    /// Lasts as long as the signal.
+    pub fn watch_external(&self) {
+        if self.sleepers.load(Ordering::Relaxed) & EXTERNAL == 0 {
+            self.sleepers.fetch_or(EXTERNAL, Ordering::SeqCst);
+        }
+    }
+
+    /// Clears the fd's readiness before a waiter outside the object sleeps
+    /// on it; the next notification makes it readable again. Look for work
+    /// after this call (the fence orders that look after the clearing).
+    pub fn rearm(&self) {
+        self.drain();
+        fence(Ordering::SeqCst);
     }
 
     /// Makes the fd readable whether or not anyone sleeps (for waiters
@@ -139,6 +172,8 @@ impl Signal {
     pub fn drain(&self) {
         let mut buf = [0u8; 8];
         let _ = rustix::io::read(&self.fd, &mut buf);
+        // The next notification writes again (for an external waiter).
+        self.raised.store(false, Ordering::SeqCst);
     }
 
     /// Waits until `ready` returns `Some`, the timeout passes (`Ok(None)`),
@@ -237,6 +272,41 @@ impl Signal {
     }
 }
 
+/// The wait fd of an object (`FI_WAIT_FD`): an epoll set holding the
+/// object's own eventfd and the provider's fds whose readiness means
+/// progress is needed, so that one fd wakes an application's `epoll` (or
+/// tokio's `AsyncFd`) in both cases.
+#[derive(Debug)]
+pub struct PollSet {
+    epoll: OwnedFd,
+}
+
+impl PollSet {
+    /// An empty set.
+    pub fn new() -> Result<Self> {
+        let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)
+            .map_err(|e| Error::new(ErrorKind::NoMem, format!("epoll_create: {e}")))?;
+        Ok(PollSet { epoll })
+    }
+
+    /// Watches `fd` for reading (an fd already in the set is left as is).
+    pub fn add(&self, fd: BorrowedFd<'_>) -> Result<()> {
+        let token = epoll::EventData::new_u64(std::os::fd::AsRawFd::as_raw_fd(&fd) as u64);
+        match epoll::add(&self.epoll, fd, token, epoll::EventFlags::IN) {
+            Ok(()) | Err(rustix::io::Errno::EXIST) => Ok(()),
+            Err(e) => Err(Error::new(
+                ErrorKind::Io,
+                format!("epoll_ctl: cannot watch a wait fd: {e}"),
+            )),
+        }
+    }
+
+    /// The set's fd: readable while one of the watched fds is.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.epoll.as_fd()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -331,5 +401,35 @@ mod tests {
         assert_eq!(poll(&mut fds, Some(&zero)).unwrap(), 0);
         s.notify_always();
         assert_eq!(poll(&mut fds, Some(&zero)).unwrap(), 1);
+    }
+
+    #[test]
+    fn an_external_waiter_gets_one_write_per_rearm() {
+        let s = Signal::new().unwrap();
+        let set = PollSet::new().unwrap();
+        set.add(s.fd()).unwrap();
+        let zero = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        let readable = || {
+            let mut fds = [PollFd::from_borrowed_fd(set.fd(), PollFlags::IN)];
+            poll(&mut fds, Some(&zero)).unwrap()
+        };
+        s.watch_external();
+        s.rearm();
+        assert_eq!(readable(), 0);
+        s.notify();
+        assert_eq!(readable(), 1);
+        // Raised: later notifications write nothing (the counter stays 1).
+        s.notify();
+        s.notify();
+        let mut buf = [0u8; 8];
+        rustix::io::read(s.fd(), &mut buf).unwrap();
+        assert_eq!(u64::from_ne_bytes(buf), 1);
+        assert_eq!(readable(), 0);
+        s.rearm();
+        s.notify();
+        assert_eq!(readable(), 1);
     }
 }

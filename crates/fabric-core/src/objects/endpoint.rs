@@ -39,9 +39,27 @@ pub struct MrDesc(pub u64);
 
 /// A remote memory range (`struct fi_rma_iov`): address (or offset, without
 /// FI_MR_VIRT_ADDR), length and key.
+///
+/// # Addressing
+///
+/// How `addr` is read depends on the target domain's `mr_mode`:
+///
+/// - with `FI_MR_VIRT_ADDR` (or `FI_MR_BASIC`), `addr` is a virtual
+///   address in the target process: the region's start is the address of
+///   the buffer it registered, so the target sends that address (with the
+///   key) to its peers;
+/// - without it, `addr` is an offset: the region's first byte is at the
+///   `offset` it was registered with (`MrAttr::offset`, usually 0), so
+///   `addr - offset` is the byte within the region, and the target sends
+///   only the key.
+///
+/// The range must lie inside the region and the region must grant the
+/// access (FI_REMOTE_READ / FI_REMOTE_WRITE); otherwise the target refuses
+/// the operation, nothing is read or written, and the initiator gets an
+/// error completion saying why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RmaIov {
-    /// Remote address or offset.
+    /// Remote address (FI_MR_VIRT_ADDR) or offset into the region.
     pub addr: u64,
     /// Length in bytes.
     pub len: usize,

@@ -83,7 +83,11 @@ fi_flags! {
 }
 
 /// Attributes of a completion queue (`struct fi_cq_attr`).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+///
+/// The default is block-capable: `wait_obj` is [`WaitObj::Unspec`] (so
+/// `sread`, `wait_fd` and `trywait` work), unlike C's zeroed struct,
+/// whose FI_WAIT_NONE asks for a CQ that can only be polled.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CqAttr {
     /// Minimum number of entries (0: the provider's default).
     pub size: usize,
@@ -94,6 +98,19 @@ pub struct CqAttr {
     /// Wake a waiter only after this many completions (with
     /// FI_WAIT_COND threshold semantics); 0 for every completion.
     pub wait_threshold: usize,
+}
+
+impl Default for CqAttr {
+    /// The provider's size and format, a wait object of the provider's
+    /// choice ([`WaitObj::Unspec`]), no threshold.
+    fn default() -> Self {
+        CqAttr {
+            size: 0,
+            format: CqFormat::Unspec,
+            wait_obj: WaitObj::Unspec,
+            wait_threshold: 0,
+        }
+    }
 }
 
 /// One completion (`fi_cq_tagged_entry`: the largest format; fields that
@@ -169,6 +186,25 @@ pub trait CompletionQueue: AsAny + Send + Sync {
     /// (`FI_GETWAIT`), for poll / epoll / tokio's `AsyncFd`; `None` without
     /// an fd wait object.
     fn wait_fd(&self) -> Option<BorrowedFd<'_>>;
+
+    /// Tells whether it is safe to sleep on [`wait_fd`](CompletionQueue::wait_fd)
+    /// outside any call (`fi_trywait`): drives progress, and returns `Ok`
+    /// once nothing is waiting to be read and the fd will turn readable
+    /// when a completion arrives or progress is needed; `Again` when there is
+    /// something to read first (read it, then call `trywait` again). Call
+    /// it before every sleep on the fd. `NoSys` without a wait fd.
+    ///
+    /// The default suits providers whose fd is always accurate (readable
+    /// exactly while something is there): `Ok` whenever there is an fd.
+    fn trywait(&self) -> Result<()> {
+        match self.wait_fd() {
+            Some(_) => Ok(()),
+            None => Err(crate::error::Error::new(
+                ErrorKind::NoSys,
+                "trywait on an object without a wait fd (FI_WAIT_NONE)",
+            )),
+        }
+    }
 }
 
 /// Attributes of an event queue (`struct fi_eq_attr`).
@@ -265,8 +301,28 @@ pub trait EventQueue: AsAny + Send + Sync {
     /// Queues an application event (`fi_eq_write`).
     fn write(&self, event: EqEvent) -> Result<()>;
 
-    /// The fd readable when events may be ready.
+    /// The fd readable when events may be ready (`FI_GETWAIT`); `None`
+    /// without an fd wait object.
     fn wait_fd(&self) -> Option<BorrowedFd<'_>>;
+
+    /// Tells whether it is safe to sleep on [`wait_fd`](EventQueue::wait_fd)
+    /// outside any call (`fi_trywait`): drives progress, and returns `Ok`
+    /// once nothing is waiting to be read and the fd will turn readable
+    /// when an event arrives or progress is needed; `Again` when there is
+    /// something to read first (read it, then call `trywait` again). Call
+    /// it before every sleep on the fd. `NoSys` without a wait fd.
+    ///
+    /// The default suits providers whose fd is always accurate (readable
+    /// exactly while something is there): `Ok` whenever there is an fd.
+    fn trywait(&self) -> Result<()> {
+        match self.wait_fd() {
+            Some(_) => Ok(()),
+            None => Err(crate::error::Error::new(
+                ErrorKind::NoSys,
+                "trywait on an object without a wait fd (FI_WAIT_NONE)",
+            )),
+        }
+    }
 }
 
 /// Attributes of a counter (`struct fi_cntr_attr`).
@@ -293,6 +349,32 @@ pub trait Counter: AsAny + Send + Sync {
     /// Blocks until the count reaches `threshold` or the timeout
     /// (`fi_cntr_wait`); `TimedOut` on timeout, `Avail` if errors rose.
     fn wait(&self, threshold: u64, timeout: Option<Duration>) -> Result<()>;
+
+    /// The fd that becomes readable when the counter may have changed
+    /// (`FI_GETWAIT`), for poll / epoll / tokio's `AsyncFd`; `None` (the
+    /// default) without an fd wait object.
+    fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
+        None
+    }
+
+    /// Tells whether it is safe to sleep on [`wait_fd`](Counter::wait_fd)
+    /// outside any call (`fi_trywait`): drives progress, and returns `Ok`
+    /// once nothing is waiting to be read and the fd will turn readable
+    /// when a change of the counter arrives or progress is needed; `Again` when there is
+    /// something to read first (read it, then call `trywait` again). Call
+    /// it before every sleep on the fd. `NoSys` without a wait fd.
+    ///
+    /// The default suits providers whose fd is always accurate (readable
+    /// exactly while something is there): `Ok` whenever there is an fd.
+    fn trywait(&self) -> Result<()> {
+        match self.wait_fd() {
+            Some(_) => Ok(()),
+            None => Err(crate::error::Error::new(
+                ErrorKind::NoSys,
+                "trywait on an object without a wait fd (FI_WAIT_NONE)",
+            )),
+        }
+    }
 }
 
 /// An opaque handle to a connection request, as carried in `Info::handle`.

@@ -27,6 +27,23 @@ pub trait AddressVector: AsAny + Send + Sync {
     /// number inserted.
     fn insert(&self, addrs: &[Address], out: &mut [FiAddr]) -> Result<usize>;
 
+    /// Inserts one address and returns its handle, or why it could not be
+    /// inserted (the per-address error `fi_av_insert` reports with
+    /// FI_SYNC_ERR). The default calls [`insert`](AddressVector::insert),
+    /// which keeps no reason: a refusal there is `AddrNotAvail`; providers
+    /// that know more override it.
+    fn insert_one(&self, addr: &Address) -> Result<FiAddr> {
+        let mut out = [FiAddr::NOTAVAIL];
+        self.insert(std::slice::from_ref(addr), &mut out)?;
+        if out[0] == FiAddr::NOTAVAIL {
+            return Err(crate::error::Error::new(
+                crate::error::ErrorKind::AddrNotAvail,
+                format!("av insert: the provider refused address {addr}"),
+            ));
+        }
+        Ok(out[0])
+    }
+
     /// Resolves node / service and inserts the result (`fi_av_insertsvc`).
     fn insertsvc(&self, node: &str, service: &str) -> Result<FiAddr>;
 

@@ -57,9 +57,12 @@ impl TxReport for Binds {
     }
 
     fn tx_failed(&self, d: &TxDone, err: &Error) {
+        // The operation's length, as in its successful completion (and as
+        // the tcp provider reports it).
         let e = CqEntry {
             context: d.context,
             flags: d.flags,
+            len: d.len,
             ..CqEntry::default()
         };
         self.failed(false, e, err, 0);

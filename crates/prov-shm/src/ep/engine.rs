@@ -81,6 +81,10 @@ pub(crate) struct Engine {
     /// timerfd firing every [`CHECK_EVERY`]: wakes blocked readers for
     /// the liveness checks.
     pub(crate) timer: OwnedFd,
+    /// One-shot timerfd in the wait fds of an application that sleeps
+    /// outside any call (`fi_trywait`): armed only while operations or
+    /// transfers are in flight, for their liveness checks.
+    pub(crate) ext_timer: OwnedFd,
     /// eventfd that wakes the auto-progress thread (FI_PROGRESS_AUTO).
     nudge: Option<OwnedFd>,
     auto_sleeping: AtomicBool,
@@ -98,6 +102,7 @@ impl Engine {
         let unannounced = sys::eventfd(1)?;
         // Wakes blocked readers for the liveness checks.
         let timer = sys::timer_every(CHECK_EVERY)?;
+        let ext_timer = sys::timer()?;
         let nudge = if auto { Some(sys::eventfd(0)?) } else { None };
         let e = Arc::new(Engine {
             state: SpinMutex::new(State {
@@ -114,6 +119,7 @@ impl Engine {
             inotify,
             unannounced,
             timer,
+            ext_timer,
             nudge,
             auto_sleeping: AtomicBool::new(false),
             armed: AtomicUsize::new(0),
@@ -241,6 +247,52 @@ impl Engine {
     /// possible sleep at once when nothing is found (the auto-progress
     /// thread, about to block). Returns whether anything happened.
     pub(crate) fn run(&self, idle_now: bool) -> bool {
+        self.pass(idle_now, false)
+    }
+
+    /// Whether an auto-progress thread drives this engine.
+    pub(crate) fn is_auto(&self) -> bool {
+        self.nudge.is_some()
+    }
+
+    /// The engine's part of `fi_trywait`: a pass that announces a possible
+    /// sleep at once when it finds nothing, then `Ok` if the announcement
+    /// stands (a peer that writes into one of our rings then makes the
+    /// inotify fd readable; a thread that withdraws it makes `unannounced`
+    /// readable) and the one-shot check timer is armed if anything is in
+    /// flight. `Again` when the pass did work, the announcement could not
+    /// be made (work stalled on a peer: keep polling), or another thread
+    /// holds the engine.
+    pub(crate) fn trywait(&self) -> Result<()> {
+        if self.is_auto() {
+            // The auto thread progresses; completions wake the object's
+            // own eventfd.
+            return Ok(());
+        }
+        let again = |why: &str| Err(Error::new(ErrorKind::Again, format!("shm: {why}")));
+        // The check timer fired: run the checks in this pass.
+        let due = sys::take(self.ext_timer.as_fd());
+        if self.pass(true, due) {
+            return again("progress was made; read, then call trywait again");
+        }
+        let Some(st) = self.state.try_lock() else {
+            return again("another thread is progressing the domain");
+        };
+        if !st.announced || st.eps.iter().any(EpRx::ring_ready) {
+            return again("progress is pending (work waits for room at a peer)");
+        }
+        let checks = st.eps.iter().any(EpRx::in_flight);
+        drop(st);
+        // One system call per trywait while something is in flight; a
+        // wait with nothing in flight needs no checks and stays quiet.
+        let after = if checks { CHECK_EVERY } else { Duration::ZERO };
+        sys::timer_set(self.ext_timer.as_fd(), after, Duration::ZERO)?;
+        Ok(())
+    }
+
+    /// One progress pass; `force_check`: run the liveness checks whatever
+    /// their schedule says.
+    fn pass(&self, idle_now: bool, force_check: bool) -> bool {
         // `None`: another thread is progressing right now.
         let Some(mut guard) = self.state.try_lock() else {
             return false;
@@ -311,7 +363,7 @@ impl Engine {
         // A blocked reader woke for the checks (see the module docs); it
         // runs them however recently they ran, since no other wake-up may
         // come.
-        let tick = self.armed.load(Ordering::SeqCst) > 0 && self.timer_fired();
+        let tick = force_check || (self.armed.load(Ordering::SeqCst) > 0 && self.timer_fired());
         if tick || st.calls % 256 == 0 || now.is_some() {
             let t = now.unwrap_or_else(Instant::now);
             if tick || t.duration_since(st.last_check) >= CHECK_EVERY {

@@ -43,7 +43,7 @@ use fabric_core::objects::{
     AtomicMsg, AtomicOp, AtomicOps, Bind, CmOps, CompletionFlags, Datatype, Endpoint, FiAddr, Msg,
     MsgOps, RmaIov, RmaMsg, RmaOps, SharedRx, TaggedOps,
 };
-use fabric_core::{Address, Error, ErrorKind, Info, OpFlags, Result};
+use fabric_core::{Address, Caps, Error, ErrorKind, Info, OpFlags, Result};
 
 use self::binds::{TxDone, TxReport, msg_flags};
 use self::engine::Engine;
@@ -307,7 +307,12 @@ impl ShmEndpoint {
             return self
                 .engine
                 .with_ep(sh.id, |ep| ep.peek(msg, flags))
-                .unwrap_or_else(|| Err(Error::from_kind(ErrorKind::OpBadState)));
+                .unwrap_or_else(|| {
+                    Err(Error::new(
+                        ErrorKind::OpBadState,
+                        "shm: endpoint not enabled (call enable after binding its CQ and AV)",
+                    ))
+                });
         }
         let req = RxReq {
             tagged,
@@ -440,6 +445,15 @@ impl TaggedOps for ShmEndpoint {
     }
 }
 
+impl ShmEndpoint {
+    /// Whether the endpoint's capabilities allow an operation (see
+    /// [`fabric_core::kit::caps::initiate`]).
+    #[inline]
+    fn may(&self, class: Caps, dir: Caps, what: &str) -> Result<()> {
+        fabric_core::kit::caps::initiate(self.shared.info.caps, class, dir, "shm", what)
+    }
+}
+
 // The zero-copy operations are `unsafe` methods of the trait.
 #[allow(unsafe_code)]
 impl RmaOps for ShmEndpoint {
@@ -450,6 +464,7 @@ impl RmaOps for ShmEndpoint {
         remote: RmaIov,
         data: Option<u64>,
     ) -> Result<()> {
+        self.may(Caps::RMA, Caps::WRITE, "an RMA write")?;
         if buf.len() > INJECT_SIZE {
             return Err(Error::new(
                 ErrorKind::MsgSize,
@@ -477,6 +492,7 @@ impl RmaOps for ShmEndpoint {
     }
 
     unsafe fn readmsg(&self, msg: &RmaMsg<'_>, flags: OpFlags) -> Result<()> {
+        self.may(Caps::RMA, Caps::READ, "an RMA read")?;
         let sh = &*self.shared;
         let b = sh.bound()?;
         let buf = Pieces::checked(msg.iov)?;
@@ -505,6 +521,7 @@ impl RmaOps for ShmEndpoint {
     }
 
     unsafe fn writemsg(&self, msg: &RmaMsg<'_>, flags: OpFlags) -> Result<()> {
+        self.may(Caps::RMA, Caps::WRITE, "an RMA write")?;
         let sh = &*self.shared;
         let b = sh.bound()?;
         let buf = Pieces::checked(msg.iov)?;
@@ -560,6 +577,12 @@ impl AtomicOps for ShmEndpoint {
     }
 
     unsafe fn atomicmsg(&self, msg: &AtomicMsg<'_>, flags: OpFlags) -> Result<()> {
+        let dir = if msg.result.is_empty() {
+            Caps::WRITE
+        } else {
+            Caps::READ
+        };
+        self.may(Caps::ATOMIC, dir, "an atomic")?;
         let sh = &*self.shared;
         let b = sh.bound()?;
         let kind = AtomicKind::of(!msg.compare.is_empty(), !msg.result.is_empty());

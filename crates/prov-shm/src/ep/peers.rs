@@ -175,7 +175,12 @@ impl RxState {
         let Some(Some(peer)) = self.peers.get_mut(pi as usize) else {
             return;
         };
-        let (cmd, bytes) = r.command(sh.id);
+        let (cmd, mut bytes) = r.command(sh.id);
+        if matches!(r, Reply::AckErr { .. }) {
+            // A reason rides inline (clipped to what a slot holds).
+            let cap = peer.sender.inline_capacity().min(super::tx::REASON_MAX);
+            bytes = &bytes[..bytes.len().min(cap)];
+        }
         if peer.backlog.is_empty() {
             match peer.sender.try_send(&cmd, bytes) {
                 Ok(()) => return,

@@ -352,9 +352,12 @@ impl EpShared {
     /// The bindings, once enabled.
     #[inline]
     pub(crate) fn bound(&self) -> Result<&Binds> {
-        self.bound
-            .get()
-            .ok_or_else(|| Error::from_kind(ErrorKind::OpBadState))
+        self.bound.get().ok_or_else(|| {
+            Error::new(
+                ErrorKind::OpBadState,
+                "shm: endpoint not enabled (call enable after binding its CQ and AV)",
+            )
+        })
     }
 
     /// The peer of `dest`, introduced and alive: from the table (the fast

@@ -154,6 +154,14 @@ impl EpRx {
             || !st.put_done_backlog.is_empty()
     }
 
+    /// Whether anything is in flight whose peer may die while we sleep
+    /// (operations, transfers from senders, a ring head claimed and not
+    /// committed, stalled work): a sleeper must wake for the liveness
+    /// checks.
+    pub(crate) fn in_flight(&self) -> bool {
+        self.st.ops.len() > 0 || self.st.xfers.len() > 0 || self.rx.head_claimed() || self.stalled()
+    }
+
     /// Whether the ring holds a command the engine would take now (not one
     /// left at the head by flow control).
     pub(crate) fn ring_ready(&self) -> bool {

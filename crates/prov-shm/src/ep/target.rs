@@ -55,6 +55,36 @@ impl RxState {
         Ok(())
     }
 
+    /// Answers a refused request with `k` and, when one of `rma` fails the
+    /// registration check for `need`, that check's reason (which range,
+    /// which key, which right), so that the initiator can say why.
+    #[cold]
+    fn refuse(
+        &mut self,
+        sh: &EpShared,
+        pi: u32,
+        id: u64,
+        k: ErrorKind,
+        rma: &[RmaIov],
+        need: MrAccess,
+    ) {
+        let why = rma
+            .iter()
+            .find_map(|r| sh.mr.check(r.key, r.addr, r.len, need).err());
+        match why {
+            Some(e) => {
+                let text = format!("{} (at the target)", e.detail());
+                let r = Reply::AckErr {
+                    id,
+                    status: wire::status_of(Some(k)),
+                    text: text.as_bytes(),
+                };
+                self.reply(sh, pi, r);
+            }
+            None => self.reply(sh, pi, Reply::ack(id, Some(k))),
+        }
+    }
+
     pub(super) fn on_write(&mut self, sh: &EpShared, b: &Binds, m: &Message, p: &Payload<'_>) {
         let Some(pi) = self.peer_of(m) else {
             return Self::unknown_sender(m);
@@ -72,7 +102,7 @@ impl RxState {
             Self::check_ranges(sh, d.rma(), MrAccess::REMOTE_WRITE)
         };
         if let Err(k) = bad {
-            return self.reply(sh, pi, Reply::ack(id, Some(k)));
+            return self.refuse(sh, pi, id, k, d.rma(), MrAccess::REMOTE_WRITE);
         }
         let inline = c.flags & flag::INLINE != 0;
         let push = c.flags & flag::PUSH != 0 || d.n_local == 0;
@@ -176,7 +206,7 @@ impl RxState {
             Self::check_ranges(sh, d.rma(), MrAccess::REMOTE_READ)
         };
         if let Err(k) = bad {
-            return self.reply(sh, pi, Reply::ack(id, Some(k)));
+            return self.refuse(sh, pi, id, k, d.rma(), MrAccess::REMOTE_READ);
         }
         let Some(Some(peer)) = self.peers.get_mut(pi as usize) else {
             return;
@@ -282,6 +312,17 @@ impl RxState {
             }
         } else {
             tracing::debug!(error = ?status, "shm: refused an atomic operation");
+        }
+        if let Some(k) = status {
+            let need = match (kind, aop) {
+                (_, AtomicOp::AtomicRead) => MrAccess::REMOTE_READ,
+                (AtomicKind::Plain, _) => MrAccess::REMOTE_WRITE,
+                _ => MrAccess::REMOTE_READ | MrAccess::REMOTE_WRITE,
+            };
+            self.refuse(sh, pi, id, k, d.rma(), need);
+            self.scratch = operands;
+            self.results = results;
+            return;
         }
         let reply = match (kind, status) {
             (AtomicKind::Plain, s) | (_, s @ Some(_)) => Reply::ack(id, s),

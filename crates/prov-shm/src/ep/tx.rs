@@ -25,6 +25,14 @@ use crate::wire::{self, DESC_MAX, Desc, INJECT_ID, flag, op};
 pub(crate) enum Reply<'a> {
     /// An operation is finished.
     Ack { id: u64, status: u64 },
+    /// An operation failed at the target: the status and the target's
+    /// reason as text (the initiator's error completion says it; a peer
+    /// that does not know this reads a plain error `ACK`).
+    AckErr {
+        id: u64,
+        status: u64,
+        text: &'a [u8],
+    },
     /// The receiver's part of a split rendezvous is in place.
     AckHead { id: u64 },
     /// An operation is finished and its results are these bytes.
@@ -65,6 +73,16 @@ impl Reply<'_> {
                     ..Command::default()
                 },
                 &[],
+            ),
+            Reply::AckErr { id, status, text } => (
+                Command {
+                    op: op::ACK,
+                    src,
+                    tag: id,
+                    data: status,
+                    ..Command::default()
+                },
+                text,
             ),
             Reply::AckHead { id } => (
                 Command {
@@ -504,7 +522,7 @@ impl RxState {
             op.got = op.got.max(n);
         }
         let err = match status {
-            Some(k) => Some(Error::new(k, remote_text(k))),
+            Some(k) => Some(Error::new(k, remote_text(k, p))),
             None if op.got < op.expect && !op.cma => Some(Error::new(
                 ErrorKind::Io,
                 "shm: the target finished without sending all the data",
@@ -626,9 +644,23 @@ impl RxState {
     }
 }
 
-fn remote_text(k: ErrorKind) -> String {
-    format!("shm: the target refused the operation: {}", k.description())
+/// The text of an operation the target refused: the target's reason when
+/// its `ACK` carries one, else the error's description.
+#[cold]
+fn remote_text(k: ErrorKind, p: &Payload<'_>) -> String {
+    if p.is_empty() {
+        return format!("shm: the target refused the operation: {}", k.description());
+    }
+    let mut raw = [0u8; REASON_MAX];
+    let n = p.copy_to(&mut raw);
+    format!(
+        "shm: the target refused the operation: {}",
+        String::from_utf8_lossy(&raw[..n])
+    )
 }
+
+/// Longest reason of a refusal carried back to the initiator.
+pub(crate) const REASON_MAX: usize = 256;
 
 /// Sends the next chunk of a push (at most one bounce buffer, within one
 /// piece of the source).

@@ -264,9 +264,12 @@ impl EpInner {
     }
 
     pub(crate) fn bound(&self) -> Result<&Binds> {
-        self.bound
-            .get()
-            .ok_or_else(|| Error::new(ErrorKind::OpBadState, "the endpoint is not enabled"))
+        self.bound.get().ok_or_else(|| {
+            Error::new(
+                ErrorKind::OpBadState,
+                "tcp: endpoint not enabled (call enable after binding its CQ and AV)",
+            )
+        })
     }
 
     pub(crate) fn token(&self, cid: u32) -> u64 {
@@ -464,6 +467,12 @@ impl EpProgress for EpInner {
     fn watch_all(&self) {
         let mut st = self.lock();
         self.watch_conns(&mut st);
+    }
+
+    fn pending(&self) -> bool {
+        // Queued frames (`tx_waiting`) wait for the socket's room, which
+        // the epoll set watches (or for a hello, which arrives by it).
+        self.srx_mail.load(Ordering::Acquire)
     }
 
     fn progress_direct(&self) -> Option<()> {

@@ -239,6 +239,15 @@ impl TaggedOps for TcpEndpoint {
     }
 }
 
+impl TcpEndpoint {
+    /// Whether the endpoint's capabilities allow an operation (see
+    /// [`fabric_core::kit::caps::initiate`]).
+    #[inline]
+    fn may(&self, class: Caps, dir: Caps, what: &str) -> Result<()> {
+        fabric_core::kit::caps::initiate(self.inner.info.caps, class, dir, "tcp", what)
+    }
+}
+
 // The zero-copy operations are `unsafe fn`s of the trait (their buffer
 // contract); the implementations themselves use no `unsafe`.
 #[allow(unsafe_code)]
@@ -250,6 +259,7 @@ impl RmaOps for TcpEndpoint {
         remote: RmaIov,
         data: Option<u64>,
     ) -> Result<()> {
+        self.may(Caps::RMA, Caps::WRITE, "an RMA write")?;
         inject_check(&self.inner.info, buf.len())?;
         let mut flags = OpFlags::INJECT;
         if data.is_some() {
@@ -267,10 +277,12 @@ impl RmaOps for TcpEndpoint {
     }
 
     unsafe fn readmsg(&self, msg: &RmaMsg<'_>, flags: OpFlags) -> Result<()> {
+        self.may(Caps::RMA, Caps::READ, "an RMA read")?;
         self.inner.read(msg, flags)
     }
 
     unsafe fn writemsg(&self, msg: &RmaMsg<'_>, flags: OpFlags) -> Result<()> {
+        self.may(Caps::RMA, Caps::WRITE, "an RMA write")?;
         let pieces = Pieces::new(msg.iov)?;
         let len = pieces.len();
         if flags.contains(OpFlags::INJECT) {
@@ -317,6 +329,12 @@ impl AtomicOps for TcpEndpoint {
     }
 
     unsafe fn atomicmsg(&self, msg: &AtomicMsg<'_>, flags: OpFlags) -> Result<()> {
+        let dir = if msg.result.is_empty() {
+            Caps::WRITE
+        } else {
+            Caps::READ
+        };
+        self.may(Caps::ATOMIC, dir, "an atomic")?;
         self.inner.atomic(msg, flags)
     }
 }

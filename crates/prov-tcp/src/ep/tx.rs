@@ -372,7 +372,7 @@ impl EpInner {
         if !self.enabled.load(Ordering::Acquire) {
             return Err(Error::new(
                 ErrorKind::OpBadState,
-                "the endpoint is not enabled",
+                "tcp: endpoint not enabled (call enable after binding its CQ and AV)",
             ));
         }
         let b = self.bound()?;
