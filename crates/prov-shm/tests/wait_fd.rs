@@ -152,3 +152,51 @@ fn a_message_from_another_process_wakes_the_sleep() {
     }
     drop(peer);
 }
+
+#[test]
+fn a_peer_that_closes_under_an_operation_in_flight_wakes_the_sleep() {
+    use fabric_core::objects::{CqEntry, CqErrEntry};
+    use fabric_core::testing::sleep::Sleeper;
+    use std::cell::RefCell;
+    use std::time::Duration;
+    // `a` sends a message larger than the eager limit to `b`, which posts
+    // no receive: the send stays in flight. The application sleeps on
+    // `a`'s CQ fd; `b` closes, which writes nothing into `a`'s region: the
+    // one-shot check timer that trywait armed must wake the sleep, and the
+    // send must fail.
+    let (a, b, b_at_a, _) = pair();
+    let big: &'static mut [u8] = Box::leak(vec![5u8; 4 << 20].into_boxed_slice());
+    let v = iov(big);
+    // SAFETY: the buffer is leaked: it outlives the operation.
+    unsafe {
+        a.ep.sendmsg(&msg(&v, b_at_a, 0, 0, 9), OpFlags::empty())
+            .unwrap()
+    };
+    let fd = a.cq.wait_fd().unwrap();
+    let sl = Sleeper::new(&[fd]);
+    let failed: RefCell<Option<CqErrEntry>> = RefCell::new(None);
+    let drain = || {
+        let mut e = [CqEntry::default()];
+        match a.cq.read(&mut e) {
+            Err(err) if err.kind() == ErrorKind::Avail => {
+                *failed.borrow_mut() = Some(a.cq.readerr().unwrap());
+            }
+            Ok(_) => panic!("the send completed: {:?}", e[0]),
+            Err(_) => {}
+        }
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(150));
+            drop(b);
+        });
+        sl.sleep_until(
+            &|| a.cq.trywait(),
+            &mut || drain(),
+            &|| failed.borrow().is_some(),
+            Duration::from_secs(30),
+        );
+    });
+    let e = failed.into_inner().unwrap();
+    assert_eq!((e.entry.context, e.err), (9, ErrorKind::ConnReset), "{e:?}");
+}

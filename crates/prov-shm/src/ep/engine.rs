@@ -85,6 +85,9 @@ pub(crate) struct Engine {
     /// outside any call (`fi_trywait`): armed only while operations or
     /// transfers are in flight, for their liveness checks.
     pub(crate) ext_timer: OwnedFd,
+    /// `ext_timer` is armed (so that disarming it costs a system call only
+    /// when it was).
+    ext_timer_on: AtomicBool,
     /// eventfd that wakes the auto-progress thread (FI_PROGRESS_AUTO).
     nudge: Option<OwnedFd>,
     auto_sleeping: AtomicBool,
@@ -120,6 +123,7 @@ impl Engine {
             unannounced,
             timer,
             ext_timer,
+            ext_timer_on: AtomicBool::new(false),
             nudge,
             auto_sleeping: AtomicBool::new(false),
             armed: AtomicUsize::new(0),
@@ -285,8 +289,14 @@ impl Engine {
         drop(st);
         // One system call per trywait while something is in flight; a
         // wait with nothing in flight needs no checks and stays quiet.
-        let after = if checks { CHECK_EVERY } else { Duration::ZERO };
-        sys::timer_set(self.ext_timer.as_fd(), after, Duration::ZERO)?;
+        if checks {
+            self.ext_timer_on.store(true, Ordering::SeqCst);
+            sys::timer_set(self.ext_timer.as_fd(), CHECK_EVERY, Duration::ZERO)?;
+        } else if self.ext_timer_on.swap(false, Ordering::SeqCst) {
+            sys::timer_set(self.ext_timer.as_fd(), Duration::ZERO, Duration::ZERO)?;
+            // A firing that came before the disarm is read off too.
+            let _ = sys::take(self.ext_timer.as_fd());
+        }
         Ok(())
     }
 
