@@ -70,11 +70,17 @@ pub fn service_port(service: &str) -> Result<u16> {
         ..Default::default()
     };
     let mut it = dns_lookup::getaddrinfo(None, Some(service), Some(hints))
-        .map_err(|e| Error::no_data(format!("unknown service `{service}`: {e:?}")))?;
+        .map_err(|e| Error::no_data(format!("unknown service `{service}`: {}", lookup(e))))?;
     match it.next() {
         Some(Ok(ai)) => Ok(ai.sockaddr.port()),
         _ => Err(Error::no_data(format!("unknown service `{service}`"))),
     }
+}
+
+/// The resolver's reason, as text (`gai_strerror`'s, or the system
+/// error's).
+fn lookup(e: dns_lookup::LookupError) -> std::io::Error {
+    std::io::Error::from(e)
 }
 
 /// Resolves a query into socket addresses, in resolver order, without
@@ -127,7 +133,7 @@ pub fn resolve(q: &Query<'_>) -> Result<Vec<SocketAddr>> {
         ..Default::default()
     };
     let iter = dns_lookup::getaddrinfo(Some(node), None, Some(hints))
-        .map_err(|e| Error::no_data(format!("cannot resolve node `{node}`: {e:?}")))?;
+        .map_err(|e| Error::no_data(format!("cannot resolve node `{node}`: {}", lookup(e))))?;
     let mut out: Vec<SocketAddr> = Vec::new();
     for ai in iter.flatten() {
         let sa = SocketAddr::new(ai.sockaddr.ip(), port);
@@ -209,6 +215,14 @@ mod tests {
         })
         .unwrap();
         assert_eq!(r, vec!["127.0.0.1:9".parse().unwrap()]);
+    }
+
+    #[test]
+    fn resolver_errors_read_as_text() {
+        let e = service_port("no-such-service-for-fabric").unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("unknown service"), "{text}");
+        assert!(!text.contains("LookupError"), "{text}");
     }
 
     #[test]
