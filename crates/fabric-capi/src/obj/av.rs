@@ -247,26 +247,46 @@ unsafe fn string_array(p: *const u8) -> bool {
     (0..size_of::<*const u8>()).any(|i| unsafe { *p.add(i) } == 0)
 }
 
+/// `FI_SYNC_ERR` (`fi_av_insert` flag): per-address statuses.
+const FI_SYNC_ERR: u64 = 1 << 58;
+
 unsafe extern "C" fn insert(
     av: *mut FidAv,
     addr: *const c_void,
     count: usize,
     fi_addr: *mut u64,
     flags: u64,
-    _context: *mut c_void,
+    context: *mut c_void,
 ) -> c_int {
     guard_int(|| {
         // SAFETY: the application passes an AV from fi_av_open.
         let Some(a) = (unsafe { get(av) }) else {
             return EINVAL;
         };
-        if (addr.is_null() && count > 0) || flags != 0 {
-            return if flags != 0 {
+        if (addr.is_null() && count > 0) || flags & !FI_SYNC_ERR != 0 {
+            return if flags & !FI_SYNC_ERR != 0 {
                 ErrorKind::BadFlags.code()
             } else {
                 EINVAL
             };
         }
+        // FI_SYNC_ERR: `context` is an array of `count` ints that gets
+        // each address's status (0, or the negative fabric errno of why
+        // it was refused).
+        let errs = if flags & FI_SYNC_ERR != 0 {
+            if context.is_null() && count > 0 {
+                return EINVAL;
+            }
+            context.cast::<c_int>()
+        } else {
+            std::ptr::null_mut()
+        };
+        let status = |i: usize, code: c_int| {
+            if !errs.is_null() {
+                // SAFETY: room for `count` ints, per fi_av(3).
+                unsafe { *errs.add(i) = code };
+            }
+        };
         let mut p = addr.cast::<u8>();
         // SAFETY: `count` > 0 addresses of the domain's format at `addr`.
         let array = count > 0 && a.addr_format == AddrFormat::Str && unsafe { string_array(p) };
@@ -296,19 +316,29 @@ unsafe extern "C" fn insert(
             };
             let mut out = [FiAddr::NOTAVAIL];
             let failed = one.is_err();
-            let ok = match one {
-                Ok(addr) => a.inner.insert(&[addr], &mut out).is_ok_and(|n| n == 1),
-                Err(_) => false,
-            };
-            if ok {
-                inserted += 1;
+            // `insert_one` keeps the provider's reason for a refusal.
+            match one.and_then(|addr| a.inner.insert_one(&addr)) {
+                Ok(h) => {
+                    out[0] = h;
+                    inserted += 1;
+                    status(i, 0);
+                }
+                Err(e) => status(i, e.code()),
             }
             if !fi_addr.is_null() {
                 // SAFETY: room for `count` handles, per fi_av(3).
                 unsafe { *fi_addr.add(i) = out[0].0 };
             }
             if failed && !array {
-                // The length of what follows is unknown.
+                // The length of what follows is unknown: the rest is not
+                // inserted.
+                for j in i + 1..count {
+                    status(j, ErrorKind::Canceled.code());
+                    if !fi_addr.is_null() {
+                        // SAFETY: as above.
+                        unsafe { *fi_addr.add(j) = FiAddr::NOTAVAIL.0 };
+                    }
+                }
                 break;
             }
         }

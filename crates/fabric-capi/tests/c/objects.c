@@ -212,6 +212,27 @@ int main(int argc, char **argv)
 	char tiny[1];
 	CHECK(fi_getname(&ep[0]->fid, tiny, &small) == -FI_ETOOSMALL);
 	CHECK(small > 1);
+	if (ours) {
+		/* FI_SYNC_ERR: each address's status in the int array at
+		 * context: 0 when inserted, a negative fabric errno when not. */
+		struct fid_av *av2;
+		OK(fi_av_open(domain, &av_attr, &av2, NULL));
+		char name[128], bad[128];
+		size_t len = sizeof(name);
+		OK(fi_getname(&ep[0]->fid, name, &len));
+		int errs[1] = { 123 };
+		fi_addr_t a1 = FI_ADDR_NOTAVAIL;
+		CHECK(fi_av_insert(av2, name, 1, &a1, FI_SYNC_ERR, errs) == 1);
+		CHECK(errs[0] == 0 && a1 != FI_ADDR_NOTAVAIL);
+		memcpy(bad, name, len);
+		bad[0] = 99; /* sa_family: not AF_INET */
+		bad[1] = 0;
+		errs[0] = 0;
+		CHECK(fi_av_insert(av2, bad, 1, &a1, FI_SYNC_ERR, errs) == 0);
+		CHECK(errs[0] < 0 && a1 == FI_ADDR_NOTAVAIL);
+		CHECK(fi_av_insert(av2, name, 1, &a1, FI_SYNC_ERR, NULL) == -FI_EINVAL);
+		OK(fi_close(&av2->fid));
+	}
 
 	static char src[64], dst[64];
 	struct fid_mr *mr;
