@@ -8,8 +8,9 @@
 //! - `survivor` / `victim`, then `restarted`: the victim's host is powered
 //!   off while the survivor sends to it (the survivor prints `XHOST_CUT`,
 //!   on which the rig kills the victim's guest); every send outstanding at
-//!   the survivor ends in exactly one completion within [`FAULT_BOUND`],
-//!   and the same endpoint then talks to the restarted peer.
+//!   the survivor ends in exactly one completion within [`FAULT_BOUND`];
+//!   then the survivor prints `XHOST_RESTORE` (the rig boots the victim's
+//!   guest again) and the same endpoint talks to the restarted peer.
 //!
 //! `XHOST_SELF` / `XHOST_PEER` are this host's and the peer's IPv4
 //! addresses on the link, `XHOST_SELF6` / `XHOST_PEER6` the IPv6 ones. The
@@ -728,6 +729,8 @@ fn survivor(ud: &Ud) {
 
     // The restarted peer: a new boot, a new endpoint, the same endpoint
     // here.
+    println!("{}", var("XHOST_RESTORE"));
+    std::io::stdout().flush().unwrap();
     let waited = Instant::now();
     let mut ctl = Ctl::accept(18906);
     eprintln!(

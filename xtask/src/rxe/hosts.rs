@@ -17,8 +17,9 @@
 //!
 //! The fault step: guest A asks the host (`<marker> power-off b`) to power
 //! off guest B in the middle of a transfer; the host kills B's QEMU (the
-//! power going away: no shutdown, no goodbye on the wire), starts it again
-//! with `xtask.phase=restarted`, and the restarted B connects to A again.
+//! power going away: no shutdown, no goodbye on the wire). Once A has seen
+//! what it waits for, it asks for `<marker> power-on b`: the host starts B
+//! again with `xtask.phase=restarted`, and the restarted B connects to A.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -249,6 +250,9 @@ failed=0
     if plan.fault {
         fault(&mut s, plan);
     }
+    // rxe's counters: retransmissions, timeouts and sequence errors show a
+    // lossy link.
+    s.push_str("rdma statistic show link rxe0/1\n");
     s.push_str(
         "say \"guest $HOST: $((count - failed)) of $count checks passed\"\n\
          rendezvous end\n\
@@ -371,7 +375,7 @@ count=$((count + 1))
 case "$HOST" in
 a)
     say "==> fault: survivor (guest b is powered off mid-transfer)"
-    XHOST_ROLE=survivor XHOST_PEER=$PEER XHOST_SELF=$ME XHOST_CUT="$MARK power-off b" \
+    XHOST_ROLE=survivor XHOST_PEER=$PEER XHOST_SELF=$ME XHOST_CUT="$MARK power-off b" XHOST_RESTORE="$MARK power-on b" \
         timeout 600 {t} --test-threads=1 --exact fault_power_off --nocapture
     rc=$?
     if [ $rc -eq 0 ]; then say "<== fault: ok"; else say "<== fault: FAILED (exit $rc)"; failed=$((failed + 1)); fi
@@ -422,6 +426,7 @@ pub(super) enum Outcome {
 enum Event {
     Sync(String),
     PowerOff(String),
+    PowerOn(String),
     Verdict(bool),
     /// The console closed: QEMU ended.
     Ended,
@@ -466,7 +471,13 @@ impl Link {
             "-netdev".into(),
             format!("socket,id=link,udp=127.0.0.1:{peer},localaddr=127.0.0.1:{me}"),
             "-device".into(),
-            format!("virtio-net-pci,netdev=link,mac={}", HOSTS[i].3),
+            // The largest receive ring: rxe sends a burst of packets per
+            // message (an RDMA read's whole answer at once), and a frame
+            // that finds the ring full is lost, costing a retransmission.
+            format!(
+                "virtio-net-pci,netdev=link,mac={},rx_queue_size=1024",
+                HOSTS[i].3
+            ),
         ]
     }
 }
@@ -568,6 +579,9 @@ fn parse_event(line: &str, marker: &str) -> Option<Event> {
     }
     if let Some(host) = rest.strip_prefix(" power-off ") {
         return Some(Event::PowerOff(host.trim().to_string()));
+    }
+    if let Some(host) = rest.strip_prefix(" power-on ") {
+        return Some(Event::PowerOn(host.trim().to_string()));
     }
     match rest.trim() {
         ": PASS" => Some(Event::Verdict(true)),
@@ -675,6 +689,11 @@ fn drive(
                     )));
                 }
             }
+            Event::PowerOff(target) | Event::PowerOn(target) if target == guests[i].name => {
+                return Ok(Outcome::Fail(format!(
+                    "guest {target} asked to power itself off or on"
+                )));
+            }
             Event::PowerOff(target) => {
                 let Some(t) = HOSTS.iter().position(|h| h.0 == target) else {
                     return Ok(Outcome::Fail(format!(
@@ -683,13 +702,26 @@ fn drive(
                     )));
                 };
                 println!("rxe: powering off guest {target} (killing its QEMU)");
+                // Its reader's Ended event is queued by now: expected.
                 restarting = Some(t);
                 guests[t].kill();
-                // Its reader's Ended event is already queued; the new QEMU
-                // gets a fresh reader.
+                guests[t].waits_at = None;
+            }
+            Event::PowerOn(target) => {
+                let Some(t) = HOSTS.iter().position(|h| h.0 == target) else {
+                    return Ok(Outcome::Fail(format!(
+                        "guest {} asked to power on unknown guest `{target}`",
+                        guests[i].name
+                    )));
+                };
+                if guests[t].reader.is_some() {
+                    return Ok(Outcome::Fail(format!(
+                        "guest {} asked to power on guest {target}, which runs",
+                        guests[i].name
+                    )));
+                }
                 println!("rxe: starting guest {target} again");
-                let g = start(b, link, t, Some("restarted"), tx)?;
-                guests[t] = g;
+                guests[t] = start(b, link, t, Some("restarted"), tx)?;
             }
             Event::Ended => {
                 if restarting == Some(i) {
@@ -808,6 +840,7 @@ mod tests {
         assert!(s.contains("[ \"$PHASE\" = restarted ] && {\n"));
         assert!(s.contains("XHOST_ROLE=restarted"));
         assert!(s.contains("XHOST_CUT=\"$MARK power-off b\""));
+        assert!(s.contains("XHOST_RESTORE=\"$MARK power-on b\""));
     }
 
     #[test]
@@ -819,6 +852,10 @@ mod tests {
         assert!(matches!(
             parse_event("x m-1 power-off b", "m-1"),
             Some(Event::PowerOff(n)) if n == "b"
+        ));
+        assert!(matches!(
+            parse_event("m-1 power-on b", "m-1"),
+            Some(Event::PowerOn(n)) if n == "b"
         ));
         assert!(matches!(
             parse_event("m-1: PASS", "m-1"),
