@@ -71,7 +71,7 @@ impl Counter for ShmCntr {
             }
             Ok((core.read() >= threshold).then_some(()))
         })?;
-        r.ok_or_else(|| Error::new(ErrorKind::TimedOut, "counter wait timed out"))
+        r.ok_or_else(|| fabric_core::kit::cntr::timed_out(threshold, core.read(), timeout))
     }
     fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         self.inner.wait_fd()

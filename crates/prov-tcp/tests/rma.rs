@@ -290,6 +290,12 @@ fn refused_accesses_fail_and_change_nothing() {
         let e = next(a.cq.as_ref(), &[b.cq.as_ref()]).unwrap_err();
         assert_eq!((e.err, e.entry.context), (*kind, i as u64), "{what}: {e:?}");
         assert_eq!(e.entry.len, 64, "{what}: the operation's length");
+        let says = if *kind == ErrorKind::KeyRejected {
+            "no memory region with the key"
+        } else {
+            "outside the region"
+        };
+        assert!(e.err_text.contains(says), "{what}: {}", e.err_text);
     }
     // A multi-range write with one bad range writes none of them.
     let remote = [at(0, 32, 11), at(0, 32, 99)];

@@ -98,10 +98,20 @@ impl CntrCore {
                 return Ok(());
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(Error::new(ErrorKind::TimedOut, "counter wait timed out"));
+                return Err(timed_out(threshold, self.read(), timeout));
             }
         }
     }
+}
+
+/// The error of a counter wait that timed out: how long it waited, for
+/// what count, and where the count stands.
+pub fn timed_out(threshold: u64, now: u64, timeout: Option<Duration>) -> Error {
+    let ms = timeout.map_or(0, |t| t.as_millis());
+    Error::new(
+        ErrorKind::TimedOut,
+        format!("counter wait timed out after {ms} ms: the count is {now}, waited for {threshold}"),
+    )
 }
 
 /// The longest sleep of a counter wait that has no provider fds to sleep
@@ -126,6 +136,7 @@ mod tests {
             .wait(3, &[], Some(Duration::from_millis(5)), || Ok(()))
             .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::TimedOut);
+        assert!(e.to_string().contains("timed out after 5 ms"), "{e}");
         let mut n = 0;
         assert!(
             c.wait(5, &[], None, || {

@@ -44,11 +44,20 @@ fn take_pending(
     }
 }
 
+#[cold]
 fn remote(kind: ErrorKind, what: &str) -> Error {
-    Error::new(
-        kind,
-        format!("tcp: the peer refused the {what}: {}", kind.description()),
-    )
+    // The wire carries the status only (not the target's text): say what
+    // the status means for remote memory.
+    let why = match kind {
+        ErrorKind::KeyRejected => {
+            "it has no memory region with the key given (FI_EKEYREJECTED)".to_owned()
+        }
+        ErrorKind::Access => "a range is outside the region of its key, or the region \
+             does not grant the access, or the endpoint does not serve it (FI_EACCES)"
+            .to_owned(),
+        k => k.description().to_owned(),
+    };
+    Error::new(kind, format!("tcp: the peer refused the {what}: {why}"))
 }
 
 /// The header flags asking for an acknowledgement, from an operation's
