@@ -422,6 +422,7 @@ enabled = false
             "fuzz",
             "soak-short",
             "rxe",
+            "rxe-hosts",
         ] {
             assert!(
                 legs.iter().any(|l| l.name == name && l.enabled),
