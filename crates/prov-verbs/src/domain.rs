@@ -6,15 +6,15 @@ use std::sync::{Arc, Mutex, Weak};
 use fabric_core::kit::objects::{Cntr, Eq, Progress};
 use fabric_core::objects::{
     AddressVector, AvAttr, CntrAttr, CompletionQueue, Counter, CqAttr, Domain, Endpoint, EqAttr,
-    EventQueue, Fabric, MemoryRegion, MrAccess, MrAttr, MrDesc, PassiveEndpoint,
+    EventQueue, Fabric, MemoryRegion, MrAccess, MrAttr, MrDesc, PassiveEndpoint, SharedRx,
 };
-use fabric_core::{DomainAttr, EpType, Error, ErrorKind, FabricAttr, Info, Result};
+use fabric_core::{DomainAttr, EpType, Error, ErrorKind, FabricAttr, Info, Result, RxAttr};
 
 use crate::cq::{CqShared, VerbsCq};
 use crate::ep::dgram::DgramEndpoint;
 use crate::ep::msg::MsgEndpoint;
 use crate::ep::passive::VerbsPassiveEndpoint;
-use crate::ep::rdm::RdmEndpoint;
+use crate::ep::rdm::{RdmEndpoint, VerbsSrx};
 use crate::getinfo::Limits;
 use crate::raw::device::{self, Context, Pd};
 use crate::raw::verbs::{Access, Mr};
@@ -205,6 +205,14 @@ impl Domain for VerbsDomain {
                 _ => crate::getinfo::RX_OP_FLAGS,
             },
         )?;
+        if info.ep_attr.rx_ctx_cnt == fabric_core::SHARED_CONTEXT
+            && info.ep_attr.ep_type != EpType::Rdm
+        {
+            return Err(Error::inval(format!(
+                "verbs: {} endpoints take no shared receive context (FI_SHARED_CONTEXT)",
+                info.ep_attr.ep_type
+            )));
+        }
         match info.ep_attr.ep_type {
             EpType::Msg => Ok(Box::new(MsgEndpoint::open(info, self.core.clone())?)),
             EpType::Rdm => RdmEndpoint::open(info, self.core.clone()),
@@ -214,6 +222,17 @@ impl Domain for VerbsDomain {
                 format!("verbs: {t} endpoints are not offered"),
             )),
         }
+    }
+
+    /// A shared receive context for RDM endpoints (software: the
+    /// endpoints share one receive engine, each with its own receive
+    /// buffers and connections).
+    fn srx_context(&self, attr: &RxAttr) -> Result<Box<dyn SharedRx>> {
+        Ok(Box::new(VerbsSrx::new(
+            attr,
+            self.core.clone(),
+            self.attr.max_ep_srx_ctx,
+        )))
     }
 
     fn cq(&self, attr: &CqAttr) -> Result<Box<dyn CompletionQueue>> {

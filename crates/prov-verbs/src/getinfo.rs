@@ -383,6 +383,9 @@ pub fn offers(p: &PortAddr, rx_cq_data: bool) -> Vec<Info> {
         d.rx_ctx_cnt = l.max_qp;
         d.max_ep_tx_ctx = 1;
         d.max_ep_rx_ctx = 1;
+        // RDM: endpoints one shared receive context (`fi_srx_context`)
+        // may serve, any of the domain's; MSG endpoints take none.
+        d.max_ep_srx_ctx = if msg { 0 } else { d.ep_cnt };
         d.cntr_cnt = 1024;
         d.mr_iov_limit = 1;
         d.caps = Caps::LOCAL_COMM | Caps::REMOTE_COMM;

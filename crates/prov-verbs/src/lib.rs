@@ -26,6 +26,11 @@
 //!   RMA and atomics, FI_FENCE (kept by the provider: a fenced operation
 //!   waits for the earlier ones to the same peer, rendezvous included), no
 //!   FI_MR_LOCAL: applications written for tcp / shm run unchanged.
+//! - **Shared receive contexts** ([`VerbsSrx`], `fi_srx_context`) for RDM
+//!   endpoints, in software: the bound endpoints feed one receive engine
+//!   (posted receives, unexpected messages and their budget), each keeping
+//!   its own receive buffers, connections and CQ; a receive completes on
+//!   the CQ of the endpoint its message arrived at. No verbs SRQ is shared.
 //! - **CQs** ([`VerbsCq`]) read the hardware CQ straight into the caller's
 //!   array; blocking reads and `wait_fd` use the completion channel, armed
 //!   only when a reader is about to sleep. **EQs**, counters and AVs are
@@ -137,7 +142,7 @@ pub use domain::{VerbsDomain, VerbsFabric, VerbsMr};
 pub use ep::dgram::DgramEndpoint;
 pub use ep::msg::MsgEndpoint;
 pub use ep::passive::VerbsPassiveEndpoint;
-pub use ep::rdm::RdmEndpoint;
+pub use ep::rdm::{RdmEndpoint, VerbsSrx};
 
 /// The verbs provider.
 #[derive(Debug, Default, Clone, Copy)]

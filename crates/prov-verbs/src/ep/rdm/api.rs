@@ -182,7 +182,7 @@ impl RdmEndpoint {
         } else {
             None
         };
-        let mut st = lock(&e.state);
+        let mut st = e.lock();
         if st.tx_free.is_empty() {
             e.progress_locked(&mut st, false)?;
         }
@@ -277,7 +277,7 @@ impl RdmEndpoint {
                 ));
             }
         };
-        let mut st = lock(&e.state);
+        let mut st = e.lock();
         if st.tx_free.is_empty() {
             e.progress_locked(&mut st, false)?;
         }
@@ -342,17 +342,32 @@ impl Endpoint for RdmEndpoint {
     }
 
     fn enable(&self) -> Result<()> {
-        let me: Arc<dyn Progress> = self.inner.clone();
-        crate::ep::enable_pending(
-            &self.inner.binds,
-            &self.inner.pending,
-            me,
-            true,
-            "an RDM endpoint",
-        )
+        let e = &self.inner;
+        let enable = || {
+            let me: Arc<dyn Progress> = e.clone();
+            crate::ep::enable_pending(&e.binds, &e.pending, me, true, "an RDM endpoint")?;
+            e.binds.get().cloned().ok_or_else(crate::ep::not_enabled)
+        };
+        match e.srx.get() {
+            Some(srx) => {
+                if e.binds.get().is_some() {
+                    return Err(crate::ep::already_enabled());
+                }
+                let pending = lock(&e.pending).clone();
+                srx.enable_member(e.ep_no, &pending, enable)
+            }
+            None if e.info.ep_attr.rx_ctx_cnt == fabric_core::SHARED_CONTEXT => Err(Error::inval(
+                "verbs: an endpoint opened with rx_ctx_cnt = FI_SHARED_CONTEXT needs a shared \
+                 receive context bound before enable",
+            )),
+            None => enable().map(|_| ()),
+        }
     }
 
     fn cancel(&self, context: u64) -> Result<()> {
+        if self.inner.srx.get().is_some() {
+            return Err(shared_rx());
+        }
         let Some(b) = self.inner.binds.get() else {
             return Err(crate::ep::not_enabled());
         };
@@ -364,7 +379,29 @@ impl Endpoint for RdmEndpoint {
     }
 
     fn set_min_multi_recv(&self, bytes: usize) -> Result<()> {
+        if self.inner.srx.get().is_some() {
+            return Err(shared_rx());
+        }
         self.inner.set_min_multi_recv(bytes);
         Ok(())
     }
+
+    fn bind_srx(&self, srx: &dyn fabric_core::objects::SharedRx) -> Result<()> {
+        if self.inner.binds.get().is_some() {
+            return Err(Error::new(ErrorKind::OpBadState, "bind after enable"));
+        }
+        let srx = srx.as_any().downcast_ref::<VerbsSrx>().ok_or_else(|| {
+            Error::inval("verbs: bind of a shared receive context of another provider")
+        })?;
+        srx.attach(&self.inner)
+    }
+}
+
+/// The refusal of an endpoint's own receive calls while it is bound to a
+/// shared receive context.
+pub(super) fn shared_rx() -> Error {
+    Error::new(
+        ErrorKind::OpNotSupp,
+        "verbs: the endpoint receives through its shared receive context; use the context",
+    )
 }

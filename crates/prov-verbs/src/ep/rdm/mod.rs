@@ -76,6 +76,9 @@
 //!   FI_PEEK / FI_CLAIM / FI_DISCARD, FI_MULTI_RECV and cancel are the
 //!   kit's receive engine ([`fabric_core::kit::rx::RxEngine`], driven by
 //!   [`rx`]).
+//! - Shared receive contexts (`fi_srx_context`): the bound endpoints
+//!   share the engine, each driving it for the messages that arrive at it
+//!   ([`srx`]).
 //! - RMA and atomics go straight to the NIC on the connection (RDMA write /
 //!   read, fetch-add, compare-swap); remote CQ data of a write arrives as
 //!   the immediate of an RDMA write and is reported in the target's
@@ -166,9 +169,11 @@ mod api;
 mod conn;
 mod rx;
 mod slab;
+mod srx;
 mod wire;
 
 use slab::Slab;
+pub use srx::VerbsSrx;
 pub(crate) use wire::new_av;
 use wire::{Hdr, decode_name, encode_name};
 
@@ -326,6 +331,9 @@ struct State {
     /// Connections torn down whose queue pairs are destroyed once their
     /// flushed work has been reaped.
     closing: Vec<usize>,
+    /// Work of a shared receive context's engine about other endpoints'
+    /// senders, handed to them when the pass ends (empty otherwise).
+    foreign: Vec<fabric_core::kit::rx::Action<rx::VerbsWire>>,
 }
 
 pub(crate) struct Engine {
@@ -351,6 +359,29 @@ pub(crate) struct Engine {
     max_msg: usize,
     /// `FI_OPT_MIN_MULTI_RECV` (the receive engine holds it too).
     min_multi: AtomicUsize,
+    /// The endpoint's number (its senders are named by it and their
+    /// connection: [`srx::peer`]).
+    ep_no: u32,
+    /// The shared receive context it is bound to (`fi_ep_bind`).
+    srx: OnceLock<Arc<srx::SrxInner>>,
+    /// The context holds work for this endpoint.
+    srx_mail: Arc<AtomicBool>,
+}
+
+impl Drop for Engine {
+    /// An endpoint bound to a shared receive context closes: it leaves
+    /// the context, taking its part of the shared engine with it (see
+    /// [`srx`]). Nothing to do for the others.
+    fn drop(&mut self) {
+        let Some(srx) = self.srx.get() else {
+            return;
+        };
+        let st = match self.state.get_mut() {
+            Ok(st) => st,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        srx.leave(self.ep_no, st, self.binds.get());
+    }
 }
 
 /// An RDM endpoint of the verbs provider.
@@ -454,6 +485,7 @@ impl RdmEndpoint {
                 rma: Slab::new(),
                 control: VecDeque::new(),
                 closing: Vec::new(),
+                foreign: Vec::new(),
             }),
             _listener: listener,
             srq,
@@ -471,6 +503,9 @@ impl RdmEndpoint {
             ticks: std::sync::atomic::AtomicU32::new(0),
             max_msg,
             min_multi: AtomicUsize::new(MIN_MULTI_RECV),
+            ep_no: srx::next_ep_no(),
+            srx: OnceLock::new(),
+            srx_mail: Arc::new(AtomicBool::new(false)),
         };
         Ok(Box::new(RdmEndpoint {
             inner: Arc::new(engine),
@@ -722,7 +757,7 @@ impl Engine {
         }
         let data = flags.contains(OpFlags::REMOTE_CQ_DATA);
         let fence = flags.contains(OpFlags::FENCE);
-        let mut st = lock(&self.state);
+        let mut st = self.lock();
         let conn = self.conn_to(&mut st, msg.addr)?;
         if st.tx_free.is_empty() {
             self.progress_locked(&mut st, false)?;
@@ -1018,10 +1053,11 @@ impl Progress for Engine {
         {
             self.armed.store(false, Ordering::Release);
         }
-        let Ok(mut st) = self.state.try_lock() else {
+        let Ok(st) = self.state.try_lock() else {
             // Another thread is in the engine and progresses it.
             return Ok(());
         };
+        let mut st = srx::Pass::new(self, st);
         let tick = self.ticks.fetch_add(1, Ordering::Relaxed);
         let cm = self.cm_hint.swap(false, Ordering::AcqRel) || tick % 64 == 0;
         self.progress_locked(&mut st, cm)

@@ -47,8 +47,9 @@ impl Transport for VerbsWire {
     type Remote = Remote;
     /// Nothing: RC acknowledges in hardware.
     type Ack = ();
-    /// The connection (an index in the endpoint's table, never reused).
-    type Peer = usize;
+    /// The endpoint and its connection (see [`srx::peer`]), so that the
+    /// engine of a shared receive context names the endpoint too.
+    type Peer = srx::Peer;
 }
 
 /// A kept message whose data is not in the engine's buffers: a rendezvous
@@ -57,7 +58,8 @@ impl Transport for VerbsWire {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Remote {
     hdr: Hdr,
-    conn: usize,
+    /// The sender (endpoint and connection).
+    pub(super) peer: srx::Peer,
     /// The receive buffer the message holds (not reposted until the
     /// message is taken or dropped).
     slot: Option<usize>,
@@ -140,11 +142,12 @@ impl Engine {
             return true;
         }
         let buffered = if rts { 0 } else { payload.len() };
-        let (held, repost) = if st.rx.admit(conn, buffered) {
+        let from = srx::peer(self.ep_no, conn);
+        let (held, repost) = if st.rx.admit(from, buffered) {
             let held = if rts {
                 Held::Remote(Remote {
                     hdr: h,
-                    conn,
+                    peer: from,
                     slot: None,
                 })
             } else {
@@ -161,7 +164,7 @@ impl Engine {
             // stays in its receive buffer, which is not reposted.
             let r = Remote {
                 hdr: h,
-                conn,
+                peer: from,
                 slot: Some(slot),
             };
             (Held::Remote(r), false)
@@ -169,7 +172,7 @@ impl Engine {
         let entry = Entry {
             len: h.len,
             data,
-            peer: conn,
+            peer: from,
             held,
         };
         st.rx.keep(tagged, tag, src, entry);
@@ -189,8 +192,8 @@ impl Engine {
     ) -> bool {
         let src = conn.map_or(FiAddr::NOTAVAIL, |c| self.src_of(st, c));
         // RDM endpoints are not offered FI_RX_CQ_DATA: nothing consumed.
-        st.rx
-            .remote_cq_data(b, u64::from(imm), src, conn.unwrap_or(usize::MAX), false);
+        let from = srx::peer(self.ep_no, conn.unwrap_or(u32::MAX as usize));
+        st.rx.remote_cq_data(b, u64::from(imm), src, from, false);
         if st.rx.has_actions() {
             self.rx_actions(st, b);
         }
@@ -208,13 +211,20 @@ impl Engine {
     /// release a sender, pause or resume a connection.
     pub(super) fn rx_actions(&self, st: &mut State, b: &Binds) {
         while let Some(a) = st.rx.next_action() {
+            if srx::owner(&a) != self.ep_no {
+                // A shared receive context's work about another
+                // endpoint's sender: that endpoint does it.
+                st.foreign.push(a);
+                continue;
+            }
             match a {
                 Action::Fetch { recv, meta, remote } => {
                     if remote.is_rts() {
                         if let Some(s) = remote.slot {
                             self.repost(s);
                         }
-                        self.start_read(st, b, recv, meta, remote.hdr, remote.conn);
+                        let conn = srx::conn_of(remote.peer);
+                        self.start_read(st, b, recv, meta, remote.hdr, conn);
                     } else if let Some(s) = remote.slot {
                         let len = usize_of(remote.hdr.len).min(EAGER_MAX);
                         // The buffer holds the message (HDR + len bytes,
@@ -238,17 +248,17 @@ impl Engine {
                             id: remote.hdr.id,
                             ..Hdr::default()
                         };
-                        self.send_control(st, remote.conn, fin);
+                        self.send_control(st, srx::conn_of(remote.peer), fin);
                     }
                 }
                 Action::Ack(()) => {}
-                Action::Pause(c) => {
-                    if let Some(c) = st.conns.get_mut(c) {
+                Action::Pause(p) => {
+                    if let Some(c) = st.conns.get_mut(srx::conn_of(p)) {
                         c.paused = true;
                     }
                 }
-                Action::Resume(c) => {
-                    if let Some(c) = st.conns.get_mut(c) {
+                Action::Resume(p) => {
+                    if let Some(c) = st.conns.get_mut(srx::conn_of(p)) {
                         c.paused = false;
                         for s in std::mem::take(&mut c.parked) {
                             self.repost(s);
@@ -264,7 +274,8 @@ impl Engine {
     /// and the buffers its paused remote CQ data held go back.
     pub(super) fn rx_peer_gone(&self, st: &mut State, i: usize) {
         let mut dropped = Vec::new();
-        st.rx.peer_gone_with(i, |r| !r.is_rts(), &mut dropped);
+        st.rx
+            .peer_gone_with(srx::peer(self.ep_no, i), |r| !r.is_rts(), &mut dropped);
         for r in dropped {
             if let Some(s) = r.slot {
                 self.repost(s);
@@ -419,7 +430,10 @@ impl Engine {
         flags: OpFlags,
         tagged: bool,
     ) -> Result<()> {
-        let mut st = lock(&self.state);
+        if self.srx.get().is_some() {
+            return Err(api::shared_rx());
+        }
+        let mut st = self.lock();
         let r = st.rx.post(b, msg.msg(), flags, tagged);
         if st.rx.has_actions() {
             self.rx_actions(&mut st, b);
@@ -429,7 +443,7 @@ impl Engine {
 
     /// Cancels a posted receive by context.
     pub(super) fn cancel_recv(&self, b: &Binds, context: u64) -> Result<()> {
-        let mut st = lock(&self.state);
+        let mut st = self.lock();
         let r = st.rx.cancel(b, context);
         if st.rx.has_actions() {
             self.rx_actions(&mut st, b);
@@ -439,7 +453,7 @@ impl Engine {
 
     /// Sets `FI_OPT_MIN_MULTI_RECV`.
     pub(super) fn set_min_multi_recv(&self, n: usize) {
-        let mut st = lock(&self.state);
+        let mut st = self.lock();
         self.min_multi.store(n, Ordering::Relaxed);
         st.rx.set_min_multi_recv(n);
     }
