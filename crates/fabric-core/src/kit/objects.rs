@@ -71,15 +71,47 @@ pub trait Progress: Send + Sync {
     }
 }
 
-/// Builds the wait fd of an object: its own signal's fd plus what its
-/// progress sources give to watch.
-fn poll_set(own: BorrowedFd<'_>, sources: &[&dyn Progress]) -> Result<PollSet> {
-    let set = PollSet::new()?;
-    set.add(own)?;
-    for p in sources {
-        add_fds(&set, *p)?;
+/// The wait fd of a CQ or counter: an epoll set of its own signal's fd,
+/// which the progress source's fds join the first time the fd is asked
+/// for (or `trywait` is called). Until then nothing is nested in it: a
+/// provider fd in an epoll set costs every event on it a wake-up walk,
+/// which objects whose fd nobody uses should not pay.
+struct WaitSet {
+    set: PollSet,
+    joined: std::sync::Once,
+    /// Why the source's fds could not join (reported by `trywait`).
+    err: std::sync::Mutex<Option<Error>>,
+}
+
+impl WaitSet {
+    fn new(own: BorrowedFd<'_>) -> Result<WaitSet> {
+        let set = PollSet::new()?;
+        set.add(own)?;
+        Ok(WaitSet {
+            set,
+            joined: std::sync::Once::new(),
+            err: std::sync::Mutex::new(None),
+        })
     }
-    Ok(set)
+
+    /// The fd, with `p`'s fds joined.
+    fn fd(&self, p: &dyn Progress) -> BorrowedFd<'_> {
+        self.joined.call_once(|| {
+            if let Err(e) = add_fds(&self.set, p) {
+                *super::lock(&self.err) = Some(e);
+            }
+        });
+        self.set.fd()
+    }
+
+    /// The fds joined, or why they could not.
+    fn ready(&self, p: &dyn Progress) -> Result<()> {
+        self.fd(p);
+        match &*super::lock(&self.err) {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
 }
 
 fn add_fds(set: &PollSet, p: &dyn Progress) -> Result<()> {
@@ -144,7 +176,7 @@ pub struct Cq {
     format: CqFormat,
     wait: WaitObj,
     progress: Arc<dyn Progress>,
-    poll: Option<PollSet>,
+    poll: Option<WaitSet>,
     /// The progress source is armed for an application sleeping on the
     /// wait fd ([`Progress::arm_external`]).
     external: std::sync::atomic::AtomicBool,
@@ -171,7 +203,7 @@ impl Cq {
         let core = Arc::new(CqCore::new(attr.size)?);
         let poll = match attr.wait_obj {
             WaitObj::None => None,
-            _ => Some(poll_set(core.signal().fd(), &[&*progress])?),
+            _ => Some(WaitSet::new(core.signal().fd())?),
         };
         Ok(Cq {
             core,
@@ -300,14 +332,15 @@ impl CompletionQueue for Cq {
     }
 
     fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
-        self.poll.as_ref().map(PollSet::fd)
+        self.poll.as_ref().map(|w| w.fd(&*self.progress))
     }
 
     fn trywait(&self) -> Result<()> {
         use std::sync::atomic::Ordering;
-        if self.poll.is_none() {
+        let Some(w) = &self.poll else {
             return Err(no_wait("a CQ"));
-        }
+        };
+        w.ready(&*self.progress)?;
         let signal = self.core.signal();
         signal.watch_external();
         if !self.external.swap(true, Ordering::AcqRel) {
@@ -331,7 +364,7 @@ impl CompletionQueue for Cq {
 pub struct Cntr {
     core: Arc<CntrCore>,
     progress: Arc<dyn Progress>,
-    poll: Option<PollSet>,
+    poll: Option<WaitSet>,
     external: std::sync::atomic::AtomicBool,
     /// The counts the last `trywait` saw.
     seen: std::sync::Mutex<(u64, u64)>,
@@ -366,7 +399,7 @@ impl Cntr {
         let core = Arc::new(CntrCore::new()?);
         let poll = match attr.wait_obj {
             WaitObj::None => None,
-            _ => Some(poll_set(core.signal().fd(), &[&*progress])?),
+            _ => Some(WaitSet::new(core.signal().fd())?),
         };
         Ok(Cntr {
             core,
@@ -431,16 +464,17 @@ impl Counter for Cntr {
     }
 
     fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
-        self.poll.as_ref().map(PollSet::fd)
+        self.poll.as_ref().map(|w| w.fd(&*self.progress))
     }
 
     /// `Again` when either count changed since the previous `trywait` (or,
     /// the first time, is not zero); the change is then taken as seen.
     fn trywait(&self) -> Result<()> {
         use std::sync::atomic::Ordering;
-        if self.poll.is_none() {
+        let Some(w) = &self.poll else {
             return Err(no_wait("a counter"));
-        }
+        };
+        w.ready(&*self.progress)?;
         let signal = self.core.signal();
         signal.watch_external();
         if !self.external.swap(true, Ordering::AcqRel) {
@@ -571,6 +605,9 @@ pub struct EqCore {
     external: std::sync::Mutex<Vec<std::sync::Weak<dyn Progress>>>,
     /// Why a source's fds could not join the wait fd.
     watch_err: std::sync::Mutex<Option<Error>>,
+    /// The wait fd was asked for (or `trywait` called): sources' fds are
+    /// in it (before, nothing is nested in it; see `WaitSet`).
+    active: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for EqCore {
@@ -582,7 +619,8 @@ impl std::fmt::Debug for EqCore {
 impl EqCore {
     fn new() -> Result<Self> {
         let signal = super::wait::Signal::new()?;
-        let poll = poll_set(signal.fd(), &[])?;
+        let poll = PollSet::new()?;
+        poll.add(signal.fd())?;
         Ok(EqCore {
             events: std::sync::Mutex::new(std::collections::VecDeque::new()),
             signal,
@@ -590,7 +628,27 @@ impl EqCore {
             poll,
             external: std::sync::Mutex::new(Vec::new()),
             watch_err: std::sync::Mutex::new(None),
+            active: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// The wait fd, with every source's fds in it from now on.
+    fn wait_fd(&self) -> BorrowedFd<'_> {
+        use std::sync::atomic::Ordering;
+        if !self.active.load(Ordering::Acquire) {
+            // Under the sources' lock, so that a source added at the same
+            // time is watched by one side or the other.
+            let v = self
+                .progress
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if !self.active.swap(true, Ordering::AcqRel) {
+                for p in v.iter().filter_map(Source::get) {
+                    self.watch(&*p);
+                }
+            }
+        }
+        self.poll.fd()
     }
 
     /// Watches a new source's fds in the wait fd; a failure is kept for
@@ -635,19 +693,24 @@ impl EqCore {
             Source::Strong(_) => true,
             Source::Weak(w) => w.strong_count() > 0 && !std::sync::Weak::ptr_eq(w, &p),
         });
-        if let Some(a) = p.upgrade() {
-            self.watch(&*a);
+        if self.active.load(std::sync::atomic::Ordering::Acquire) {
+            if let Some(a) = p.upgrade() {
+                self.watch(&*a);
+            }
         }
         v.push(Source::Weak(p));
     }
 
     /// Replaces every progress source by `p`, held strongly.
     pub fn set_progress(&self, p: Arc<dyn Progress>) {
-        self.watch(&*p);
-        *self
+        let mut v = self
             .progress
             .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = vec![Source::Strong(p)];
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if self.active.load(std::sync::atomic::Ordering::Acquire) {
+            self.watch(&*p);
+        }
+        *v = vec![Source::Strong(p)];
     }
 
     fn sources(&self) -> Vec<Arc<dyn Progress>> {
@@ -783,7 +846,7 @@ impl crate::objects::EventQueue for Eq {
     fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
         match self.wait {
             WaitObj::None => None,
-            _ => Some(self.core.poll.fd()),
+            _ => Some(self.core.wait_fd()),
         }
     }
 
@@ -791,6 +854,7 @@ impl crate::objects::EventQueue for Eq {
         if self.wait == WaitObj::None {
             return Err(no_wait("an EQ"));
         }
+        self.core.wait_fd();
         if let Some(e) = super::lock(&self.core.watch_err).take() {
             return Err(e);
         }
