@@ -60,10 +60,12 @@ fn getinfo_offers_local_rdm_with_string_addresses() {
         );
         h2 = h.clone();
         h2.ep_attr.ep_type = EpType::Msg;
-        assert!(getinfo(Some(&h2), None, GetinfoFlags::empty()).is_err());
+        let e = getinfo(Some(&h2), None, GetinfoFlags::empty()).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NoData, "{e}");
         h2 = h.clone();
         h2.addr_format = AddrFormat::SockaddrIn;
-        assert!(getinfo(Some(&h2), None, GetinfoFlags::empty()).is_err());
+        let e = getinfo(Some(&h2), None, GetinfoFlags::empty()).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::NoData, "{e}");
     }
     // A node: an fi_shm address is the destination; others are declined.
     let e = side(&info());
@@ -217,7 +219,10 @@ fn wait_none_cqs_and_passive_endpoints_are_refused() {
         .unwrap();
     // sread on an FI_WAIT_NONE CQ is not supported; no wait fd.
     let mut e = [CqEntry::default()];
-    assert!(cq.sread(&mut e, Some(Duration::from_millis(1))).is_err());
+    let err = cq
+        .sread(&mut e, Some(Duration::from_millis(1)))
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NoSys, "{err}");
     assert!(cq.wait_fd().is_none());
     assert!(
         fabric
@@ -241,7 +246,12 @@ fn av_insert_lookup_remove_and_bad_addresses() {
     let s = name.to_string();
     let via_svc = a.av.insertsvc(&s, "").unwrap();
     assert_eq!(via_svc, out[1], "the same address, the same handle");
-    assert!(a.av.insertsvc(&s, "7").is_err());
+    let e = a.av.insertsvc(&s, "7").unwrap_err();
+    assert_eq!(
+        e.kind(),
+        ErrorKind::Inval,
+        "shm addresses have no service: {e}"
+    );
     a.av.remove(&[out[1]]).unwrap();
     assert_eq!(a.av.lookup(out[1]).unwrap_err().kind(), ErrorKind::NoEnt);
     // A region that does not exist: the first operation says so.

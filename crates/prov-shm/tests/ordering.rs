@@ -1183,7 +1183,8 @@ fn was_a_write_finds_the_earlier_message_arrived() {
                 if expected {
                     // Matched (not cancellable) unless already complete.
                     if !inbox.has(|e| context(e) == 9) {
-                        assert!(x.me.ep.cancel(9).is_err(), "{what}");
+                        let e = x.me.ep.cancel(9).unwrap_err();
+                        assert_eq!(e.kind(), ErrorKind::NoEnt, "{what}: {e}");
                     }
                 } else {
                     assert_eq!(x.peek(&mut inbox, tag), Some(size), "{what}");
@@ -1237,7 +1238,8 @@ fn ras_a_read_finds_the_earlier_message_arrived() {
                 );
                 if mode == 1 {
                     if !inbox.has(|e| context(e) == 9) {
-                        assert!(x.me.ep.cancel(9).is_err(), "{what}");
+                        let e = x.me.ep.cancel(9).unwrap_err();
+                        assert_eq!(e.kind(), ErrorKind::NoEnt, "{what}: {e}");
                     }
                     inbox.done(9);
                     same(

@@ -444,7 +444,8 @@ fn regions_are_removed_after_close_and_after_a_kill_without_peers() {
     assert!(l.contains("CLOSED"), "{l}");
     assert!(!file.exists(), "closed region removed");
     let p = insert(&me, &closing.name);
-    assert!(me.ep.inject(b"x", p, None).is_err());
+    let e = me.ep.inject(b"x", p, None).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NoEnt, "the peer's region is gone: {e}");
     let _ = closing.child.kill();
     // A peer killed while idle (no one talking to it): the next fabric
     // opened by any process removes its region.

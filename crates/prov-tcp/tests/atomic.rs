@@ -358,19 +358,27 @@ fn all_ops<T: V>(c: &Ctx) {
     }
     round += 1;
     check::<T>(c, AtomicOp::AtomicRead, true, false, round);
-    assert!(
+    assert_eq!(
         c.a.ep
             .atomic_valid(T::DT, AtomicOp::AtomicRead, false, false)
-            .is_err()
+            .unwrap_err()
+            .kind(),
+        ErrorKind::OpNotSupp
     );
     for op in COMPARE {
         let valid = c.a.ep.atomic_valid(T::DT, op, false, true);
         if !T::INT && int_only(op) {
-            assert!(valid.is_err());
+            assert_eq!(valid.unwrap_err().kind(), ErrorKind::OpNotSupp);
             continue;
         }
         assert!(valid.is_ok());
-        assert!(c.a.ep.atomic_valid(T::DT, op, false, false).is_err());
+        assert_eq!(
+            c.a.ep
+                .atomic_valid(T::DT, op, false, false)
+                .unwrap_err()
+                .kind(),
+            ErrorKind::OpNotSupp
+        );
         round += 1;
         check::<T>(c, op, false, true, round);
     }

@@ -1017,8 +1017,9 @@ fn was_a_write_finds_the_earlier_message_arrived() {
                     break;
                 }
                 if !received {
-                    assert!(
-                        l.b.ep.cancel(9).is_err(),
+                    assert_eq!(
+                        l.b.ep.cancel(9).unwrap_err().kind(),
+                        ErrorKind::NoEnt,
                         "{kind:?} WAS: the write overtook a message of {size} bytes"
                     );
                     assert_eq!(l.next_b().unwrap().context, 9);

@@ -466,12 +466,32 @@ mod tests {
     #[test]
     fn validity() {
         assert!(valid(Datatype::Uint64, AtomicOp::Sum, AtomicKind::Plain).is_ok());
-        assert!(valid(Datatype::Double, AtomicOp::Bor, AtomicKind::Plain).is_err());
+        assert_eq!(
+            valid(Datatype::Double, AtomicOp::Bor, AtomicKind::Plain)
+                .unwrap_err()
+                .kind(),
+            ErrorKind::OpNotSupp
+        );
         assert!(valid(Datatype::Double, AtomicOp::Cswap, AtomicKind::Compare).is_ok());
-        assert!(valid(Datatype::Int8, AtomicOp::Cswap, AtomicKind::Plain).is_err());
-        assert!(valid(Datatype::LongDouble, AtomicOp::Sum, AtomicKind::Plain).is_err());
+        assert_eq!(
+            valid(Datatype::Int8, AtomicOp::Cswap, AtomicKind::Plain)
+                .unwrap_err()
+                .kind(),
+            ErrorKind::OpNotSupp
+        );
+        assert_eq!(
+            valid(Datatype::LongDouble, AtomicOp::Sum, AtomicKind::Plain)
+                .unwrap_err()
+                .kind(),
+            ErrorKind::OpNotSupp
+        );
         assert!(valid(Datatype::Int8, AtomicOp::AtomicRead, AtomicKind::Fetch).is_ok());
-        assert!(valid(Datatype::Int8, AtomicOp::AtomicRead, AtomicKind::Plain).is_err());
+        assert_eq!(
+            valid(Datatype::Int8, AtomicOp::AtomicRead, AtomicKind::Plain)
+                .unwrap_err()
+                .kind(),
+            ErrorKind::OpNotSupp
+        );
         assert_eq!(AtomicKind::of(true, true), AtomicKind::Compare);
         assert_eq!(
             AtomicKind::Compare.payload_len(Datatype::Uint32, AtomicOp::Cswap, 3),

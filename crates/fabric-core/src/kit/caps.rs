@@ -51,6 +51,11 @@ mod tests {
         assert!(initiate(reads, Caps::RMA, Caps::READ, "p", "read").is_ok());
         let e = initiate(reads, Caps::RMA, Caps::WRITE, "p", "write").unwrap_err();
         assert!(e.to_string().contains("FI_WRITE"), "{e}");
-        assert!(initiate(rma, Caps::ATOMIC, Caps::WRITE, "p", "atomic").is_err());
+        assert_eq!(
+            initiate(rma, Caps::ATOMIC, Caps::WRITE, "p", "atomic")
+                .unwrap_err()
+                .kind(),
+            ErrorKind::OpNotSupp
+        );
     }
 }

@@ -235,6 +235,11 @@ mod tests {
             t.check(k1, 0x1000 + 99, 1, MrAccess::REMOTE_READ).unwrap(),
             0x1000 + 99
         );
-        assert!(t.check(k1, 0x0fff, 1, MrAccess::REMOTE_READ).is_err());
+        assert_eq!(
+            t.check(k1, 0x0fff, 1, MrAccess::REMOTE_READ)
+                .unwrap_err()
+                .kind(),
+            ErrorKind::Access
+        );
     }
 }
