@@ -1,4 +1,4 @@
-//! `cargo xtask rxe [--keep] [--kvm] [--bench] [--timeout SECS] [--features LIST]
+//! `cargo xtask rxe [--hosts 1|2] [--fault] [--large] [--keep] [--kvm] [--bench] [--timeout SECS] [--features LIST]
 //! [--extra-test PATH]... [--script PATH] [-- TEST ARGS]`: the soft-RoCE (rxe)
 //! test rig.
 //!
@@ -32,6 +32,14 @@
 //! host prints the table of one-way latencies (each cell the median of
 //! the passes) with ratios, the minima, and the probe's figures (also
 //! written to `target/rxe/bench.txt`).
+//!
+//! `--hosts 2` boots two guests joined by a QEMU-internal link instead,
+//! each with its own rxe device, and runs verbs and tcp between them (see
+//! `rxe/hosts.rs`): reachability, `ibv_rc_pingpong` and `fi_pingpong` as
+//! anchors, `fabric pingpong` / `bw` with every byte checked, and
+//! prov-verbs' `tests/cross_host.rs`; `--fault` powers one guest off
+//! mid-transfer, `--large` adds RDM at 1 MiB. Its files go under
+//! `target/rxe-hosts/`.
 //!
 //! `--script PATH` runs a shell script of one's own in the guest instead
 //! of the tests (after the devices are up; `$FABRIC` is the release CLI,
@@ -333,6 +341,8 @@ fn run(o: &Options) -> Result<(), String> {
 /// `--hosts 2`: two guests on a link (see `hosts.rs`).
 fn run_two_hosts(o: &Options) -> Result<(), String> {
     ensure_packages(PACKAGES)?;
+    // fi_pingpong, the second anchor.
+    ensure_packages(BENCH_PACKAGES)?;
     let workspace = Workspace::find()?;
     let dir = workspace.target.join("rxe-hosts");
     fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -691,7 +701,7 @@ fn pack(
         img.copy(&host, &format!("/usr/bin/{tool}"))?;
         elves.push(host);
     }
-    if o.bench {
+    if o.bench || o.hosts == 2 {
         for (tool, package) in BENCH_TOOLS {
             let host = require_program(tool, package)?;
             img.copy(&host, &format!("/usr/bin/{tool}"))?;
