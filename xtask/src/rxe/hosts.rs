@@ -753,6 +753,10 @@ fn drive(
                 restarting = Some(t);
                 guests[t].kill();
                 guests[t].waits_at = None;
+                // Off counts as ended until it is powered on: the other
+                // guest waiting for it, or ending, does not wait for the
+                // timeout.
+                guests[t].ended = true;
             }
             Event::PowerOn(target) => {
                 let Some(t) = HOSTS.iter().position(|h| h.0 == target) else {
