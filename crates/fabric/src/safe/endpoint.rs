@@ -114,6 +114,10 @@ pub struct Endpoint<B: IoBufMut = Vec<u8>> {
     rx_flags: OpFlags,
     caps: Caps,
     drain_timeout: Duration,
+    /// Slots stay taken after their completion is read, until
+    /// [`release`](Endpoint::release) (the async layer keys its own table
+    /// by slot index, so an index must not be reused before it is done).
+    hold_slots: bool,
     _domain: Arc<Shared>,
 }
 
@@ -197,6 +201,7 @@ impl<B: IoBufMut> Endpoint<B> {
             rx_flags,
             caps,
             drain_timeout: DRAIN_TIMEOUT,
+            hold_slots: false,
             _domain: shared,
         })
     }
@@ -653,9 +658,49 @@ impl<B: IoBufMut> Endpoint<B> {
         self.absorb(r, &entries, &src).map(drop)
     }
 
+    /// Keeps slots taken after their completion is read, until
+    /// [`release`](Endpoint::release).
+    #[cfg(feature = "tokio")]
+    pub(super) fn hold_slots(&mut self) {
+        self.hold_slots = true;
+    }
+
+    /// Gives back the slot of a completed operation (with
+    /// [`hold_slots`](Endpoint::hold_slots)).
+    #[cfg(feature = "tokio")]
+    pub(super) fn release(&mut self, id: OpId) {
+        let index = id.index();
+        if self
+            .slots
+            .get(index)
+            .is_some_and(|s| s.generation == id.generation() && s.op.is_none())
+        {
+            self.free.push(index);
+        }
+    }
+
+    /// The next completion read and not yet taken.
+    #[cfg(feature = "tokio")]
+    pub(super) fn pop_ready(&mut self) -> Option<Completion<B>> {
+        self.ready.pop_front()
+    }
+
+    /// Whether `id` is in flight (posted, completion not read).
+    #[cfg(feature = "tokio")]
+    pub(super) fn in_flight_op(&self, id: OpId) -> bool {
+        self.is_pending(id)
+    }
+
+    /// The completion queue, for its wait fd and `trywait`; `None` when
+    /// it cannot block (no wait object).
+    #[cfg(feature = "tokio")]
+    pub(super) fn waitable_cq(&self) -> Option<&dyn CompletionQueue> {
+        self.blocking.then_some(self.cq.as_ref())
+    }
+
     /// Reads what the completion queue holds, without blocking; returns how
     /// many completions came.
-    fn reap(&mut self) -> Result<usize> {
+    pub(super) fn reap(&mut self) -> Result<usize> {
         let mut entries = [CqEntry::default(); BATCH];
         let mut src = [FiAddr::NOTAVAIL; BATCH];
         let r = if self.with_source {
@@ -712,7 +757,9 @@ impl<B: IoBufMut> Endpoint<B> {
         } else {
             None
         };
-        self.free.push(index);
+        if !self.hold_slots {
+            self.free.push(index);
+        }
         self.in_flight -= 1;
         let error = err.map(|err| {
             let text = if err.err_text.is_empty() {

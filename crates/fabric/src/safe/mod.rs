@@ -97,6 +97,8 @@ mod atomic;
 mod buf;
 mod completion;
 mod endpoint;
+#[cfg(feature = "tokio")]
+pub mod tokio;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -106,6 +108,8 @@ use fabric_core::{Error, Info, MrMode, Result};
 
 use crate::registry::Registry;
 
+#[cfg(feature = "tokio")]
+pub use self::tokio::{AsyncEndpoint, Completions};
 pub use atomic::AtomicValue;
 pub use buf::{Exposed, IoBuf, IoBufMut, Registered, Rejected, RemoteKey, RemoteRegion};
 pub use completion::{Completion, OpId, OpKind};

@@ -1,0 +1,1009 @@
+//! `async` operations on tokio (feature `tokio`): [`AsyncEndpoint`] and
+//! its [`Completions`] stream.
+//!
+//! # How completions reach the futures
+//!
+//! An [`AsyncEndpoint`] is a cheap, cloneable handle to one
+//! [`Endpoint`] shared by every task that uses it. Each
+//! operation is posted under a short lock and gets a cell in a table keyed
+//! by its slab slot (the [`OpId`]'s index), so once the table and the slab
+//! have grown to the peak number of operations in flight, an operation
+//! allocates nothing.
+//!
+//! One of the waiting futures at a time is the **driver**: it reads the
+//! completion queue and hands every completion to the cell of its
+//! operation, waking the future that waits for it. The driver polls the
+//! queue without sleeping (it wakes itself and yields to the runtime
+//! between reads) for up to 2 ms after the last completion, as the
+//! synchronous [`Endpoint::wait`](super::Endpoint::wait) does; then it
+//! parks with `fi_trywait` semantics:
+//!
+//! 1. read the completion queue; route what came;
+//! 2. nothing came: `trywait()`; `Again` means there is something to read:
+//!    back to 1;
+//! 3. `Ok`: await readability of the queue's wait fd (tokio's `AsyncFd`),
+//!    clear the readiness, back to 1.
+//!
+//! A parked endpoint costs no CPU; posting an operation wakes a parked
+//! driver, which polls again for it. When the driver's own operation
+//! completes, or its future is dropped, it hands the role to the longest
+//! waiting future. Futures that are not the driver never read the queue
+//! (a read would end the provider's arming for the parked driver); they
+//! wait for the driver to fill their cell.
+//!
+//! Progress is made by polling: futures of an endpoint that nobody polls
+//! (or that are stuck in a task that is not scheduled) move nothing, as
+//! with any future. With manual progress (tcp, shm) this also means the
+//! peer's side moves only while its own futures are polled.
+//!
+//! # Dropping a future with its operation in flight
+//!
+//! The buffer of an operation belongs to the endpoint from the post until
+//! its completion is read, whatever happens to the future: dropping the
+//! future never frees memory the provider may still read or write.
+//!
+//! - A dropped **receive** is cancelled (`fi_cancel`). If a message had
+//!   already matched it, that message is lost (receives are not
+//!   cancel-safe, like most network reads).
+//! - A dropped **send, RMA or atomic** keeps running: it cannot be taken
+//!   back.
+//!
+//! In both cases the driver keeps the buffer until the completion arrives
+//! and then drops it. Dropping the last handle of the endpoint drops the
+//! [`Endpoint`], which waits (blocking the thread, up to
+//! its drain timeout) for what is still in flight and leaks the buffers of
+//! what does not complete; see the [module docs](super).
+//!
+//! # Example
+//!
+//! ```
+//! use fabric::prelude::*;
+//! use fabric::safe::AsyncEndpoint;
+//!
+//! # fn main() -> fabric::Result<()> {
+//! let Ok(mut infos) = Hints::new().caps(Caps::MSG | Caps::TAGGED).ep_type(EpType::Rdm)
+//!     .provider("tcp").node("127.0.0.1").source().getinfo()
+//! else {
+//!     return Ok(()); // tcp is not compiled in
+//! };
+//! let domain = safe::Domain::open(&infos.remove(0))?;
+//! let rt = tokio::runtime::Builder::new_current_thread().enable_io().build()?;
+//! rt.block_on(async {
+//!     let server = AsyncEndpoint::new(domain.endpoint()?)?;
+//!     let client = AsyncEndpoint::new(domain.endpoint()?)?;
+//!     let to_server = client.insert(&server.name()?)?;
+//!     // Both endpoints are driven by their futures, polled together.
+//!     let (got, sent) = tokio::join!(
+//!         server.trecv(7, 0, vec![0; 64]),
+//!         client.tsend(to_server, 7, b"hello".to_vec()),
+//!     );
+//!     sent?.check()?;
+//!     assert_eq!(got?.check()?.received(), Some(&b"hello"[..]));
+//!     Ok(())
+//! })
+//! # }
+//! ```
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::os::fd::{AsRawFd, RawFd};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use ::tokio::io::Interest;
+use ::tokio::io::unix::AsyncFd;
+use fabric_core::objects::{AtomicOp, FiAddr};
+use fabric_core::{Address, Error, ErrorKind, Info, Result};
+
+use super::atomic::AtomicValue;
+use super::buf::{IoBufMut, Rejected, RemoteRegion};
+use super::completion::{Completion, OpId, OpKind};
+use super::endpoint::Endpoint;
+
+/// How long the driver polls without parking after the last completion
+/// (as the synchronous wait's spin and yield windows together).
+const POLL_FOR: Duration = Duration::from_millis(2);
+/// Empty polls between two clock readings.
+const CLOCK_EVERY: u32 = 16;
+
+/// The completion queue's wait fd, as `AsyncFd` takes it. The fd belongs
+/// to the queue, which outlives the `AsyncFd` (see [`Inner`]).
+struct WaitFd(RawFd);
+
+impl AsRawFd for WaitFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0
+    }
+}
+
+/// Who waits: an operation's future, or a completion stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Who {
+    Op(OpId),
+    Stream,
+}
+
+/// What the async layer knows of a slab slot.
+enum Cell<B> {
+    /// No async operation uses the slot.
+    Free,
+    /// An operation's future waits; `queued`: it is in the hand-off queue.
+    Waiting { waker: Option<Waker>, queued: bool },
+    /// Completed; the future has not taken it yet.
+    Done(Completion<B>),
+    /// The future was dropped: the completion is dropped when it comes.
+    Orphan,
+    /// The completion goes to the completion stream.
+    Streamed,
+}
+
+/// Everything behind the lock.
+struct State<B: IoBufMut> {
+    ep: Endpoint<B>,
+    cells: Vec<Cell<B>>,
+    /// Completions of operations posted for the stream.
+    stream: VecDeque<Completion<B>>,
+    stream_wakers: Vec<Waker>,
+    stream_queued: bool,
+    /// Futures that wait and may take the driver's role, oldest first
+    /// (entries whose future has moved on are skipped).
+    queue: VecDeque<Who>,
+    /// Posts refused with `Again` wait for any completion.
+    posters: Vec<Waker>,
+    driver: Option<Who>,
+    /// The driver's waker.
+    driver_waker: Option<Waker>,
+    /// When the driver started finding the queue empty.
+    idle_since: Option<Instant>,
+    empty_polls: u32,
+    parked: bool,
+}
+
+/// The shared part of an [`AsyncEndpoint`].
+struct Inner<B: IoBufMut> {
+    // Declared first: deregistered from the reactor before the endpoint
+    // (and its completion queue, which owns the fd) is dropped.
+    fd: Option<AsyncFd<WaitFd>>,
+    state: Mutex<State<B>>,
+}
+
+/// An endpoint for `async` code: operations are futures that own their
+/// buffers and resolve to their [`Completion`] (feature `tokio`).
+///
+/// Cloning gives another handle to the same endpoint, for other tasks;
+/// many operations may be in flight at once from any number of tasks.
+/// See the [module docs](self) for how completions are read, what a
+/// dropped future does, and an example.
+///
+/// The futures need a tokio runtime with IO enabled
+/// (`enable_io()` / `enable_all()`), current-thread or multi-threaded.
+pub struct AsyncEndpoint<B: IoBufMut = Vec<u8>> {
+    inner: Arc<Inner<B>>,
+}
+
+impl<B: IoBufMut> Clone for AsyncEndpoint<B> {
+    fn clone(&self) -> Self {
+        AsyncEndpoint {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<B: IoBufMut> std::fmt::Debug for AsyncEndpoint<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let st = self.inner.lock();
+        f.debug_struct("AsyncEndpoint")
+            .field("endpoint", &st.ep)
+            .field("parks_on_fd", &self.inner.fd.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: IoBufMut> Inner<B> {
+    fn lock(&self) -> MutexGuard<'_, State<B>> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl<B: IoBufMut> AsyncEndpoint<B> {
+    /// Wraps `ep` (from [`Domain::endpoint`](super::Domain::endpoint)) for
+    /// `async` use. Call it inside a tokio runtime with IO enabled: the
+    /// completion queue's wait fd is registered with its reactor.
+    ///
+    /// Operations already in flight on `ep` complete into its own queue
+    /// and are dropped with their buffers when they complete; post on the
+    /// new handle instead. Without a wait fd (a provider whose queues
+    /// cannot block) the futures poll the queue, yielding between reads,
+    /// and never park.
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime, or in one without IO enabled (tokio's
+    /// `AsyncFd` panics there).
+    pub fn new(mut ep: Endpoint<B>) -> Result<Self> {
+        ep.hold_slots();
+        let fd = match ep.waitable_cq().and_then(|cq| cq.wait_fd()) {
+            Some(fd) => {
+                let raw = WaitFd(fd.as_raw_fd());
+                // SAFETY: the fd is the completion queue's, which stays open
+                // (and the same fd) while the endpoint lives; `Inner`
+                // declares the `AsyncFd` before the endpoint, so it is
+                // dropped (deregistered) first.
+                let fd = unsafe { AsyncFd::register_with_interest(raw, Interest::READABLE) }
+                    .map_err(|e| {
+                        Error::new(
+                            ErrorKind::Other,
+                            format!("registering the completion queue's wait fd with tokio: {e}"),
+                        )
+                    })?;
+                Some(fd)
+            }
+            None => {
+                tracing::debug!(
+                    "the completion queue has no wait fd: async operations poll it without parking"
+                );
+                None
+            }
+        };
+        Ok(AsyncEndpoint {
+            inner: Arc::new(Inner {
+                fd,
+                state: Mutex::new(State {
+                    ep,
+                    cells: Vec::new(),
+                    stream: VecDeque::new(),
+                    stream_wakers: Vec::new(),
+                    stream_queued: false,
+                    queue: VecDeque::new(),
+                    posters: Vec::new(),
+                    driver: None,
+                    driver_waker: None,
+                    idle_since: None,
+                    empty_polls: 0,
+                    parked: false,
+                }),
+            }),
+        })
+    }
+
+    /// The entry the endpoint was opened with, as the provider altered it.
+    pub fn info(&self) -> Info {
+        self.inner.lock().ep.info().clone()
+    }
+
+    /// The endpoint's address, for peers to insert.
+    pub fn name(&self) -> Result<Address> {
+        self.inner.lock().ep.name()
+    }
+
+    /// Inserts a peer's address into the endpoint's address vector.
+    pub fn insert(&self, addr: &Address) -> Result<FiAddr> {
+        self.inner.lock().ep.insert(addr)
+    }
+
+    /// Removes a peer from the address vector.
+    pub fn remove(&self, peer: FiAddr) -> Result<()> {
+        self.inner.lock().ep.remove(peer)
+    }
+
+    /// How many operations are in flight (including those whose futures
+    /// were dropped).
+    pub fn in_flight(&self) -> usize {
+        self.inner.lock().ep.in_flight()
+    }
+
+    /// Whether the futures park on the completion queue's wait fd when
+    /// idle (`false`: the queue has no wait fd and they keep polling).
+    pub fn parks(&self) -> bool {
+        self.inner.fd.is_some()
+    }
+
+    /// Sends `buf` to `to`; the completion hands the buffer back.
+    pub async fn send(
+        &self,
+        to: FiAddr,
+        buf: B,
+    ) -> std::result::Result<Completion<B>, Rejected<B>> {
+        self.run(OpKind::Send, buf, move |ep, b| ep.send(to, b))
+            .await
+    }
+
+    /// Sends `buf` to `to` with remote CQ data (`fi_senddata`).
+    pub async fn send_with_data(
+        &self,
+        to: FiAddr,
+        buf: B,
+        data: u64,
+    ) -> std::result::Result<Completion<B>, Rejected<B>> {
+        self.run(OpKind::Send, buf, move |ep, b| {
+            ep.send_with_data(to, b, data)
+        })
+        .await
+    }
+
+    /// Receives a message from any peer into `buf`.
+    pub async fn recv(&self, buf: B) -> std::result::Result<Completion<B>, Rejected<B>> {
+        self.run(OpKind::Recv, buf, |ep, b| ep.recv(b)).await
+    }
+
+    /// Sends `buf` to `to` with `tag`.
+    pub async fn tsend(
+        &self,
+        to: FiAddr,
+        tag: u64,
+        buf: B,
+    ) -> std::result::Result<Completion<B>, Rejected<B>> {
+        self.run(OpKind::TaggedSend, buf, move |ep, b| ep.tsend(to, tag, b))
+            .await
+    }
+
+    /// Receives a tagged message whose tag equals `tag` in the bits
+    /// `ignore` leaves, into `buf`.
+    pub async fn trecv(
+        &self,
+        tag: u64,
+        ignore: u64,
+        buf: B,
+    ) -> std::result::Result<Completion<B>, Rejected<B>> {
+        self.run(OpKind::TaggedRecv, buf, move |ep, b| {
+            ep.trecv(tag, ignore, b)
+        })
+        .await
+    }
+
+    /// Writes all of `buf` to the start of `remote` on peer `to`.
+    pub async fn write(
+        &self,
+        to: FiAddr,
+        buf: B,
+        remote: &RemoteRegion,
+    ) -> std::result::Result<Completion<B>, Rejected<B>> {
+        let remote = *remote;
+        self.run(OpKind::Write, buf, move |ep, b| ep.write(to, b, &remote))
+            .await
+    }
+
+    /// Reads from the start of `remote` on peer `from` until `buf` is full.
+    pub async fn read(
+        &self,
+        from: FiAddr,
+        buf: B,
+        remote: &RemoteRegion,
+    ) -> std::result::Result<Completion<B>, Rejected<B>> {
+        let remote = *remote;
+        self.run(OpKind::Read, buf, move |ep, b| ep.read(from, b, &remote))
+            .await
+    }
+
+    /// Applies `op` with `operand` to the first element of `target` on
+    /// peer `to` ([`Endpoint::atomic`](super::Endpoint::atomic)).
+    pub async fn atomic<T: AtomicValue>(
+        &self,
+        to: FiAddr,
+        target: &RemoteRegion,
+        op: AtomicOp,
+        operand: T,
+    ) -> Result<Completion<B>> {
+        let target = *target;
+        self.run_atomic(move |ep| ep.atomic(to, &target, op, operand))
+            .await
+    }
+
+    /// As [`atomic`](AsyncEndpoint::atomic); the old value comes back in
+    /// [`Completion::fetched`].
+    pub async fn fetch_atomic<T: AtomicValue>(
+        &self,
+        to: FiAddr,
+        target: &RemoteRegion,
+        op: AtomicOp,
+        operand: T,
+    ) -> Result<Completion<B>> {
+        let target = *target;
+        self.run_atomic(move |ep| ep.fetch_atomic(to, &target, op, operand))
+            .await
+    }
+
+    /// A compare atomic ([`Endpoint::compare_atomic`](super::Endpoint::compare_atomic)).
+    pub async fn compare_atomic<T: AtomicValue>(
+        &self,
+        to: FiAddr,
+        target: &RemoteRegion,
+        op: AtomicOp,
+        compare: T,
+        operand: T,
+    ) -> Result<Completion<B>> {
+        let target = *target;
+        self.run_atomic(move |ep| ep.compare_atomic(to, &target, op, compare, operand))
+            .await
+    }
+
+    /// Adds `value` to the element, fetching the old one.
+    pub async fn fetch_add<T: AtomicValue>(
+        &self,
+        to: FiAddr,
+        target: &RemoteRegion,
+        value: T,
+    ) -> Result<Completion<B>> {
+        self.fetch_atomic(to, target, AtomicOp::Sum, value).await
+    }
+
+    /// Stores `new` if the element equals `expected`; the old value comes
+    /// back either way.
+    pub async fn compare_swap<T: AtomicValue>(
+        &self,
+        to: FiAddr,
+        target: &RemoteRegion,
+        expected: T,
+        new: T,
+    ) -> Result<Completion<B>> {
+        self.compare_atomic(to, target, AtomicOp::Cswap, expected, new)
+            .await
+    }
+
+    /// Sends a small message at once, copying it (no completion).
+    pub fn inject(&self, to: FiAddr, bytes: &[u8]) -> Result<()> {
+        self.inner.lock().ep.inject(to, bytes)
+    }
+
+    /// Tagged [`inject`](AsyncEndpoint::inject).
+    pub fn tinject(&self, to: FiAddr, tag: u64, bytes: &[u8]) -> Result<()> {
+        self.inner.lock().ep.tinject(to, tag, bytes)
+    }
+
+    /// Posts a send whose completion comes through [`completions`](AsyncEndpoint::completions)
+    /// instead of a future of its own. `Again` (queue full) is returned as
+    /// is: read completions, then post again.
+    pub fn post_send(&self, to: FiAddr, buf: B) -> std::result::Result<OpId, Rejected<B>> {
+        self.post_streamed(|ep| ep.send(to, buf))
+    }
+
+    /// Posts a receive for the completion stream (see
+    /// [`post_send`](AsyncEndpoint::post_send)).
+    pub fn post_recv(&self, buf: B) -> std::result::Result<OpId, Rejected<B>> {
+        self.post_streamed(|ep| ep.recv(buf))
+    }
+
+    /// Posts a tagged send for the completion stream.
+    pub fn post_tsend(
+        &self,
+        to: FiAddr,
+        tag: u64,
+        buf: B,
+    ) -> std::result::Result<OpId, Rejected<B>> {
+        self.post_streamed(|ep| ep.tsend(to, tag, buf))
+    }
+
+    /// Posts a tagged receive for the completion stream.
+    pub fn post_trecv(
+        &self,
+        tag: u64,
+        ignore: u64,
+        buf: B,
+    ) -> std::result::Result<OpId, Rejected<B>> {
+        self.post_streamed(|ep| ep.trecv(tag, ignore, buf))
+    }
+
+    /// Cancels a receive posted with [`post_recv`](AsyncEndpoint::post_recv)
+    /// or [`post_trecv`](AsyncEndpoint::post_trecv): it completes, with a
+    /// `Canceled` error and its buffer, through the stream.
+    pub fn cancel(&self, id: OpId) -> Result<()> {
+        self.inner.lock().ep.cancel(id)
+    }
+
+    /// The stream of completions of the operations posted with the
+    /// `post_*` methods, in the order they are read. Every handle returned
+    /// reads the same stream.
+    pub fn completions(&self) -> Completions<B> {
+        Completions {
+            inner: self.inner.clone(),
+        }
+    }
+
+    fn post_streamed(
+        &self,
+        f: impl FnOnce(&mut Endpoint<B>) -> std::result::Result<OpId, Rejected<B>>,
+    ) -> std::result::Result<OpId, Rejected<B>> {
+        let mut st = self.inner.lock();
+        let id = f(&mut st.ep)?;
+        st.set_cell(id, Cell::Streamed);
+        Ok(id)
+    }
+
+    /// Posts with `f` (again, after `Again`) and awaits the completion.
+    async fn run<F>(
+        &self,
+        kind: OpKind,
+        buf: B,
+        f: F,
+    ) -> std::result::Result<Completion<B>, Rejected<B>>
+    where
+        F: FnMut(&mut Endpoint<B>, B) -> std::result::Result<OpId, Rejected<B>>,
+    {
+        let mut f = f;
+        let op = Post {
+            inner: &self.inner,
+            f: move |ep: &mut Endpoint<B>, b: B| f(ep, b).map_err(Refused::from),
+            buf: Some(buf),
+            kind,
+        }
+        .await
+        .map_err(|r| Rejected::new(r.error, r.back))?;
+        op.await.map_err(|e| Rejected::new(e, None))
+    }
+
+    async fn run_atomic<F>(&self, mut f: F) -> Result<Completion<B>>
+    where
+        F: FnMut(&mut Endpoint<B>) -> Result<OpId>,
+    {
+        let op = Post {
+            inner: &self.inner,
+            f: move |ep: &mut Endpoint<B>, ()| {
+                f(ep).map_err(|error| Refused {
+                    error,
+                    back: Some(()),
+                })
+            },
+            buf: Some(()),
+            kind: OpKind::Atomic,
+        }
+        .await
+        .map_err(|r| r.error)?;
+        op.await
+    }
+}
+
+impl<B: IoBufMut> State<B> {
+    /// Records a new operation's cell. A parked driver is woken: it polls
+    /// again for the new operation (and arms the wait fd anew after the
+    /// post).
+    fn set_cell(&mut self, id: OpId, cell: Cell<B>) {
+        if self.parked {
+            self.parked = false;
+            self.idle_since = None;
+            if let Some(w) = &self.driver_waker {
+                w.wake_by_ref();
+            }
+        }
+        let i = id.index();
+        if self.cells.len() <= i {
+            self.cells.resize_with(i + 1, || Cell::Free);
+        }
+        self.cells[i] = cell;
+    }
+
+    /// Reads the completion queue once and hands what came to its cells;
+    /// returns how many came.
+    fn reap(&mut self) -> Result<usize> {
+        let n = self.ep.reap()?;
+        while let Some(c) = self.ep.pop_ready() {
+            let i = c.id().index();
+            let cell = self
+                .cells
+                .get_mut(i)
+                .map(|c| std::mem::replace(c, Cell::Free));
+            match cell {
+                Some(Cell::Waiting { waker, .. }) => {
+                    self.cells[i] = Cell::Done(c);
+                    if let Some(w) = waker {
+                        w.wake();
+                    }
+                }
+                Some(Cell::Streamed) => {
+                    self.ep.release(c.id());
+                    self.stream.push_back(c);
+                    for w in self.stream_wakers.drain(..) {
+                        w.wake();
+                    }
+                }
+                Some(Cell::Done(earlier)) => {
+                    // Cannot happen: a slot is reused only once its
+                    // completion was taken. Keep the earlier one.
+                    tracing::warn!(id = %c.id(), "a second completion for one slot; dropped");
+                    self.cells[i] = Cell::Done(earlier);
+                }
+                Some(Cell::Orphan | Cell::Free) | None => {
+                    // Its future is gone: the provider is done with the
+                    // buffer, which is dropped here.
+                    self.ep.release(c.id());
+                    drop(c);
+                }
+            }
+        }
+        if n > 0 {
+            self.idle_since = None;
+            self.parked = false;
+            for w in self.posters.drain(..) {
+                w.wake();
+            }
+        }
+        Ok(n)
+    }
+
+    /// The completion `who` waits for, if it is there.
+    fn take(&mut self, who: Who) -> Option<Completion<B>> {
+        match who {
+            Who::Stream => self.stream.pop_front(),
+            Who::Op(id) => {
+                let cell = self.cells.get_mut(id.index())?;
+                if !matches!(cell, Cell::Done(c) if c.id() == id) {
+                    return None;
+                }
+                match std::mem::replace(cell, Cell::Free) {
+                    Cell::Done(c) => {
+                        self.ep.release(id);
+                        Some(c)
+                    }
+                    other => {
+                        *cell = other;
+                        None
+                    }
+                }
+            }
+        }
+    }
+
+    /// Records `waker` for `who`, and queues it for the driver's role.
+    fn register(&mut self, who: Who, waker: &Waker) {
+        let queue = match who {
+            Who::Stream => {
+                if !self.stream_wakers.iter().any(|w| w.will_wake(waker)) {
+                    self.stream_wakers.push(waker.clone());
+                }
+                !std::mem::replace(&mut self.stream_queued, true)
+            }
+            Who::Op(id) => match self.cells.get_mut(id.index()) {
+                Some(Cell::Waiting { waker: w, queued }) => {
+                    if !w.as_ref().is_some_and(|w| w.will_wake(waker)) {
+                        *w = Some(waker.clone());
+                    }
+                    !std::mem::replace(queued, true)
+                }
+                _ => false,
+            },
+        };
+        if queue {
+            self.queue.push_back(who);
+        }
+    }
+
+    /// `who` stops waiting; a driver hands its role to the longest waiting
+    /// future.
+    fn leave(&mut self, who: Who) {
+        if self.driver != Some(who) {
+            return;
+        }
+        self.driver = None;
+        self.driver_waker = None;
+        while let Some(next) = self.queue.pop_front() {
+            match next {
+                Who::Stream => {
+                    self.stream_queued = false;
+                    if !self.stream_wakers.is_empty() {
+                        for w in self.stream_wakers.drain(..) {
+                            w.wake();
+                        }
+                        return;
+                    }
+                }
+                Who::Op(id) => {
+                    let pending = self.ep.in_flight_op(id);
+                    if let Some(Cell::Waiting { waker, queued }) = self.cells.get_mut(id.index()) {
+                        *queued = false;
+                        if pending {
+                            if let Some(w) = waker.take() {
+                                w.wake();
+                                return;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        for w in self.posters.drain(..) {
+            w.wake();
+        }
+    }
+
+    /// After an empty read by the driver: whether to keep polling rather
+    /// than park.
+    fn keep_polling(&mut self) -> bool {
+        if self.parked {
+            return false;
+        }
+        let Some(since) = self.idle_since else {
+            self.idle_since = Some(Instant::now());
+            self.empty_polls = 0;
+            return true;
+        };
+        self.empty_polls = self.empty_polls.wrapping_add(1);
+        if self.empty_polls % CLOCK_EVERY == 0 && since.elapsed() >= POLL_FOR {
+            self.parked = true;
+            return false;
+        }
+        true
+    }
+}
+
+impl<B: IoBufMut> Inner<B> {
+    /// Polls for the completion `who` waits for, driving the endpoint when
+    /// no other future does.
+    fn poll_for(&self, cx: &mut Context<'_>, who: Who) -> Poll<Result<Completion<B>>> {
+        let mut st = self.lock();
+        loop {
+            if let Some(c) = st.take(who) {
+                st.leave(who);
+                return Poll::Ready(Ok(c));
+            }
+            st.register(who, cx.waker());
+            // Only the driver reads the queue: a read by another future
+            // would end the provider's arming for the parked driver
+            // (`trywait`), which could then sleep through progress that
+            // nobody makes.
+            match st.driver {
+                Some(d) if d != who => return Poll::Pending,
+                _ => st.driver = Some(who),
+            }
+            if !st
+                .driver_waker
+                .as_ref()
+                .is_some_and(|w| w.will_wake(cx.waker()))
+            {
+                st.driver_waker = Some(cx.waker().clone());
+            }
+            match st.reap() {
+                Ok(0) => {}
+                Ok(_) => continue,
+                Err(e) => {
+                    st.leave(who);
+                    return Poll::Ready(Err(e));
+                }
+            }
+            if st.keep_polling() {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            let (Some(fd), Some(cq)) = (&self.fd, st.ep.waitable_cq()) else {
+                // No wait fd: keep polling, yielding to other tasks.
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            };
+            match cq.trywait() {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::Again => continue,
+                Err(e) => {
+                    st.leave(who);
+                    return Poll::Ready(Err(Error::new(
+                        e.kind(),
+                        format!("arming the completion queue's wait fd: {}", e.detail()),
+                    )));
+                }
+            }
+            match fd.poll_read_ready(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(mut guard)) => {
+                    guard.clear_ready();
+                    continue;
+                }
+                Poll::Ready(Err(e)) => {
+                    st.leave(who);
+                    return Poll::Ready(Err(Error::new(
+                        ErrorKind::Other,
+                        format!("waiting for the completion queue's wait fd: {e}"),
+                    )));
+                }
+            }
+        }
+    }
+}
+
+/// A post that was not accepted, with what it was given back.
+struct Refused<T> {
+    error: Error,
+    back: Option<T>,
+}
+
+impl<B> From<Rejected<B>> for Refused<B> {
+    fn from(r: Rejected<B>) -> Self {
+        Refused {
+            error: r.error,
+            back: r.buf,
+        }
+    }
+}
+
+/// Posts an operation, retrying after `Again` once completions were read.
+/// `T` is the buffer (`()` for atomics).
+struct Post<'a, B: IoBufMut, T, F> {
+    inner: &'a Arc<Inner<B>>,
+    f: F,
+    buf: Option<T>,
+    kind: OpKind,
+}
+
+impl<B: IoBufMut, T, F> Unpin for Post<'_, B, T, F> {}
+
+impl<B, T, F> Future for Post<'_, B, T, F>
+where
+    B: IoBufMut,
+    F: FnMut(&mut Endpoint<B>, T) -> std::result::Result<OpId, Refused<T>>,
+{
+    type Output = std::result::Result<InFlight<B>, Refused<T>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let mut st = this.inner.lock();
+        loop {
+            let Some(buf) = this.buf.take() else {
+                return Poll::Ready(Err(Refused {
+                    error: Error::inval("an operation's future was polled after it completed"),
+                    back: None,
+                }));
+            };
+            let refused = match (this.f)(&mut st.ep, buf) {
+                Ok(id) => {
+                    st.set_cell(
+                        id,
+                        Cell::Waiting {
+                            waker: None,
+                            queued: false,
+                        },
+                    );
+                    return Poll::Ready(Ok(InFlight {
+                        inner: this.inner.clone(),
+                        id,
+                        receive: this.kind.is_receive(),
+                        done: false,
+                    }));
+                }
+                Err(r) => r,
+            };
+            match refused {
+                Refused {
+                    error,
+                    back: Some(back),
+                } if error.kind() == ErrorKind::Again => {
+                    // The queue is full: read completions (which frees
+                    // room), or wait until another future has read some.
+                    this.buf = Some(back);
+                    if st.driver.is_some() {
+                        // The driver reads the queue and wakes us.
+                        if !st.posters.iter().any(|w| w.will_wake(cx.waker())) {
+                            st.posters.push(cx.waker().clone());
+                        }
+                        return Poll::Pending;
+                    }
+                    // Nobody reads the queue: read it ourselves, and keep
+                    // trying (yielding) until the post goes through.
+                    match st.reap() {
+                        Ok(0) => {}
+                        Ok(_) => continue,
+                        Err(error) => {
+                            return Poll::Ready(Err(Refused {
+                                error,
+                                back: this.buf.take(),
+                            }));
+                        }
+                    }
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                other => return Poll::Ready(Err(other)),
+            }
+        }
+    }
+}
+
+/// The completion of one posted operation. Dropping it before it resolves
+/// leaves the operation to the endpoint (see the [module docs](self)).
+struct InFlight<B: IoBufMut> {
+    inner: Arc<Inner<B>>,
+    id: OpId,
+    receive: bool,
+    done: bool,
+}
+
+impl<B: IoBufMut> Unpin for InFlight<B> {}
+
+impl<B: IoBufMut> Future for InFlight<B> {
+    type Output = Result<Completion<B>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if this.done {
+            return Poll::Ready(Err(Error::inval(format!("{} was already taken", this.id))));
+        }
+        let r = this.inner.poll_for(cx, Who::Op(this.id));
+        if let Poll::Ready(Ok(_)) = r {
+            this.done = true;
+        }
+        r
+    }
+}
+
+impl<B: IoBufMut> Drop for InFlight<B> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let mut st = self.inner.lock();
+        let done = st.take(Who::Op(self.id));
+        if done.is_none() {
+            if self.receive {
+                // It would wait for a message forever otherwise; a message
+                // already matched completes it anyway.
+                if let Err(e) = st.ep.cancel(self.id) {
+                    tracing::debug!(id = %self.id, error = %e, "cancelling a dropped receive");
+                }
+            }
+            if let Some(cell) = st.cells.get_mut(self.id.index()) {
+                if matches!(cell, Cell::Waiting { .. }) {
+                    *cell = Cell::Orphan;
+                }
+            }
+        }
+        st.leave(Who::Op(self.id));
+        drop(st);
+        drop(done);
+    }
+}
+
+/// The completions of operations posted with the `post_*` methods of an
+/// [`AsyncEndpoint`], in the order they are read.
+///
+/// [`next`](Completions::next) awaits the next one; [`poll_next`](Completions::poll_next)
+/// has the shape of `Stream::poll_next`, so `futures::stream::poll_fn`
+/// turns it into a `Stream`. It never ends: with nothing in flight it
+/// waits (parked, no CPU) for operations posted later.
+pub struct Completions<B: IoBufMut = Vec<u8>> {
+    inner: Arc<Inner<B>>,
+}
+
+impl<B: IoBufMut> std::fmt::Debug for Completions<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Completions").finish_non_exhaustive()
+    }
+}
+
+impl<B: IoBufMut> Completions<B> {
+    /// The next completion; an error when the completion queue cannot be
+    /// read.
+    pub async fn next(&mut self) -> Result<Completion<B>> {
+        Next { inner: &self.inner }.await
+    }
+
+    /// Polls for the next completion (`Stream::poll_next`'s shape: never
+    /// `None`). A stream polled this way keeps driving the endpoint for
+    /// the other futures until it is polled to a completion or dropped:
+    /// keep polling it, or drop it.
+    pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Completion<B>>>> {
+        self.inner.poll_for(cx, Who::Stream).map(Some)
+    }
+}
+
+impl<B: IoBufMut> Drop for Completions<B> {
+    fn drop(&mut self) {
+        self.inner.lock().leave(Who::Stream);
+    }
+}
+
+/// The future of [`Completions::next`]: gives up the driver's role when
+/// dropped.
+struct Next<'a, B: IoBufMut> {
+    inner: &'a Arc<Inner<B>>,
+}
+
+impl<B: IoBufMut> Future for Next<'_, B> {
+    type Output = Result<Completion<B>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.inner.poll_for(cx, Who::Stream)
+    }
+}
+
+impl<B: IoBufMut> Drop for Next<'_, B> {
+    fn drop(&mut self) {
+        self.inner.lock().leave(Who::Stream);
+    }
+}
