@@ -10,6 +10,11 @@
 //! `FI_PROVIDER` variable (`tcp,shm`, or `^tcp` to exclude), as in
 //! libfabric.
 //!
+//! The `tokio` feature (off by default) adds `async` operations and a
+//! completion stream on tokio (`safe::AsyncEndpoint`, in
+//! `fabric::safe::tokio`), which park on the completion queue's wait fd
+//! when idle.
+//!
 //! # From an `Info` to objects
 //!
 //! There are two ways from an entry to data movement:

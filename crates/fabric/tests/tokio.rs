@@ -76,6 +76,7 @@ fn ping_pong_on_tcp_and_shm() {
                 }
             });
             let mut rbuf = vec![0u8; 256];
+            let t0 = std::time::Instant::now();
             for i in 0..rounds {
                 let msg = vec![i as u8; 1 + i % 200];
                 let (sent, got) = tokio::join!(client.send(to_server, msg.clone()), async {
@@ -86,6 +87,7 @@ fn ping_pong_on_tcp_and_shm() {
                 assert_eq!(got.received(), Some(&msg[..]), "{prov} round {i}");
                 rbuf = got.into_buf().unwrap();
             }
+            eprintln!("{prov}: {rounds} round trips in {:?}", t0.elapsed());
             echo.await.unwrap();
             assert_eq!(client.in_flight(), 0);
         }));
@@ -340,6 +342,49 @@ fn a_current_thread_runtime_drives_both_ends_of_a_pair() {
                     got.unwrap().check().unwrap().received(),
                     Some(&i.to_le_bytes()[..])
                 );
+            }
+        }));
+    }
+}
+
+#[test]
+fn the_driver_role_passes_on_when_futures_finish_or_are_dropped() {
+    for info in providers(Caps::MSG | Caps::TAGGED) {
+        runtime().block_on(within(async move {
+            let (a, b, to_b, _) = pair(&info);
+            // The first waiter drives b; it gives up after 20 ms, parked,
+            // and the others must take over.
+            let quitter = {
+                let b = b.clone();
+                tokio::spawn(async move {
+                    tokio::time::timeout(Duration::from_millis(20), b.trecv(999, 0, vec![0; 8]))
+                        .await
+                        .is_err()
+                })
+            };
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            let mut waiters = Vec::new();
+            for i in 0..16u64 {
+                let b = b.clone();
+                waiters.push(tokio::spawn(async move {
+                    let c = b.trecv(i, 0, vec![0; 8]).await.unwrap().check().unwrap();
+                    assert_eq!(c.received(), Some(&i.to_le_bytes()[..]));
+                }));
+            }
+            assert!(quitter.await.unwrap(), "the quitter's receive completed");
+            // Well after every waiter parked: one message at a time, each
+            // completing one waiter, whose driver must then hand over.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            for i in 0..16u64 {
+                a.tsend(to_b, i, i.to_le_bytes().to_vec())
+                    .await
+                    .unwrap()
+                    .check()
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(3)).await;
+            }
+            for w in waiters {
+                w.await.unwrap();
             }
         }));
     }

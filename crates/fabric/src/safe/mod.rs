@@ -56,6 +56,15 @@
 //! both be driven: wait on one while calling [`Endpoint::progress`] on the
 //! other, or give each endpoint its own thread (endpoints are `Send`).
 //!
+//! # Async (feature `tokio`)
+//!
+//! With the `tokio` feature, `AsyncEndpoint` (module `tokio`) wraps an
+//! [`Endpoint`] for `async` code: the same operations as futures that
+//! resolve to their [`Completion`], shared by any number of tasks, and a
+//! stream of completions for operations posted without a future. Idle, it
+//! parks on the completion queue's wait fd (tokio's `AsyncFd`, with
+//! `fi_trywait`); busy, it polls as [`Endpoint::wait`] does.
+//!
 //! # Example
 //!
 //! ```
