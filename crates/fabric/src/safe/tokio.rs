@@ -952,10 +952,10 @@ impl<B: IoBufMut> Drop for InFlight<B> {
 /// The completions of operations posted with the `post_*` methods of an
 /// [`AsyncEndpoint`], in the order they are read.
 ///
-/// [`next`](Completions::next) awaits the next one; [`poll_next`](Completions::poll_next)
-/// has the shape of `Stream::poll_next`, so `futures::stream::poll_fn`
-/// turns it into a `Stream`. It never ends: with nothing in flight it
-/// waits (parked, no CPU) for operations posted later.
+/// [`next`](Completions::next) awaits the next one, and it is a
+/// `futures_core::Stream` (for `StreamExt` combinators). It never ends:
+/// with nothing in flight it waits (parked, no CPU) for operations posted
+/// later.
 pub struct Completions<B: IoBufMut = Vec<u8>> {
     inner: Arc<Inner<B>>,
 }
@@ -972,12 +972,16 @@ impl<B: IoBufMut> Completions<B> {
     pub async fn next(&mut self) -> Result<Completion<B>> {
         Next { inner: &self.inner }.await
     }
+}
 
-    /// Polls for the next completion (`Stream::poll_next`'s shape: never
-    /// `None`). A stream polled this way keeps driving the endpoint for
-    /// the other futures until it is polled to a completion or dropped:
-    /// keep polling it, or drop it.
-    pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Completion<B>>>> {
+/// Never ends (never yields `None`): with nothing in flight it waits for operations
+/// posted later. A stream polled through this trait keeps driving the
+/// endpoint for the other futures until it is polled to a completion or
+/// dropped: keep polling it, or drop it.
+impl<B: IoBufMut> futures_core::Stream for Completions<B> {
+    type Item = Result<Completion<B>>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         self.inner.poll_for(cx, Who::Stream).map(Some)
     }
 }
