@@ -664,8 +664,28 @@ impl<B: IoBufMut> State<B> {
             },
         };
         if queue {
+            if self.queue.len() >= 2 * self.cells.len() + 16 {
+                self.compact_queue();
+            }
             self.queue.push_back(who);
         }
+    }
+
+    /// Drops the queue's entries of futures that no longer wait (a driver
+    /// that never leaves pops none), so the queue stays as long as the
+    /// number of waiters, not of operations ever awaited.
+    fn compact_queue(&mut self) {
+        let (cells, ep, stream_queued) = (&self.cells, &self.ep, self.stream_queued);
+        self.queue.retain(|who| match *who {
+            Who::Stream => stream_queued,
+            Who::Op(id) => {
+                ep.in_flight_op(id)
+                    && matches!(
+                        cells.get(id.index()),
+                        Some(Cell::Waiting { queued: true, .. })
+                    )
+            }
+        });
     }
 
     /// `who` stops waiting; a driver hands its role to the longest waiting
@@ -688,14 +708,16 @@ impl<B: IoBufMut> State<B> {
                     }
                 }
                 Who::Op(id) => {
-                    let pending = self.ep.in_flight_op(id);
+                    // A stale entry (the operation completed; its slot may
+                    // serve another one, with an entry of its own).
+                    if !self.ep.in_flight_op(id) {
+                        continue;
+                    }
                     if let Some(Cell::Waiting { waker, queued }) = self.cells.get_mut(id.index()) {
                         *queued = false;
-                        if pending {
-                            if let Some(w) = waker.take() {
-                                w.wake();
-                                return;
-                            }
+                        if let Some(w) = waker.take() {
+                            w.wake();
+                            return;
                         }
                     }
                 }
@@ -1009,5 +1031,68 @@ impl<B: IoBufMut> Future for Next<'_, B> {
 impl<B: IoBufMut> Drop for Next<'_, B> {
     fn drop(&mut self) {
         self.inner.lock().leave(Who::Stream);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::{Caps, EpType, Hints};
+
+    /// A driver that never leaves (a receive nobody sends to) while many
+    /// other operations are awaited one after the other: the hand-off
+    /// queue stays short.
+    #[test]
+    fn the_hand_off_queue_stays_short_under_a_long_lived_driver() {
+        let Some(info) = Hints::new()
+            .caps(Caps::MSG | Caps::TAGGED)
+            .ep_type(EpType::Rdm)
+            .provider("tcp")
+            .node("127.0.0.1")
+            .source()
+            .getinfo()
+            .ok()
+            .and_then(|v| v.into_iter().next())
+        else {
+            return;
+        };
+        let rt = ::tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let domain = super::super::Domain::open(&info).unwrap();
+            let a = AsyncEndpoint::new(domain.endpoint().unwrap()).unwrap();
+            let b = AsyncEndpoint::new(domain.endpoint().unwrap()).unwrap();
+            let to_b = a.insert(&b.name().unwrap()).unwrap();
+            let mut forever = std::pin::pin!(b.trecv(u64::MAX, 0, vec![0; 8]));
+            let mut forever_a = std::pin::pin!(a.trecv(u64::MAX, 0, vec![0; 8]));
+            for i in 0..500u64 {
+                let round = async {
+                    let (got, sent) =
+                        ::tokio::join!(b.trecv(i, 0, vec![0; 8]), a.tsend(to_b, i, vec![1; 8]));
+                    sent.unwrap().check().unwrap();
+                    got.unwrap().check().unwrap();
+                };
+                let mut round = std::pin::pin!(round);
+                // The never-ending receives are polled first, so they
+                // become their endpoints' drivers and stay so.
+                std::future::poll_fn(|cx| {
+                    assert!(forever.as_mut().poll(cx).is_pending());
+                    assert!(forever_a.as_mut().poll(cx).is_pending());
+                    round.as_mut().poll(cx)
+                })
+                .await;
+            }
+            let st = b.inner.lock();
+            assert_eq!(st.driver.map(|d| d != Who::Stream), Some(true));
+            assert!(
+                st.queue.len() <= 2 * st.cells.len() + 16,
+                "{}",
+                st.queue.len()
+            );
+        });
     }
 }
