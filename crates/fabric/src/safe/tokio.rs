@@ -218,11 +218,18 @@ impl<B: IoBufMut> AsyncEndpoint<B> {
     /// cannot block) the futures poll the queue, yielding between reads,
     /// and never park.
     ///
+    /// Outside a tokio runtime it fails (`Other`).
+    ///
     /// # Panics
     ///
-    /// Outside a tokio runtime, or in one without IO enabled (tokio's
-    /// `AsyncFd` panics there).
+    /// In a runtime without IO enabled (tokio's `AsyncFd` panics there).
     pub fn new(mut ep: Endpoint<B>) -> Result<Self> {
+        if let Err(e) = ::tokio::runtime::Handle::try_current() {
+            return Err(Error::new(
+                ErrorKind::Other,
+                format!("AsyncEndpoint::new needs to run inside a tokio runtime: {e}"),
+            ));
+        }
         ep.hold_slots();
         let fd = match ep.waitable_cq().and_then(|cq| cq.wait_fd()) {
             Some(fd) => {
@@ -1044,6 +1051,25 @@ mod tests {
     /// A driver that never leaves (a receive nobody sends to) while many
     /// other operations are awaited one after the other: the hand-off
     /// queue stays short.
+    #[test]
+    fn outside_a_runtime_new_fails_instead_of_panicking() {
+        let Some(info) = Hints::new()
+            .caps(Caps::MSG)
+            .ep_type(EpType::Rdm)
+            .provider("tcp")
+            .node("127.0.0.1")
+            .source()
+            .getinfo()
+            .ok()
+            .and_then(|v| v.into_iter().next())
+        else {
+            return;
+        };
+        let domain = super::super::Domain::open(&info).unwrap();
+        let e = AsyncEndpoint::<Vec<u8>>::new(domain.endpoint().unwrap()).unwrap_err();
+        assert!(e.to_string().contains("tokio runtime"), "{e}");
+    }
+
     #[test]
     fn the_hand_off_queue_stays_short_under_a_long_lived_driver() {
         let Some(info) = Hints::new()
