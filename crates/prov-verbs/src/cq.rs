@@ -23,14 +23,14 @@
 use std::mem::MaybeUninit;
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, RwLock, Weak};
+use std::sync::{Arc, OnceLock, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use fabric_core::kit::binds::CqSink;
 use fabric_core::kit::cq::CqCore;
 use fabric_core::kit::hash::IdMap;
 use fabric_core::kit::objects::Progress;
-use fabric_core::kit::wait::FdSet;
+use fabric_core::kit::wait::{FdSet, PollSet};
 use fabric_core::objects::{
     CompletionQueue, CqAttr, CqEntry, CqErrEntry, CqFormat, FiAddr, WaitObj,
 };
@@ -48,6 +48,18 @@ const BATCH: usize = 16;
 const MIN_HW_CQE: usize = 4096;
 /// How long a blocking read polls before it arms the CQ and sleeps.
 const SPIN: Duration = Duration::from_micros(20);
+
+/// Adds the fds of `p` that mean progress is needed
+/// ([`Progress::trywait_fds`]) to `set`.
+pub(crate) fn add_fds(set: &PollSet, p: &dyn Progress) -> Result<()> {
+    let mut r = Ok(());
+    p.trywait_fds(&mut |fd| {
+        if r.is_ok() {
+            r = set.add(fd);
+        }
+    });
+    r
+}
 
 /// The queue pairs whose work completions a CQ routes, by QP number. The
 /// first one attached is kept apart: a CQ of one endpoint (the common
@@ -96,6 +108,13 @@ pub(crate) struct CqShared {
     armed: AtomicBool,
     fd_users: AtomicBool,
     sleepers: AtomicU32,
+    /// The CQ's wait fd, made when first asked for: an epoll set of the
+    /// software queue's eventfd, the hardware CQ's channel and the fds of
+    /// the engines that deliver here.
+    wait_set: OnceLock<PollSet>,
+    /// The domain's progress set (its counters' wait fds nest it): once
+    /// made, this CQ's channel and its engines' fds join it.
+    domain_set: Arc<OnceLock<PollSet>>,
 }
 
 impl std::fmt::Debug for CqShared {
@@ -108,7 +127,12 @@ impl std::fmt::Debug for CqShared {
 
 impl CqShared {
     /// A CQ on `ctx` of at least `size` entries.
-    pub(crate) fn new(ctx: Context, size: usize, max_cqe: usize) -> Result<Arc<CqShared>> {
+    pub(crate) fn new(
+        ctx: Context,
+        size: usize,
+        max_cqe: usize,
+        domain_set: Arc<OnceLock<PollSet>>,
+    ) -> Result<Arc<CqShared>> {
         let cqe = size.max(MIN_HW_CQE).min(max_cqe.max(1));
         let hw = HwCq::new(ctx, i32::try_from(cqe).unwrap_or(i32::MAX))?;
         Ok(Arc::new(CqShared {
@@ -120,6 +144,8 @@ impl CqShared {
             armed: AtomicBool::new(false),
             fd_users: AtomicBool::new(false),
             sleepers: AtomicU32::new(0),
+            wait_set: OnceLock::new(),
+            domain_set,
         }))
     }
 
@@ -159,8 +185,81 @@ impl CqShared {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         v.retain(|w| w.strong_count() > 0 && !Weak::ptr_eq(w, &e));
+        // Under the write lock: a set made at the same time either sees
+        // the engine in the list or is seen here.
+        if let Some(p) = e.upgrade() {
+            for set in [self.wait_set.get(), self.domain_set.get()]
+                .into_iter()
+                .flatten()
+            {
+                if let Err(err) = add_fds(set, &*p) {
+                    tracing::warn!(error = %err, "verbs: an engine's fds cannot join a wait fd");
+                }
+            }
+        }
         v.push(e);
         self.has_engines.store(true, Ordering::Release);
+    }
+
+    /// The CQ's wait set, made on first use.
+    fn wait_set(&self) -> Result<&PollSet> {
+        if let Some(s) = self.wait_set.get() {
+            return Ok(s);
+        }
+        // The engines' read lock keeps `add_engine` out while the set is
+        // filled and published.
+        let v = self
+            .engines
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(s) = self.wait_set.get() {
+            return Ok(s);
+        }
+        let set = PollSet::new()?;
+        set.add(self.core.signal().fd())?;
+        set.add(self.hw.fd())?;
+        for p in v.iter().filter_map(Weak::upgrade) {
+            add_fds(&set, &*p)?;
+        }
+        Ok(self.wait_set.get_or_init(|| set))
+    }
+
+    /// Adds this CQ's channel and its engines' fds to the domain's
+    /// progress set `set` (just made).
+    pub(crate) fn join_domain_set(&self, set: &PollSet) -> Result<()> {
+        let v = self
+            .engines
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        set.add(self.hw.fd())?;
+        for p in v.iter().filter_map(Weak::upgrade) {
+            add_fds(set, &*p)?;
+        }
+        Ok(())
+    }
+
+    /// The provider's part of `fi_trywait` for this CQ: takes the
+    /// channel's events and arms it again, lets the engines do the same
+    /// with theirs, then polls once: completions that came before the
+    /// arming raise no event, so they go to the software queue, where the
+    /// next read finds them.
+    pub(crate) fn trywait_hw(&self) -> Result<()> {
+        self.hw.consume_events();
+        self.hw.arm()?;
+        self.armed.store(true, Ordering::Release);
+        if self.has_engines.load(Ordering::Acquire) {
+            let engines: Vec<Arc<dyn Progress>> = self
+                .engines
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .iter()
+                .filter_map(Weak::upgrade)
+                .collect();
+            for e in engines {
+                e.trywait()?;
+            }
+        }
+        self.drain_hw()
     }
 
     /// Queues a completion made by the provider, waking a blocked reader.
@@ -176,8 +275,12 @@ impl CqShared {
     }
 
     fn wake(&self) {
-        if self.sleepers.load(Ordering::SeqCst) > 0 || self.fd_users.load(Ordering::Relaxed) {
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
             self.core.signal().notify_always();
+        } else if self.fd_users.load(Ordering::Relaxed) {
+            // Once per re-arm of the fd (trywait, or a read that found
+            // nothing).
+            self.core.signal().notify();
         }
     }
 
@@ -301,6 +404,12 @@ impl CqShared {
             return self.core.read(out, src);
         }
         if self.fd_users.load(Ordering::Relaxed) {
+            // Cleared first, then looked at again: a completion queued in
+            // between raises the fd anew.
+            self.core.signal().rearm();
+            if !self.core.is_empty() {
+                return self.core.read(out, src);
+            }
             self.rearm_for_fd();
             let n = self.poll_hw(Some((out, src)))?;
             if n > 0 {
@@ -538,16 +647,58 @@ impl CompletionQueue for VerbsCq {
         Ok(())
     }
 
-    /// The completion channel's fd: once it has been asked for, reads
-    /// that find the CQ empty arm it, so the fd becomes readable at the
-    /// next completion (for poll / epoll / tokio's `AsyncFd`).
+    /// An epoll set of the completion channel, the software queue's
+    /// eventfd and the fds of the engines that deliver here: after
+    /// [`trywait`](CompletionQueue::trywait) answered `Ok` (or a read
+    /// found the CQ empty), it becomes readable when a completion comes
+    /// or progress is needed, with no thread in the CQ (for poll / epoll
+    /// / tokio's `AsyncFd`).
     fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
         if self.wait == WaitObj::None {
             return None;
         }
+        let set = match self.shared.wait_set() {
+            Ok(s) => s,
+            Err(e) => {
+                // The channel alone still wakes for hardware completions.
+                tracing::warn!(error = %e, "verbs: cannot make the CQ's wait set");
+                self.shared.fd_users.store(true, Ordering::Relaxed);
+                self.shared.rearm_for_fd();
+                return Some(self.shared.hw.fd());
+            }
+        };
+        self.shared.core.signal().watch_external();
         self.shared.fd_users.store(true, Ordering::Relaxed);
         self.shared.rearm_for_fd();
-        Some(self.shared.hw.fd())
+        Some(set.fd())
+    }
+
+    /// `fi_trywait`: clears and arms the wait fd (the channel, the
+    /// engines' channels, the eventfd), then looks for completions;
+    /// `Again` when there are some to read (none is lost: those found go
+    /// to the software queue).
+    fn trywait(&self) -> Result<()> {
+        if self.wait == WaitObj::None {
+            return Err(Error::new(
+                ErrorKind::NoSys,
+                "trywait on a CQ opened with FI_WAIT_NONE (it has no wait fd)",
+            ));
+        }
+        let sh = &self.shared;
+        sh.wait_set()?;
+        let signal = sh.core.signal();
+        signal.watch_external();
+        sh.fd_users.store(true, Ordering::Relaxed);
+        signal.rearm();
+        sh.trywait_hw()?;
+        if sh.core.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::new(
+                ErrorKind::Again,
+                "the CQ holds completions: read them before sleeping (trywait)",
+            ))
+        }
     }
 }
 

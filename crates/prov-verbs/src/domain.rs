@@ -1,9 +1,10 @@
 //! Fabric, domain and memory-region objects of the verbs provider.
 
 use std::os::fd::BorrowedFd;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use fabric_core::kit::objects::{Cntr, Eq, Progress};
+use fabric_core::kit::wait::PollSet;
 use fabric_core::objects::{
     AddressVector, AvAttr, CntrAttr, CompletionQueue, Counter, CqAttr, Domain, Endpoint, EqAttr,
     EventQueue, Fabric, MemoryRegion, MrAccess, MrAttr, MrDesc, PassiveEndpoint, SharedRx,
@@ -63,6 +64,10 @@ pub(crate) struct DomainCore {
     pub limits: Limits,
     pub max_cqe: usize,
     cqs: Mutex<Vec<Weak<CqShared>>>,
+    /// The fds whose readiness means some CQ of the domain needs
+    /// progress (the channels of its CQs and their engines), made when a
+    /// counter's wait fd first asks; the counters' wait fds nest it.
+    progress_set: Arc<OnceLock<PollSet>>,
 }
 
 impl std::fmt::Debug for DomainCore {
@@ -76,14 +81,38 @@ impl std::fmt::Debug for DomainCore {
 impl DomainCore {
     /// A new CQ of this domain.
     pub(crate) fn new_cq(&self, size: usize) -> Result<Arc<CqShared>> {
-        let cq = CqShared::new(self.ctx, size, self.max_cqe)?;
+        let cq = CqShared::new(self.ctx, size, self.max_cqe, self.progress_set.clone())?;
         let mut v = self
             .cqs
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         v.retain(|w| w.strong_count() > 0);
         v.push(Arc::downgrade(&cq));
+        // Under the list's lock, as the set is made under it.
+        if let Some(set) = self.progress_set.get() {
+            cq.join_domain_set(set)?;
+        }
         Ok(cq)
+    }
+
+    /// The domain's progress set, made (with every CQ's fds) on first use.
+    fn progress_set(&self) -> Result<&PollSet> {
+        if let Some(s) = self.progress_set.get() {
+            return Ok(s);
+        }
+        let v = self
+            .cqs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(s) = self.progress_set.get() {
+            return Ok(s);
+        }
+        let made = PollSet::new()?;
+        let set = self.progress_set.get_or_init(|| made);
+        for cq in v.iter().filter_map(Weak::upgrade) {
+            cq.join_domain_set(set)?;
+        }
+        Ok(set)
     }
 
     fn cqs(&self) -> Vec<Arc<CqShared>> {
@@ -109,6 +138,27 @@ impl Progress for DomainCore {
         // reads. A counter wait therefore sleeps in short slices
         // (`kit::cntr::POLL_SLICE`) and drives `progress` between them;
         // completions arrive through CQ progress.
+    }
+
+    /// The progress set: one fd, readable when a CQ of the domain (or an
+    /// engine delivering to one) has a completion after
+    /// [`Progress::trywait`] armed them.
+    fn trywait_fds<'a>(&'a self, f: &mut dyn FnMut(BorrowedFd<'a>)) {
+        match self.progress_set() {
+            Ok(set) => f(set.fd()),
+            Err(e) => tracing::warn!(error = %e, "verbs: cannot make the domain's progress set"),
+        }
+    }
+
+    /// Takes every CQ's channel events, arms the channels again and polls
+    /// once (what the CQs hold is counted now; later completions make
+    /// the progress set readable).
+    fn trywait(&self) -> Result<()> {
+        self.progress_set()?;
+        for cq in self.cqs() {
+            cq.trywait_hw()?;
+        }
+        Ok(())
     }
 }
 
@@ -157,6 +207,7 @@ impl VerbsDomain {
                 limits,
                 max_cqe: usize::try_from(dev.max_cqe).unwrap_or(1),
                 cqs: Mutex::new(Vec::new()),
+                progress_set: Arc::new(OnceLock::new()),
             }),
         })
     }
@@ -244,8 +295,8 @@ impl Domain for VerbsDomain {
         Ok(Box::new(crate::ep::rdm::new_av()))
     }
 
-    fn cntr(&self, _attr: &CntrAttr) -> Result<Box<dyn Counter>> {
-        Ok(Box::new(Cntr::new(self.core.clone())?))
+    fn cntr(&self, attr: &CntrAttr) -> Result<Box<dyn Counter>> {
+        Ok(Box::new(Cntr::with_attr(attr, self.core.clone())?))
     }
 
     #[allow(unsafe_code)]

@@ -509,6 +509,19 @@ impl Progress for Inner {
         }
         f(self.cq.fd());
     }
+
+    /// Arms the engine's CQ (when a wait fd did not already) and
+    /// progresses: completions before the arming are handled now, later
+    /// ones make the fd readable.
+    fn trywait(&self) -> Result<()> {
+        if !self.armed.swap(true, Ordering::AcqRel) {
+            if let Err(e) = self.cq.arm() {
+                self.armed.store(false, Ordering::Release);
+                return Err(e);
+            }
+        }
+        self.progress()
+    }
 }
 
 impl MsgOps for DgramEndpoint {

@@ -1072,6 +1072,21 @@ impl Progress for Engine {
         f(self.cq.fd());
         f(self.channel.fd());
     }
+
+    /// Arms the engine's CQ (when a wait fd did not already), takes the
+    /// connection events, and progresses: what was there before arming
+    /// is handled now, later completions and events make the fds
+    /// readable.
+    fn trywait(&self) -> Result<()> {
+        if !self.armed.swap(true, Ordering::AcqRel) {
+            if let Err(e) = self.cq.arm() {
+                self.armed.store(false, Ordering::Release);
+                return Err(e);
+            }
+        }
+        self.cm_hint.store(true, Ordering::Release);
+        self.progress()
+    }
 }
 
 #[cfg(test)]
