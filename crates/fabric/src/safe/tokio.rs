@@ -14,9 +14,10 @@
 //! completion queue and hands every completion to the cell of its
 //! operation, waking the future that waits for it. The driver polls the
 //! queue without sleeping (it wakes itself and yields to the runtime
-//! between reads) for up to 2 ms after the last completion, as the
-//! synchronous [`Endpoint::wait`](super::Endpoint::wait) does; then it
-//! parks with `fi_trywait` semantics:
+//! between reads; after 20 µs it also yields the thread) for up to 2 ms
+//! after the last completion, as the synchronous
+//! [`Endpoint::wait`](super::Endpoint::wait) does; then it parks with
+//! `fi_trywait` semantics:
 //!
 //! 1. read the completion queue; route what came;
 //! 2. nothing came: `trywait()`; `Again` means there is something to read:
@@ -105,6 +106,10 @@ use super::endpoint::Endpoint;
 /// How long the driver polls without parking after the last completion
 /// (as the synchronous wait's spin and yield windows together).
 const POLL_FOR: Duration = Duration::from_millis(2);
+/// How long the driver polls back to back (between polls it only lets
+/// the runtime run other tasks) before it also yields the thread to the
+/// OS between polls, as the synchronous wait does.
+const SPIN_FOR: Duration = Duration::from_micros(20);
 /// Empty polls between two clock readings.
 const CLOCK_EVERY: u32 = 16;
 
@@ -158,6 +163,8 @@ struct State<B: IoBufMut> {
     /// When the driver started finding the queue empty.
     idle_since: Option<Instant>,
     empty_polls: u32,
+    /// Past the spinning window: yield the thread between polls.
+    yielding: bool,
     parked: bool,
 }
 
@@ -269,6 +276,7 @@ impl<B: IoBufMut> AsyncEndpoint<B> {
                     driver_waker: None,
                     idle_since: None,
                     empty_polls: 0,
+                    yielding: false,
                     parked: false,
                 }),
             }),
@@ -744,12 +752,17 @@ impl<B: IoBufMut> State<B> {
         let Some(since) = self.idle_since else {
             self.idle_since = Some(Instant::now());
             self.empty_polls = 0;
+            self.yielding = false;
             return true;
         };
         self.empty_polls = self.empty_polls.wrapping_add(1);
-        if self.empty_polls % CLOCK_EVERY == 0 && since.elapsed() >= POLL_FOR {
-            self.parked = true;
-            return false;
+        if self.empty_polls % CLOCK_EVERY == 0 {
+            let idle = since.elapsed();
+            if idle >= POLL_FOR {
+                self.parked = true;
+                return false;
+            }
+            self.yielding = idle >= SPIN_FOR;
         }
         true
     }
@@ -790,6 +803,12 @@ impl<B: IoBufMut> Inner<B> {
                 }
             }
             if st.keep_polling() {
+                let yielding = st.yielding;
+                drop(st);
+                if yielding {
+                    // Other threads (the peer's, with shm) get the CPU.
+                    std::thread::yield_now();
+                }
                 cx.waker().wake_by_ref();
                 return Poll::Pending;
             }
