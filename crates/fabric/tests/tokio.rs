@@ -398,3 +398,60 @@ fn the_driver_role_passes_on_when_futures_finish_or_are_dropped() {
         }));
     }
 }
+
+#[test]
+fn drain_cancels_receives_and_waits_for_what_is_in_flight() {
+    for info in providers(Caps::MSG | Caps::TAGGED) {
+        let prov = info.prov_name().unwrap_or_default().to_string();
+        runtime().block_on(within(async move {
+            let (a, b, to_b, _) = pair(&info);
+            // Receives posted for the stream and awaited by futures, and
+            // sends in flight.
+            for _ in 0..8 {
+                b.post_recv(vec![0; 64]).unwrap();
+            }
+            let waiting = {
+                let b = b.clone();
+                tokio::spawn(async move { b.trecv(1, 0, vec![0; 64]).await })
+            };
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            for i in 0..4u8 {
+                a.post_send(to_b, vec![i; 16]).unwrap();
+            }
+            // b's receives are cancelled (or took a message first); a's
+            // sends complete.
+            let (da, db) = tokio::join!(a.drain(), b.drain());
+            da.unwrap();
+            db.unwrap();
+            assert_eq!((a.in_flight(), b.in_flight()), (0, 0), "{prov}");
+            let r = waiting.await.unwrap().unwrap();
+            assert_eq!(
+                r.error().map(|e| e.kind()),
+                Some(ErrorKind::Canceled),
+                "{prov}"
+            );
+            let mut stream = b.completions();
+            let mut got = 0;
+            let mut cancelled = 0;
+            for _ in 0..8 {
+                let c = stream.next().await.unwrap();
+                match c.error().map(|e| e.kind()) {
+                    None => got += 1,
+                    Some(ErrorKind::Canceled) => cancelled += 1,
+                    Some(other) => panic!("{prov}: {other:?}"),
+                }
+            }
+            assert_eq!(got + cancelled, 8, "{prov}");
+            assert!(
+                cancelled >= 4,
+                "{prov}: only {cancelled} receives cancelled"
+            );
+            let mut sent = a.completions();
+            for _ in 0..4 {
+                let c = sent.next().await.unwrap();
+                assert_eq!(c.kind(), OpKind::Send);
+                c.check().unwrap();
+            }
+        }));
+    }
+}

@@ -679,6 +679,20 @@ impl<B: IoBufMut> Endpoint<B> {
         }
     }
 
+    /// Cancels every posted receive (each completes with `Canceled`, or
+    /// with its message if one matched already).
+    #[cfg(feature = "tokio")]
+    pub(super) fn cancel_receives(&mut self) {
+        for (index, slot) in self.slots.iter().enumerate() {
+            if slot.op.as_ref().is_some_and(|op| op.kind.is_receive()) {
+                let id = OpId::new(index, slot.generation);
+                if let Err(e) = self.ep.cancel(id.context()) {
+                    tracing::debug!(%id, error = %e, "cancelling a receive");
+                }
+            }
+        }
+    }
+
     /// The next completion read and not yet taken.
     #[cfg(feature = "tokio")]
     pub(super) fn pop_ready(&mut self) -> Option<Completion<B>> {

@@ -128,6 +128,8 @@ impl AsRawFd for WaitFd {
 enum Who {
     Op(OpId),
     Stream,
+    /// [`AsyncEndpoint::drain`].
+    Drain,
 }
 
 /// What the async layer knows of a slab slot.
@@ -152,6 +154,9 @@ struct State<B: IoBufMut> {
     stream: VecDeque<Completion<B>>,
     stream_wakers: Vec<Waker>,
     stream_queued: bool,
+    /// Futures of [`AsyncEndpoint::drain`] waiting for nothing in flight.
+    drain_wakers: Vec<Waker>,
+    drain_queued: bool,
     /// Futures that wait and may take the driver's role, oldest first
     /// (entries whose future has moved on are skipped).
     queue: VecDeque<Who>,
@@ -270,6 +275,8 @@ impl<B: IoBufMut> AsyncEndpoint<B> {
                     stream: VecDeque::new(),
                     stream_wakers: Vec::new(),
                     stream_queued: false,
+                    drain_wakers: Vec::new(),
+                    drain_queued: false,
                     queue: VecDeque::new(),
                     posters: Vec::new(),
                     driver: None,
@@ -313,6 +320,16 @@ impl<B: IoBufMut> AsyncEndpoint<B> {
     /// idle (`false`: the queue has no wait fd and they keep polling).
     pub fn parks(&self) -> bool {
         self.inner.fd.is_some()
+    }
+
+    /// Cancels the posted receives (their futures resolve with `Canceled`
+    /// completions, those of the stream come through it) and waits until
+    /// no operation is in flight, so that dropping the last handle then
+    /// does not block the thread (see the [module docs](self)). Operations
+    /// posted meanwhile through other handles are waited for too.
+    pub async fn drain(&self) -> Result<()> {
+        self.inner.lock().ep.cancel_receives();
+        Drain { inner: &self.inner }.await
     }
 
     /// Sends `buf` to `to`; the completion hands the buffer back.
@@ -632,6 +649,11 @@ impl<B: IoBufMut> State<B> {
             for w in self.posters.drain(..) {
                 w.wake();
             }
+            if self.ep.in_flight() == 0 {
+                for w in self.drain_wakers.drain(..) {
+                    w.wake();
+                }
+            }
         }
         Ok(n)
     }
@@ -640,6 +662,7 @@ impl<B: IoBufMut> State<B> {
     fn take(&mut self, who: Who) -> Option<Completion<B>> {
         match who {
             Who::Stream => self.stream.pop_front(),
+            Who::Drain => None,
             Who::Op(id) => {
                 let cell = self.cells.get_mut(id.index())?;
                 if !matches!(cell, Cell::Done(c) if c.id() == id) {
@@ -668,6 +691,12 @@ impl<B: IoBufMut> State<B> {
                 }
                 !std::mem::replace(&mut self.stream_queued, true)
             }
+            Who::Drain => {
+                if !self.drain_wakers.iter().any(|w| w.will_wake(waker)) {
+                    self.drain_wakers.push(waker.clone());
+                }
+                !std::mem::replace(&mut self.drain_queued, true)
+            }
             Who::Op(id) => match self.cells.get_mut(id.index()) {
                 Some(Cell::Waiting { waker: w, queued }) => {
                     if !w.as_ref().is_some_and(|w| w.will_wake(waker)) {
@@ -690,9 +719,11 @@ impl<B: IoBufMut> State<B> {
     /// that never leaves pops none), so the queue stays as long as the
     /// number of waiters, not of operations ever awaited.
     fn compact_queue(&mut self) {
-        let (cells, ep, stream_queued) = (&self.cells, &self.ep, self.stream_queued);
+        let (cells, ep) = (&self.cells, &self.ep);
+        let (stream_queued, drain_queued) = (self.stream_queued, self.drain_queued);
         self.queue.retain(|who| match *who {
             Who::Stream => stream_queued,
+            Who::Drain => drain_queued,
             Who::Op(id) => {
                 ep.in_flight_op(id)
                     && matches!(
@@ -717,6 +748,15 @@ impl<B: IoBufMut> State<B> {
                     self.stream_queued = false;
                     if !self.stream_wakers.is_empty() {
                         for w in self.stream_wakers.drain(..) {
+                            w.wake();
+                        }
+                        return;
+                    }
+                }
+                Who::Drain => {
+                    self.drain_queued = false;
+                    if !self.drain_wakers.is_empty() {
+                        for w in self.drain_wakers.drain(..) {
                             w.wake();
                         }
                         return;
@@ -772,9 +812,20 @@ impl<B: IoBufMut> Inner<B> {
     /// Polls for the completion `who` waits for, driving the endpoint when
     /// no other future does.
     fn poll_for(&self, cx: &mut Context<'_>, who: Who) -> Poll<Result<Completion<B>>> {
+        self.poll_until(cx, who, |st| st.take(who))
+    }
+
+    /// Polls until `ready` gives a value, driving the endpoint when no
+    /// other future does.
+    fn poll_until<T>(
+        &self,
+        cx: &mut Context<'_>,
+        who: Who,
+        mut ready: impl FnMut(&mut State<B>) -> Option<T>,
+    ) -> Poll<Result<T>> {
         let mut st = self.lock();
         loop {
-            if let Some(c) = st.take(who) {
+            if let Some(c) = ready(&mut st) {
                 st.leave(who);
                 return Poll::Ready(Ok(c));
             }
@@ -1057,6 +1108,27 @@ impl<B: IoBufMut> Future for Next<'_, B> {
 impl<B: IoBufMut> Drop for Next<'_, B> {
     fn drop(&mut self) {
         self.inner.lock().leave(Who::Stream);
+    }
+}
+
+/// The future of [`AsyncEndpoint::drain`]: gives up the driver's role when
+/// dropped.
+struct Drain<'a, B: IoBufMut> {
+    inner: &'a Arc<Inner<B>>,
+}
+
+impl<B: IoBufMut> Future for Drain<'_, B> {
+    type Output = Result<()>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.inner
+            .poll_until(cx, Who::Drain, |st| (st.ep.in_flight() == 0).then_some(()))
+    }
+}
+
+impl<B: IoBufMut> Drop for Drain<'_, B> {
+    fn drop(&mut self) {
+        self.inner.lock().leave(Who::Drain);
     }
 }
 
