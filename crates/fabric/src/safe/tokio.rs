@@ -53,7 +53,8 @@
 //! and then drops it. Dropping the last handle of the endpoint drops the
 //! [`Endpoint`], which waits (blocking the thread, up to
 //! its drain timeout) for what is still in flight and leaks the buffers of
-//! what does not complete; see the [module docs](super).
+//! what does not complete; see the [module docs](super). Await
+//! [`AsyncEndpoint::drain`] first to end without blocking.
 //!
 //! # Example
 //!
