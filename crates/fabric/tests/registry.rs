@@ -350,10 +350,15 @@ fn arb_hints() -> impl Strategy<Value = Info> {
 /// enough generated hints match for that to mean something.
 #[test]
 fn answers_are_fixed_points() {
-    use proptest::test_runner::{Config, TestRunner};
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
     let matched = std::cell::Cell::new(0u32);
     let cases = 256;
-    let mut runner = TestRunner::new(Config::with_cases(cases));
+    // A fixed seed: the floor on how many generated hint sets match is a
+    // statement about this sample, and must not depend on the run's luck.
+    let mut runner = TestRunner::new_with_rng(
+        Config::with_cases(cases),
+        TestRng::deterministic_rng(RngAlgorithm::ChaCha),
+    );
     runner
         .run(&arb_hints(), |h| {
             let reg = registry("");
