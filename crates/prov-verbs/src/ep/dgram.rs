@@ -249,7 +249,7 @@ impl DgramEndpoint {
             Some(b) => Ok((&self.inner, b)),
             None => Err(Error::new(
                 ErrorKind::OpBadState,
-                "verbs: the endpoint is not enabled",
+                "verbs: endpoint not enabled (call enable after binding its CQ and AV)",
             )),
         }
     }

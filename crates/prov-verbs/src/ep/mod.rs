@@ -135,7 +135,10 @@ pub(crate) fn already_enabled() -> Error {
 /// An operation that needs an enabled endpoint (`fi_cancel`) before
 /// `fi_enable`.
 pub(crate) fn not_enabled() -> Error {
-    Error::new(ErrorKind::OpBadState, "verbs: the endpoint is not enabled")
+    Error::new(
+        ErrorKind::OpBadState,
+        "verbs: endpoint not enabled (call enable after binding its CQ and AV)",
+    )
 }
 
 /// The error completion of a failed work completion, with the verbs

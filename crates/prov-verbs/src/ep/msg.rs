@@ -30,7 +30,7 @@ use fabric_core::objects::{
     AtomicMsg, AtomicOp, AtomicOps, Bind, CmOps, CompletionFlags, Datatype, Endpoint, EqErrEntry,
     EqEvent, FiAddr, Msg, MsgOps, RmaIov, RmaMsg, RmaOps, TaggedOps,
 };
-use fabric_core::{Address, Error, ErrorKind, Info, Mode, OpFlags, Result};
+use fabric_core::{Address, Caps, Error, ErrorKind, Info, Mode, OpFlags, Result};
 
 use super::{Binds, IOV_MAX, QpData, QpSizes, STAGE, TxReport, imm, iov_len, lock, next_fid};
 use crate::cq::CqShared;
@@ -165,10 +165,12 @@ impl MsgEndpoint {
     }
 
     fn data(&self) -> Result<&Arc<QpData>> {
-        self.inner
-            .data
-            .get()
-            .ok_or_else(|| Error::new(ErrorKind::OpBadState, "verbs: the endpoint is not enabled"))
+        self.inner.data.get().ok_or_else(|| {
+            Error::new(
+                ErrorKind::OpBadState,
+                "verbs: endpoint not enabled (call enable after binding its CQ and EQ)",
+            )
+        })
     }
 }
 
@@ -439,6 +441,13 @@ fn rkey(key: u64) -> Result<u32> {
 }
 
 impl MsgEndpoint {
+    /// Whether the endpoint's capabilities allow an operation (see
+    /// [`fabric_core::kit::caps::initiate`]).
+    #[inline]
+    fn may(&self, class: Caps, dir: Caps, what: &str) -> Result<()> {
+        fabric_core::kit::caps::initiate(self.inner.info.caps, class, dir, "verbs", what)
+    }
+
     fn writedata_allowed(&self) -> Result<()> {
         let m = self.inner.info.mode | self.inner.info.rx_attr.mode;
         if m.contains(Mode::RX_CQ_DATA) {
@@ -483,6 +492,7 @@ impl MsgEndpoint {
     }
 
     fn read(&self, user: &UserIov<'_>, msg: &RmaMsg<'_>, flags: OpFlags) -> Result<()> {
+        self.may(Caps::RMA, Caps::READ, "an RMA read")?;
         let d = self.data()?;
         let remote = one_range(msg.rma_iov)?;
         let key = rkey(remote.key)?;
@@ -532,6 +542,7 @@ impl RmaOps for MsgEndpoint {
         remote: RmaIov,
         data: Option<u64>,
     ) -> Result<()> {
+        self.may(Caps::RMA, Caps::WRITE, "an RMA write")?;
         let d = self.data()?;
         if buf.len() > STAGE {
             return Err(Error::new(
@@ -571,6 +582,7 @@ impl RmaOps for MsgEndpoint {
 
 impl MsgEndpoint {
     fn writemsg_user(&self, user: &UserIov<'_>, msg: &RmaMsg<'_>, flags: OpFlags) -> Result<()> {
+        self.may(Caps::RMA, Caps::WRITE, "an RMA write")?;
         let d = self.data()?;
         let remote = one_range(msg.rma_iov)?;
         let rep = TxReport {
@@ -634,8 +646,10 @@ impl AtomicOps for MsgEndpoint {
 
 impl MsgEndpoint {
     fn atomic(&self, bufs: &AtomicBufs<'_>, msg: &AtomicMsg<'_>, flags: OpFlags) -> Result<()> {
-        let d = self.data()?;
         let fetch = !msg.result.is_empty();
+        let dir = if fetch { Caps::READ } else { Caps::WRITE };
+        self.may(Caps::ATOMIC, dir, "an atomic")?;
+        let d = self.data()?;
         let compare = !msg.compare.is_empty();
         self.atomic_valid(msg.datatype, msg.op, fetch, compare)?;
         let remote = one_range(msg.rma_iov)?;

@@ -168,6 +168,12 @@ impl RdmEndpoint {
         write: bool,
         report: bool,
     ) -> Result<()> {
+        let (dir, what) = if write {
+            (Caps::WRITE, "an RMA write")
+        } else {
+            (Caps::READ, "an RMA read")
+        };
+        fabric_core::kit::caps::initiate(self.inner.info.caps, Caps::RMA, dir, "verbs", what)?;
         let (e, _) = self.engine()?;
         let [remote] = msg.rma_iov else {
             return Err(Error::inval(format!(
@@ -245,8 +251,16 @@ impl AtomicOps for RdmEndpoint {
 
 impl RdmEndpoint {
     fn atomic(&self, bufs: &AtomicBufs<'_>, msg: &AtomicMsg<'_>, flags: OpFlags) -> Result<()> {
-        let (e, b) = self.engine()?;
         let fetch = !msg.result.is_empty();
+        let dir = if fetch { Caps::READ } else { Caps::WRITE };
+        fabric_core::kit::caps::initiate(
+            self.inner.info.caps,
+            Caps::ATOMIC,
+            dir,
+            "verbs",
+            "an atomic",
+        )?;
+        let (e, b) = self.engine()?;
         let compare = !msg.compare.is_empty();
         self.atomic_valid(msg.datatype, msg.op, fetch, compare)?;
         let [remote] = msg.rma_iov else {

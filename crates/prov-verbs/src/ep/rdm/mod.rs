@@ -522,7 +522,7 @@ impl RdmEndpoint {
             Some(b) => Ok((&self.inner, b)),
             None => Err(Error::new(
                 ErrorKind::OpBadState,
-                "verbs: the endpoint is not enabled",
+                "verbs: endpoint not enabled (call enable after binding its CQ and AV)",
             )),
         }
     }
