@@ -19,6 +19,16 @@
 //! briefly (without a PAUSE hint, which leaves the translated code under
 //! emulation), then arm the CQ (`ibv_req_notify_cq`) and sleep on its
 //! completion channel.
+//!
+//! The wait fd (`fi_control(FI_GETWAIT)`) is an epoll set, made when first
+//! asked for, of the software queue's eventfd, the completion channel and
+//! the fds of the engines that deliver here (their CQs' channels and
+//! rdma_cm fds). `trywait` takes the channels' events, arms them again and
+//! polls once (what it finds stays in the software queue for the next
+//! read); after it answered `Ok` the fd turns readable at the next
+//! completion with no thread in the CQ. Reads pay for this only once a
+//! wait fd was asked for. The domain keeps a second set of the same
+//! channels for its counters' wait fds.
 
 use std::mem::MaybeUninit;
 use std::os::fd::BorrowedFd;
