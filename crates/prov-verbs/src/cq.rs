@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use fabric_core::kit::binds::CqSink;
 use fabric_core::kit::cq::CqCore;
 use fabric_core::kit::hash::IdMap;
-use fabric_core::kit::objects::Progress;
+use fabric_core::kit::objects::{Progress, add_fds};
 use fabric_core::kit::wait::{FdSet, PollSet};
 use fabric_core::objects::{
     CompletionQueue, CqAttr, CqEntry, CqErrEntry, CqFormat, FiAddr, WaitObj,
@@ -58,18 +58,6 @@ const BATCH: usize = 16;
 const MIN_HW_CQE: usize = 4096;
 /// How long a blocking read polls before it arms the CQ and sleeps.
 const SPIN: Duration = Duration::from_micros(20);
-
-/// Adds the fds of `p` that mean progress is needed
-/// ([`Progress::trywait_fds`]) to `set`.
-pub(crate) fn add_fds(set: &PollSet, p: &dyn Progress) -> Result<()> {
-    let mut r = Ok(());
-    p.trywait_fds(&mut |fd| {
-        if r.is_ok() {
-            r = set.add(fd);
-        }
-    });
-    r
-}
 
 /// The queue pairs whose work completions a CQ routes, by QP number. The
 /// first one attached is kept apart: a CQ of one endpoint (the common

@@ -114,7 +114,10 @@ impl WaitSet {
     }
 }
 
-fn add_fds(set: &PollSet, p: &dyn Progress) -> Result<()> {
+/// Adds the fds of `p` that mean progress is needed
+/// ([`Progress::trywait_fds`]) to `set`: what a wait fd must hold to wake
+/// for work the provider has to do before a completion exists.
+pub fn add_fds(set: &PollSet, p: &dyn Progress) -> Result<()> {
     let mut r = Ok(());
     p.trywait_fds(&mut |fd| {
         if r.is_ok() {
