@@ -118,6 +118,10 @@ pub struct Endpoint<B: IoBufMut = Vec<u8>> {
     /// [`release`](Endpoint::release) (the async layer keys its own table
     /// by slot index, so an index must not be reused before it is done).
     hold_slots: bool,
+    /// Where completion-queue reads land, kept between reads so that a
+    /// poll does not clear a fresh batch each time.
+    entries: Box<[CqEntry; BATCH]>,
+    sources: Box<[FiAddr; BATCH]>,
     _domain: Arc<Shared>,
 }
 
@@ -202,6 +206,8 @@ impl<B: IoBufMut> Endpoint<B> {
             caps,
             drain_timeout: DRAIN_TIMEOUT,
             hold_slots: false,
+            entries: Box::new([CqEntry::default(); BATCH]),
+            sources: Box::new([FiAddr::NOTAVAIL; BATCH]),
             _domain: shared,
         })
     }
@@ -648,14 +654,13 @@ impl<B: IoBufMut> Endpoint<B> {
             std::thread::yield_now();
             return Ok(());
         }
-        let mut entries = [CqEntry::default(); BATCH];
-        let mut src = [FiAddr::NOTAVAIL; BATCH];
         let r = if self.with_source {
-            self.cq.sreadfrom(&mut entries, &mut src, Some(slice))
+            self.cq
+                .sreadfrom(&mut self.entries[..], &mut self.sources[..], Some(slice))
         } else {
-            self.cq.sread(&mut entries, Some(slice))
+            self.cq.sread(&mut self.entries[..], Some(slice))
         };
-        self.absorb(r, &entries, &src).map(drop)
+        self.absorb(r).map(drop)
     }
 
     /// Keeps slots taken after their completion is read, until
@@ -715,21 +720,28 @@ impl<B: IoBufMut> Endpoint<B> {
     /// Reads what the completion queue holds, without blocking; returns how
     /// many completions came.
     pub(super) fn reap(&mut self) -> Result<usize> {
-        let mut entries = [CqEntry::default(); BATCH];
-        let mut src = [FiAddr::NOTAVAIL; BATCH];
         let r = if self.with_source {
-            self.cq.readfrom(&mut entries, &mut src)
+            self.cq
+                .readfrom(&mut self.entries[..], &mut self.sources[..])
         } else {
-            self.cq.read(&mut entries)
+            self.cq.read(&mut self.entries[..])
         };
-        self.absorb(r, &entries, &src)
+        self.absorb(r)
     }
 
-    fn absorb(&mut self, r: Result<usize>, entries: &[CqEntry], src: &[FiAddr]) -> Result<usize> {
+    /// Turns the `n` entries a read left in `entries` (and `sources`, with
+    /// `FI_SOURCE`) back into their operations.
+    fn absorb(&mut self, r: Result<usize>) -> Result<usize> {
         match r {
             Ok(n) => {
-                for (e, s) in entries.iter().zip(src).take(n) {
-                    self.complete(e, *s, None);
+                for i in 0..n.min(BATCH) {
+                    let e = self.entries[i];
+                    let s = if self.with_source {
+                        self.sources[i]
+                    } else {
+                        FiAddr::NOTAVAIL
+                    };
+                    self.complete(&e, s, None);
                 }
                 Ok(n)
             }

@@ -594,7 +594,7 @@ impl<B: IoBufMut> State<B> {
     fn set_cell(&mut self, id: OpId, cell: Cell<B>) {
         if self.parked {
             self.parked = false;
-            self.idle_since = None;
+            self.busy();
             if let Some(w) = &self.driver_waker {
                 w.wake_by_ref();
             }
@@ -645,7 +645,7 @@ impl<B: IoBufMut> State<B> {
             }
         }
         if n > 0 {
-            self.idle_since = None;
+            self.busy();
             self.parked = false;
             for w in self.posters.drain(..) {
                 w.wake();
@@ -784,20 +784,28 @@ impl<B: IoBufMut> State<B> {
         }
     }
 
+    /// Something came (or was posted): the idle time starts again.
+    fn busy(&mut self) {
+        self.idle_since = None;
+        self.empty_polls = 0;
+        self.yielding = false;
+    }
+
     /// After an empty read by the driver: whether to keep polling rather
     /// than park.
     fn keep_polling(&mut self) -> bool {
         if self.parked {
             return false;
         }
-        let Some(since) = self.idle_since else {
-            self.idle_since = Some(Instant::now());
-            self.empty_polls = 0;
-            self.yielding = false;
-            return true;
-        };
+        // The clock is read once every `CLOCK_EVERY` empty polls only (a
+        // completion usually comes within a few): the idle time counts
+        // from the first reading.
         self.empty_polls = self.empty_polls.wrapping_add(1);
         if self.empty_polls % CLOCK_EVERY == 0 {
+            let Some(since) = self.idle_since else {
+                self.idle_since = Some(Instant::now());
+                return true;
+            };
             let idle = since.elapsed();
             if idle >= POLL_FOR {
                 self.parked = true;
@@ -830,22 +838,21 @@ impl<B: IoBufMut> Inner<B> {
                 st.leave(who);
                 return Poll::Ready(Ok(c));
             }
-            st.register(who, cx.waker());
             // Only the driver reads the queue: a read by another future
             // would end the provider's arming for the parked driver
             // (`trywait`), which could then sleep through progress that
             // nobody makes.
             match st.driver {
-                Some(d) if d != who => return Poll::Pending,
+                Some(d) if d != who => {
+                    st.register(who, cx.waker());
+                    return Poll::Pending;
+                }
                 _ => st.driver = Some(who),
             }
-            if !st
-                .driver_waker
-                .as_ref()
-                .is_some_and(|w| w.will_wake(cx.waker()))
-            {
-                st.driver_waker = Some(cx.waker().clone());
-            }
+            // The driver reads first and records its waker only when it
+            // has to wait: an operation that completes at once costs no
+            // waker clone (everything here is under the lock, so nothing
+            // can be missed meanwhile).
             match st.reap() {
                 Ok(0) => {}
                 Ok(_) => continue,
@@ -853,6 +860,14 @@ impl<B: IoBufMut> Inner<B> {
                     st.leave(who);
                     return Poll::Ready(Err(e));
                 }
+            }
+            st.register(who, cx.waker());
+            if !st
+                .driver_waker
+                .as_ref()
+                .is_some_and(|w| w.will_wake(cx.waker()))
+            {
+                st.driver_waker = Some(cx.waker().clone());
             }
             if st.keep_polling() {
                 let yielding = st.yielding;
