@@ -399,6 +399,48 @@ fn a_peer_that_disappears_fails_cleanly() {
     drop(av);
 }
 
+/// A rendezvous send that waits for its receive longer than a few of the
+/// endpoint's liveness intervals (1 s): the probes of its quiet
+/// connection (zero-byte RDMA writes) are answered by the live peer and
+/// fail nothing; the send completes once the receive is posted, with the
+/// data intact.
+#[test]
+fn a_waiting_rendezvous_send_survives_the_liveness_probes() {
+    let Some(w) = world() else { return };
+    let n = 64 << 10;
+    let mut data: Vec<u8> = (0..n).map(|i| (i % 239) as u8).collect();
+    let diov = iov(&mut data);
+    // SAFETY: the buffer outlives the send, completed below.
+    w.retry(|| unsafe {
+        w.a.ep
+            .tsendmsg(&m(&diov, w.to_b, 9, 0, 1), OpFlags::empty())
+    });
+    let start = Instant::now();
+    let mut out = [CqEntry::default(); 1];
+    while start.elapsed() < Duration::from_millis(3500) {
+        match w.a.cq.read(&mut out) {
+            Ok(0) => {}
+            Err(e) if e.kind() == ErrorKind::Again => {}
+            other => panic!("the send ended before its receive: {other:?}"),
+        }
+        let _ = w.b.cq.read(&mut []);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut r = vec![0u8; n];
+    let riov = iov(&mut r);
+    // SAFETY: the buffer outlives the receive, completed below.
+    unsafe {
+        w.b.ep
+            .trecvmsg(&m(&riov, FiAddr::UNSPEC, 9, 0, 2), OpFlags::empty())
+    }
+    .unwrap();
+    let (got, _) = w.wait(w.b.cq.as_ref()).unwrap();
+    assert_eq!((got.context, got.len), (2, n));
+    let (sent, _) = w.wait(w.a.cq.as_ref()).unwrap();
+    assert_eq!(sent.context, 1);
+    assert!(r == data, "rendezvous data differs");
+}
+
 /// Blocking reads (`sread`) on both sides of a rendezvous: the receiver
 /// sleeps until the announcement, its RDMA read and completion; the
 /// sender until the FIN. Regression: a wake-up lost between a CQ event and

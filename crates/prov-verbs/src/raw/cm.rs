@@ -328,6 +328,11 @@ pub(crate) unsafe fn read_sockaddr(sa: *const libc::sockaddr) -> Option<Address>
     Address::from_bytes(AddrFormat::Sockaddr, bytes).ok()
 }
 
+/// Transport retries of a connection's queue pairs (see
+/// [`ConnParam`]'s C form): a peer that answers nothing fails the work
+/// after `RETRY_COUNT + 1` ACK timeouts.
+pub(crate) const RETRY_COUNT: u8 = 6;
+
 /// Connection parameters with private data.
 pub(crate) struct ConnParam<'a> {
     /// Private data (at most [`MAX_PRIVATE_DATA`]).
@@ -347,7 +352,14 @@ impl ConnParam<'_> {
             responder_resources: self.responder_resources,
             initiator_depth: self.initiator_depth,
             flow_control: 1,
-            retry_count: 7,
+            // Transport retries after an ACK timeout: 6, so that a peer
+            // that stops answering (its host is gone) fails the queue
+            // pair's work with IBV_WC_RETRY_EXC_ERR after 7 timeouts.
+            // Not 7: the largest value of the 3-bit field, 7 retries in
+            // the InfiniBand specification (only the RNR count gives 7 the
+            // meaning "for ever"), but soft-RoCE (rxe) treats 7 as
+            // infinite as well, and never fails the work at all.
+            retry_count: RETRY_COUNT,
             // Infinite retries on receiver-not-ready: a sender waits for
             // the peer to post a receive instead of failing.
             rnr_retry_count: 7,

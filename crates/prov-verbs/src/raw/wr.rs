@@ -410,6 +410,10 @@ impl Wc {
     }
 }
 
+/// The status of work that ran out of transport retries: the peer
+/// answered nothing.
+pub(crate) const RETRY_EXC: u32 = ibv_wc_status::IBV_WC_RETRY_EXC_ERR;
+
 /// The fabric error kind of a work completion status.
 pub(crate) fn status_kind(status: u32) -> ErrorKind {
     use ibv_wc_status as s;

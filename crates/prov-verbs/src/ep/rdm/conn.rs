@@ -71,6 +71,7 @@ impl Engine {
             paused: false,
             parked: Vec::new(),
             posted: 0,
+            heard: false,
         });
         st.out.insert(peer, i);
         Ok(i)
@@ -163,11 +164,54 @@ impl Engine {
         self.conn_down(st, i, &err);
         // Its rendezvous sends fail when the disconnect is through (the
         // peer then dropped their announcements): DISCONNECTED, on the
-        // peer's answer or the CM's timeout.
-        if !disconnected {
+        // peer's answer or the CM's timeout. Unless the peer answered
+        // nothing at all (the transport's retries ran out: its host or
+        // the link is gone): the disconnect would then wait for the CM's
+        // timeout, a minute or more, for nothing. The queue pair is in
+        // the error state, so nothing reads their buffers through it any
+        // more.
+        if !disconnected || status == RETRY_EXC {
             self.fail_rndv(st, i, &err);
         }
         self.rx_peer_gone(st, i);
+    }
+
+    /// The liveness sweep, at most every [`PROBE_IDLE`], from progress
+    /// while rendezvous sends wait for their FIN. Such a send has nothing
+    /// on the wire once its announcement is acknowledged, and a queue
+    /// pair notices a dead peer only through a work request that goes
+    /// unanswered: a peer whose host died would leave it waiting for
+    /// ever. So a connection on which the application's operations wait,
+    /// with no work request posted, from which nothing came for a whole
+    /// interval, gets a probe: a zero-byte RDMA write (it names no
+    /// memory and consumes nothing at the peer: IBA C9-88). A live peer
+    /// acknowledges it; for a dead one it fails after the transport's
+    /// retries ([`RETRY_COUNT`](crate::raw::cm::RETRY_COUNT) + 1 ACK
+    /// timeouts) with `IBV_WC_RETRY_EXC_ERR`, which breaks the connection
+    /// and fails what waited on it ([`Engine::conn_broken`]).
+    pub(super) fn liveness(&self, st: &mut State) {
+        let now = Instant::now();
+        let since = now.saturating_duration_since(st.swept);
+        if since < PROBE_IDLE {
+            return;
+        }
+        // The flags cover the interval since the last sweep only if that
+        // ran one interval ago (there are no sweeps while no send waits).
+        let fresh = since < 2 * PROBE_IDLE;
+        st.swept = now;
+        for (i, c) in st.conns.iter_mut().enumerate() {
+            let heard = std::mem::take(&mut c.heard);
+            if !fresh || heard || c.state != ConnState::Up || c.inflight == 0 || c.posted > 0 {
+                continue;
+            }
+            let mut wr = SendWr::new(K_PROBE | i as u64, Opcode::Write, SgeList::<1>::default())
+                .remote(0, 0)
+                .flags(SendFlags::SIGNALED);
+            match c.id.post_send(&mut wr) {
+                Ok(()) => c.posted += 1,
+                Err(e) => tracing::debug!(errno = e, "verbs: cannot post a liveness probe"),
+            }
+        }
     }
 
     /// Destroys the queue pairs of torn-down connections whose send work
@@ -200,6 +244,7 @@ impl Engine {
     /// what waited for it.
     pub(super) fn mark_up(&self, st: &mut State, i: usize) {
         let Some(c) = st.conns.get_mut(i) else { return };
+        c.heard = true;
         if matches!(c.state, ConnState::Up | ConnState::Down) {
             // A message polled after a teardown does not revive it.
             return;
@@ -237,6 +282,7 @@ impl Engine {
                 paused: false,
                 parked: Vec::new(),
                 posted: 0,
+                heard: false,
             });
             return;
         }

@@ -35,14 +35,41 @@
 //! `DISCONNECTED`, are moved to the error state, and everything aimed at
 //! the peer fails: work requests flush, rendezvous sends waiting for a FIN
 //! fail with `FI_ECONNRESET`. `tests/fault.rs` measures it in the rxe rig
-//! (SIGKILL mid-transfer): 20-50 ms. A peer whose host or link dies sends
-//! no DREQ; its connections fail when the QP exhausts its retries:
-//! `retry_count` 7 times the ACK timeout rdma_cm picks from the path
-//! (for RoCE 4.096 us x 2^(packet life time + 1), about 0.5 s: about 4 s
-//! in all). The ACK timeout is left to rdma_cm: a value short enough to
-//! detect a dead host within 1 s (`RDMA_OPTION_ID_ACK_TIMEOUT` 14, 67 ms)
-//! would retransmit, and after 7 tries fail healthy connections, under
-//! congestion or on large fabrics where the round trip is longer.
+//! (SIGKILL mid-transfer): 20-50 ms.
+//!
+//! A peer whose host or link dies sends no DREQ, and the queue pair only
+//! notices through a work request that goes unanswered: it retransmits
+//! after each ACK timeout, and after the last of its 6 retries
+//! ([`RETRY_COUNT`](crate::raw::cm::RETRY_COUNT)) fails the request with
+//! `IBV_WC_RETRY_EXC_ERR` (`FI_ETIMEDOUT`). The connection is then torn
+//! down as above, and its rendezvous sends fail at once (`FI_ECONNRESET`:
+//! waiting for the disconnect to go through would wait for the CM's own
+//! timeout, a minute or more, from a peer that answers nothing). A
+//! rendezvous send whose announcement was acknowledged has nothing on the
+//! wire while it waits for the FIN, so the endpoint's progress keeps its
+//! connection probed: while the application's operations wait on a
+//! connection with no work request posted, and nothing came from the peer
+//! for a whole [`PROBE_IDLE`] (1 s), a zero-byte RDMA write goes out
+//! (`Engine::liveness`; it costs nothing while no rendezvous send waits,
+//! and one clock reading per 64 CQ reads while one does). So everything
+//! outstanding towards a dead host ends, each operation with exactly one
+//! error completion, within
+//!
+//! > 2 x [`PROBE_IDLE`] + 7 x the ACK timeout
+//!
+//! of its death, provided the application keeps reading its CQ (or waits
+//! on it with a timeout). The ACK timeout is the one rdma_cm picks from
+//! the path: for RoCE 4.096 us x 2^(packet life time + 1), with a packet
+//! life time of 18 in Linux 6.1 (Debian 12; 2.1 s: a bound of about
+//! 17 s) and 16 in later kernels (0.54 s: about 6 s). `tests/cross_host.rs`
+//! measures it between two rxe guests on Debian 12's kernel: 15 to 16 s,
+//! for sends in flight and for rendezvous sends that only waited. The
+//! ACK timeout is left to rdma_cm: a value short enough to detect a dead
+//! host within 1 s (`RDMA_OPTION_ID_ACK_TIMEOUT` 14, 67 ms) would
+//! retransmit, and after 7 tries fail healthy connections, under
+//! congestion or on large fabrics where the round trip is longer. The
+//! endpoint stays usable: the next operation towards the peer connects
+//! again (to a restarted peer too).
 //!
 //! # Protocol (version 1)
 //!
@@ -108,6 +135,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use fabric_core::kit::av::AvTable;
 use fabric_core::kit::hash::IdMap;
@@ -127,7 +155,7 @@ use crate::raw::cm::{CmEvent, CmEventKind, CmId, ConnParam, EventChannel, QpCaps
 use crate::raw::from_errno;
 use crate::raw::mem::{AtomicBufs, NO_IOV, UserDst, UserIov, UserMsg};
 use crate::raw::verbs::{Access, HwCq, Mr, Pool, RegVec, Srq};
-use crate::raw::wr::{Opcode, SendFlags, SendWr, Sge, SgeList, Wc, WcKind, status_text};
+use crate::raw::wr::{Opcode, RETRY_EXC, SendFlags, SendWr, Sge, SgeList, Wc, WcKind, status_text};
 
 /// Bytes of unexpected messages an RDM endpoint buffers by default
 /// (`rx_attr.total_buffered_recv`); beyond them, messages stay in the
@@ -149,11 +177,16 @@ const RX_BUFS: usize = 256;
 const QP_DEPTH: u32 = 640;
 /// Outstanding reads / atomics per connection.
 const RD_ATOMIC: u8 = 16;
+/// How long a connection on which operations wait for the peer (see
+/// [`Engine::liveness`]) may stay quiet before a probe goes out.
+const PROBE_IDLE: Duration = Duration::from_secs(1);
 
 const K_RX: u64 = 1 << 62;
 const K_TX: u64 = 2 << 62;
 const K_READ: u64 = 3 << 62;
 const K_RMA: u64 = (3 << 62) | (1 << 61);
+/// A liveness probe (a zero-byte RDMA write) on connection `index`.
+const K_PROBE: u64 = (2 << 62) | (1 << 61);
 const KIND_MASK: u64 = 3 << 62;
 const INDEX_MASK: u64 = (1 << 61) - 1;
 
@@ -204,6 +237,9 @@ struct Conn {
     parked: Vec<usize>,
     /// Work requests on its send queue not yet completed (all signaled).
     posted: usize,
+    /// Something came from the peer since the last liveness sweep (a
+    /// message, or the acknowledgement of a work request).
+    heard: bool,
 }
 
 /// An RMA or atomic work request (also kept while connecting).
@@ -334,6 +370,8 @@ struct State {
     /// Work of a shared receive context's engine about other endpoints'
     /// senders, handed to them when the pass ends (empty otherwise).
     foreign: Vec<fabric_core::kit::rx::Action<rx::VerbsWire>>,
+    /// When the last liveness sweep ran ([`Engine::liveness`]).
+    swept: Instant,
 }
 
 pub(crate) struct Engine {
@@ -486,6 +524,7 @@ impl RdmEndpoint {
                 control: VecDeque::new(),
                 closing: Vec::new(),
                 foreign: Vec::new(),
+                swept: Instant::now(),
             }),
             _listener: listener,
             srq,
@@ -663,6 +702,8 @@ impl Engine {
                 .and_then(|&c| st.conns.get_mut(c))
             {
                 c.posted = c.posted.saturating_sub(1);
+                // Acknowledged by the peer: it is alive.
+                c.heard |= wc.ok();
             }
         }
         self.handle_wc_op(st, wc);
@@ -699,6 +740,8 @@ impl Engine {
                 }
             }
             K_TX => self.tx_done(st, idx, wc),
+            // Its failure breaks the connection (`handle_wc`).
+            K_PROBE => {}
             K_READ if wr_id & (1 << 61) == 0 => self.read_done(st, idx, wc),
             _ if wr_id & KIND_MASK == KIND_MASK => self.rma_done(st, idx, wc),
             _ => {}
@@ -1060,7 +1103,11 @@ impl Progress for Engine {
         let mut st = srx::Pass::new(self, st);
         let tick = self.ticks.fetch_add(1, Ordering::Relaxed);
         let cm = self.cm_hint.swap(false, Ordering::AcqRel) || tick % 64 == 0;
-        self.progress_locked(&mut st, cm)
+        self.progress_locked(&mut st, cm)?;
+        if cm && !st.rndv.is_empty() {
+            self.liveness(&mut st);
+        }
+        Ok(())
     }
 
     fn wait_fds<'a>(&'a self, f: &mut dyn FnMut(BorrowedFd<'a>)) {

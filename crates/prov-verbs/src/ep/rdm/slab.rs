@@ -36,4 +36,8 @@ impl<T> Slab<T> {
     pub(super) fn get(&self, i: usize) -> Option<&T> {
         self.items.get(i)?.as_ref()
     }
+    /// Nothing in it.
+    pub(super) fn is_empty(&self) -> bool {
+        self.items.len() == self.free.len()
+    }
 }
