@@ -1,10 +1,24 @@
 //! `--hosts 2`: two guests joined by a virtual Ethernet link.
 //!
-//! Each QEMU gets a virtio NIC whose other end is a UDP socket on
-//! 127.0.0.1 (`-netdev socket,udp=...,localaddr=...`): every frame one
-//! guest sends is a datagram to the other QEMU, so the link is private to
-//! the two processes, needs no bridge, tap device or root, and survives one
-//! side being killed and started again (there is no connection to lose).
+//! Each QEMU gets a virtio NIC whose other end is one Unix stream socket
+//! between the two QEMUs (`-netdev stream`): guest a's QEMU listens on
+//! `target/rxe-hosts/link.sock`, guest b's connects to it, and the frames
+//! go through it in order. The link is private to the two processes and
+//! needs no bridge, tap device or root. It loses no frame: a QEMU whose
+//! guest does not take frames fast enough stops reading the socket, which
+//! stops the other guest's NIC from sending, as pause frames (PFC) stop a
+//! sender on the lossless Ethernet that RoCE is deployed on. The link was
+//! first UDP datagrams between the QEMUs (`-netdev socket,udp=`), and that
+//! lost hundreds of frames a second (the host's `RcvbufErrors`: the
+//! receiving QEMU's socket buffer overflowed while its guest was busy).
+//! RoCE has no way to recover but retransmitting from the lost packet
+//! after an ACK timeout, so the loss alone made RDM at 1 MiB (one RDMA
+//! read of 1024 packets per message) take 12 to 18 s per message and the
+//! small round trips several times slower and noisier than now. When b's
+//! QEMU is killed, a's sees the connection end, drops what a sends (a
+//! dead host), and listens again: the restarted b connects to it (a's
+//! QEMU is never restarted).
+//!
 //! Both guests boot the same initramfs; the kernel command line says which
 //! one a guest is (`xtask.host=a` or `b`), and its `/init` sets up
 //! `10.99.0.N/24` and `fd99::N/64` on the NIC and `rxe0` over it.
@@ -24,7 +38,6 @@
 use std::fmt::Write as _;
 use std::fs;
 use std::io::{BufRead, BufReader, BufWriter, Write};
-use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
@@ -90,9 +103,10 @@ pub(super) const PERF_RUNS: &[(&str, &str, bool)] = &[
     ),
 ];
 
-/// Runs of `--large`, as [`PERF_RUNS`]: RDM at 1 MiB, which stalls
-/// across the guests (the client gets no completion within 60 s) while it
-/// passes within one guest; one message at a time, then sixteen.
+/// Runs of [`Plan::large`], as [`PERF_RUNS`]: RDM at 1 MiB (each message
+/// one RDMA read of 1024 packets by the receiver), one message at a time,
+/// then sixteen. They stalled across the lossy link the guests first had
+/// (see the module docs).
 pub(super) const LARGE_RUNS: &[(&str, &str, bool)] = &[
     (
         "verbs-rdm-bw-1m-w1",
@@ -251,8 +265,8 @@ failed=0
     if plan.fault {
         fault(&mut s, plan);
     }
-    // rxe's counters: retransmissions, timeouts and sequence errors show a
-    // lossy link.
+    // rxe's counters: retransmissions, timeouts and sequence errors show
+    // lost frames or a peer that stopped answering (the fault step's).
     s.push_str("rdma statistic show link rxe0/1\n");
     s.push_str(
         "say \"guest $HOST: $((count - failed)) of $count checks passed\"\n\
@@ -490,42 +504,89 @@ struct Guest {
     waits_at: Option<String>,
 }
 
-/// Where the two QEMUs' sockets are.
+/// The link between the two QEMUs: a Unix stream socket that guest a's
+/// QEMU listens on and guest b's connects to.
 struct Link {
-    ports: [u16; 2],
+    path: PathBuf,
 }
 
+/// How long guest a's QEMU may take to listen on the link.
+const LISTEN_WAIT: Duration = Duration::from_secs(30);
+
 impl Link {
-    /// Two free UDP ports on 127.0.0.1 (asked of the kernel, then freed
-    /// for QEMU).
-    fn new() -> Result<Self, String> {
-        let a = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("no free UDP port: {e}"))?;
-        let b = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("no free UDP port: {e}"))?;
-        let port = |s: &UdpSocket| {
-            s.local_addr()
-                .map(|a| a.port())
-                .map_err(|e| format!("UDP port: {e}"))
-        };
-        Ok(Link {
-            ports: [port(&a)?, port(&b)?],
-        })
+    /// The socket's path: in the rig's folder, or in the temporary folder
+    /// when that path would not fit in a Unix socket address (108 bytes).
+    fn new(dir: &Path) -> Result<Self, String> {
+        let mut path = dir.join("link.sock");
+        if path.as_os_str().len() > 100 {
+            path = std::env::temp_dir().join(format!("xtask-rxe-link-{}.sock", std::process::id()));
+        }
+        match fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("cannot remove {}: {e}", path.display())),
+        }
+        Ok(Link { path })
     }
 
     /// The `-netdev` and `-device` arguments of guest `i`.
     fn args(&self, i: usize) -> [String; 4] {
-        let (me, peer) = (self.ports[i], self.ports[1 - i]);
+        let server = if i == 0 { "on" } else { "off" };
         [
             "-netdev".into(),
-            format!("socket,id=link,udp=127.0.0.1:{peer},localaddr=127.0.0.1:{me}"),
+            format!(
+                "stream,id=link,server={server},addr.type=unix,addr.path={}",
+                self.path.display()
+            ),
             "-device".into(),
             // The largest receive ring: rxe sends a burst of packets per
-            // message (an RDMA read's whole answer at once), and a frame
-            // that finds the ring full is lost, costing a retransmission.
+            // message (an RDMA read's whole answer at once).
             format!(
                 "virtio-net-pci,netdev=link,mac={},rx_queue_size=1024",
                 HOSTS[i].3
             ),
         ]
+    }
+
+    /// Whether guest a's QEMU listens on the link (`/proc/net/unix`: the
+    /// path with the listening flag, `__SO_ACCEPTCON`).
+    fn listening(&self) -> bool {
+        let Ok(table) = fs::read_to_string("/proc/net/unix") else {
+            return false;
+        };
+        let path = self.path.to_string_lossy();
+        table.lines().any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() >= 8 && f[3] == "00010000" && f[7] == path
+        })
+    }
+
+    /// Waits until guest a's QEMU listens (b's QEMU connects once, at
+    /// start: QEMU 7.2 does not try again).
+    fn wait_listening(&self, a: &mut Guest) -> Result<(), String> {
+        let deadline = Instant::now() + LISTEN_WAIT;
+        while !self.listening() {
+            if let Ok(Some(status)) = a.child.try_wait() {
+                return Err(format!(
+                    "guest a's QEMU ended before it listened on the link ({status})"
+                ));
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "guest a's QEMU does not listen on {} after {} s",
+                    self.path.display(),
+                    LISTEN_WAIT.as_secs()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.path);
     }
 }
 
@@ -661,17 +722,22 @@ impl Guest {
 
 /// Boots both guests, keeps them in step, and waits for both results.
 pub(super) fn run(b: &Boot<'_>) -> Result<Outcome, String> {
-    let link = Link::new()?;
+    let link = Link::new(b.dir)?;
     println!(
-        "rxe: booting guests a and b, linked over UDP 127.0.0.1:{} <-> 127.0.0.1:{} (timeout {} s)",
-        link.ports[0],
-        link.ports[1],
+        "rxe: booting guests a and b, linked through {} (timeout {} s)",
+        link.path.display(),
         b.timeout.as_secs()
     );
     let (tx, rx) = mpsc::channel();
     let mut guests = Vec::new();
     for i in 0..2 {
-        match start(b, &link, i, None, &tx) {
+        let started = if i == 0 {
+            start(b, &link, i, None, &tx)
+        } else {
+            link.wait_listening(&mut guests[0])
+                .and_then(|()| start(b, &link, i, None, &tx))
+        };
+        match started {
             Ok(g) => guests.push(g),
             Err(e) => {
                 guests.iter_mut().for_each(Guest::kill);
@@ -742,9 +808,11 @@ fn drive(
                 )));
             }
             Event::PowerOff(target) => {
-                let Some(t) = HOSTS.iter().position(|h| h.0 == target) else {
+                // Only b: a's QEMU holds the link's listening end, and a
+                // restarted b connects to it again.
+                let Some(t) = HOSTS.iter().position(|h| h.0 == target).filter(|&t| t == 1) else {
                     return Ok(Outcome::Fail(format!(
-                        "guest {} asked to power off unknown guest `{target}`",
+                        "guest {} asked to power off guest `{target}` (only b can be)",
                         guests[i].name
                     )));
                 };
@@ -759,9 +827,9 @@ fn drive(
                 guests[t].ended = true;
             }
             Event::PowerOn(target) => {
-                let Some(t) = HOSTS.iter().position(|h| h.0 == target) else {
+                let Some(t) = HOSTS.iter().position(|h| h.0 == target).filter(|&t| t == 1) else {
                     return Ok(Outcome::Fail(format!(
-                        "guest {} asked to power on unknown guest `{target}`",
+                        "guest {} asked to power on guest `{target}` (only b can be)",
                         guests[i].name
                     )));
                 };
@@ -772,6 +840,7 @@ fn drive(
                     )));
                 }
                 println!("rxe: starting guest {target} again");
+                link.wait_listening(&mut guests[0])?;
                 guests[t] = start(b, link, t, Some("restarted"), tx)?;
             }
             Event::Ended => {
@@ -902,6 +971,37 @@ mod tests {
         assert!(s.contains("XHOST_ROLE=restarted"));
         assert!(s.contains("XHOST_CUT=\"$MARK power-off b\""));
         assert!(s.contains("XHOST_RESTORE=\"$MARK power-on b\""));
+    }
+
+    #[test]
+    fn the_link_is_a_stream_socket_that_a_serves_and_b_joins() -> Result<(), String> {
+        let dir = std::env::temp_dir().join(format!("xtask-rxe-link-test-{}", std::process::id()));
+        fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let link = Link::new(&dir)?;
+        let [_, a, _, nic] = link.args(0);
+        let [_, b, _, _] = link.args(1);
+        let path = link.path.display().to_string();
+        assert_eq!(
+            a,
+            format!("stream,id=link,server=on,addr.type=unix,addr.path={path}")
+        );
+        assert_eq!(
+            b,
+            format!("stream,id=link,server=off,addr.type=unix,addr.path={path}")
+        );
+        assert!(nic.contains(HOSTS[0].3), "{nic}");
+        // Listening is what /proc/net/unix says of the path.
+        assert!(!link.listening());
+        let listener =
+            std::os::unix::net::UnixListener::bind(&link.path).map_err(|e| e.to_string())?;
+        assert!(link.listening());
+        drop(listener);
+        drop(link);
+        assert!(
+            !dir.join("link.sock").exists(),
+            "the link removes its socket"
+        );
+        fs::remove_dir_all(&dir).map_err(|e| e.to_string())
     }
 
     #[test]
