@@ -41,7 +41,7 @@
 //! 1 MiB with 16 in flight), prov-verbs' `tests/cross_host.rs`, and one
 //! guest powered off mid-transfer and started again (everything the other
 //! had outstanding towards it must end in error within a bound, and its
-//! endpoints must then talk to the restarted guest). About 95 s on 2
+//! endpoints must then talk to the restarted guest). 100 to 150 s on 2
 //! cores. Its files go under `target/rxe-hosts/`.
 //!
 //! `--script PATH` runs a shell script of one's own in the guest instead
