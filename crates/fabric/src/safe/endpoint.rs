@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use fabric_core::objects::{
     self, AddressVector, AtomicMsg, AtomicOp, AvAttr, Bind, CompletionFlags, CompletionQueue,
-    CqAttr, CqEntry, CqErrEntry, CqFormat, FiAddr, IoVec, MrDesc, Msg, RmaIov, RmaMsg, WaitObj,
+    CqAttr, CqEntry, CqErrEntry, CqFormat, EventQueue, FiAddr, IoVec, MrDesc, Msg, RmaIov, RmaMsg,
+    WaitObj,
 };
 use fabric_core::{Address, Caps, EpType, Error, ErrorKind, Info, MrMode, OpFlags, Result};
 
@@ -101,8 +102,11 @@ pub struct Endpoint<B: IoBufMut = Vec<u8>> {
     // Drop order: the endpoint before the objects it is bound to, the
     // buffers after the endpoint, the domain last.
     ep: Box<dyn objects::Endpoint>,
-    av: Box<dyn AddressVector>,
+    /// The address vector (RDM, DGRAM); a connected endpoint has none.
+    av: Option<Box<dyn AddressVector>>,
     cq: Box<dyn CompletionQueue>,
+    /// The event queue of a connected (MSG) endpoint.
+    eq: Option<Box<dyn EventQueue>>,
     slots: Vec<Slot<B>>,
     free: Vec<usize>,
     in_flight: usize,
@@ -137,15 +141,32 @@ fn descs(desc: &Option<MrDesc>) -> &[MrDesc] {
 
 impl<B: IoBufMut> Endpoint<B> {
     pub(super) fn open(shared: Arc<Shared>) -> Result<Self> {
-        let info = &shared.info;
-        let ep_type = info.ep_attr.ep_type;
+        let ep_type = shared.info.ep_attr.ep_type;
         if !matches!(ep_type, EpType::Rdm | EpType::Dgram) {
             return Err(Error::new(
                 ErrorKind::OpNotSupp,
                 format!(
-                    "the safe layer opens RDM and DGRAM endpoints, and this entry is {ep_type}: \
-                     use the object traits for it"
+                    "Domain::endpoint opens RDM and DGRAM endpoints, and this entry is {ep_type}: \
+                     connected endpoints come from Domain::listen and Domain::connect"
                 ),
+            ));
+        }
+        let info = shared.info.clone();
+        Endpoint::open_as(shared, &info, None)
+    }
+
+    /// Opens an endpoint of `info` (the domain's entry, or a connection
+    /// request's) with its completion queue, and its address vector
+    /// (RDM, DGRAM) or event queue `eq` (MSG), bound and enabled.
+    pub(super) fn open_as(
+        shared: Arc<Shared>,
+        info: &Info,
+        eq: Option<Box<dyn EventQueue>>,
+    ) -> Result<Self> {
+        let connected = info.ep_attr.ep_type == EpType::Msg;
+        if connected != eq.is_some() {
+            return Err(Error::inval(
+                "a connected (MSG) endpoint needs an event queue, and only it takes one",
             ));
         }
         let domain = shared.domain.as_ref();
@@ -165,9 +186,15 @@ impl<B: IoBufMut> Endpoint<B> {
                 false,
             ),
         };
-        let av = domain
-            .av(&AvAttr::default())
-            .map_err(doing("opening an address vector"))?;
+        let av = if connected {
+            None
+        } else {
+            Some(
+                domain
+                    .av(&AvAttr::default())
+                    .map_err(doing("opening an address vector"))?,
+            )
+        };
         let ep = domain
             .endpoint(info)
             .map_err(doing("opening the endpoint"))?;
@@ -178,8 +205,14 @@ impl<B: IoBufMut> Endpoint<B> {
             selective: false,
         })
         .map_err(doing("binding the completion queue"))?;
-        ep.bind(Bind::Av(av.as_ref()))
-            .map_err(doing("binding the address vector"))?;
+        if let Some(av) = &av {
+            ep.bind(Bind::Av(av.as_ref()))
+                .map_err(doing("binding the address vector"))?;
+        }
+        if let Some(eq) = &eq {
+            ep.bind(Bind::Eq(eq.as_ref()))
+                .map_err(doing("binding the event queue"))?;
+        }
         ep.enable().map_err(doing("enabling the endpoint"))?;
         let info = ep.info();
         let with_source = info.caps.contains(Caps::SOURCE);
@@ -194,6 +227,7 @@ impl<B: IoBufMut> Endpoint<B> {
             ep,
             av,
             cq,
+            eq,
             slots: Vec::new(),
             free: Vec::new(),
             in_flight: 0,
@@ -236,7 +270,7 @@ impl<B: IoBufMut> Endpoint<B> {
     pub fn insert(&self, addr: &Address) -> Result<FiAddr> {
         let mut out = [FiAddr::NOTAVAIL];
         let n = self
-            .av
+            .av()?
             .insert(std::slice::from_ref(addr), &mut out)
             .map_err(|e| {
                 Error::new(
@@ -255,9 +289,23 @@ impl<B: IoBufMut> Endpoint<B> {
 
     /// Removes a peer from the address vector.
     pub fn remove(&self, peer: FiAddr) -> Result<()> {
-        self.av
+        self.av()?
             .remove(&[peer])
             .map_err(doing("removing a peer from the address vector"))
+    }
+
+    fn av(&self) -> Result<&dyn AddressVector> {
+        self.av.as_deref().ok_or_else(|| {
+            Error::new(
+                ErrorKind::OpNotSupp,
+                "a connected endpoint has no address vector: it talks to its peer only",
+            )
+        })
+    }
+
+    /// The event queue of a connected endpoint.
+    pub(super) fn eq(&self) -> Option<&dyn EventQueue> {
+        self.eq.as_deref()
     }
 
     /// How many operations are in flight (posted, completion not yet read

@@ -31,6 +31,15 @@
 //!   already says whether the provider addresses by virtual address or by
 //!   offset, so the peer never needs to know.
 //!
+//! - **Connections** (MSG endpoints): [`Domain::listen`] gives a
+//!   [`Listener`], whose [`accept`](Listener::accept) (or
+//!   [`next_request`](Listener::next_request), to look at the peer's
+//!   private data and accept or reject) yields a [`Connection`];
+//!   [`Domain::connect`] gives a [`Connecting`] that
+//!   [`wait`](Connecting::wait)s for one. A connection has the operations
+//!   of an [`Endpoint`] without peer addresses, and tells when the peer
+//!   closed it ([`Connection::peer_closed`]).
+//!
 //! Nothing here needs `unsafe` in user code; the zero-copy object traits
 //! stay available ([`Endpoint::raw`], [`Domain::raw`]).
 //!
@@ -105,6 +114,7 @@
 mod atomic;
 mod buf;
 mod completion;
+mod conn;
 mod endpoint;
 #[cfg(feature = "tokio")]
 pub mod tokio;
@@ -122,6 +132,7 @@ pub use self::tokio::{AsyncEndpoint, Completions};
 pub use atomic::AtomicValue;
 pub use buf::{Exposed, IoBuf, IoBufMut, Registered, Rejected, RemoteKey, RemoteRegion};
 pub use completion::{Completion, OpId, OpKind};
+pub use conn::{ConnRequest, Connecting, Connection, Listener};
 pub use endpoint::Endpoint;
 
 /// What the objects of one domain share: the domain, its fabric (dropped
@@ -194,8 +205,8 @@ impl Domain {
     /// queue and (RDM, DGRAM) address vector, bound and enabled. `B` is the
     /// type of the buffers its operations own (`Vec<u8>` by default).
     ///
-    /// Connected (MSG) endpoints are not served by the safe layer yet: use
-    /// the object traits for them.
+    /// For RDM and DGRAM entries; connected (MSG) endpoints come from
+    /// [`listen`](Domain::listen) and [`connect`](Domain::connect).
     pub fn endpoint<B: IoBufMut>(&self) -> Result<Endpoint<B>> {
         Endpoint::open(self.shared.clone())
     }
