@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use fabric_core::kit::binds::CqSink;
 use fabric_core::kit::cq::CqCore;
 use fabric_core::kit::hash::IdMap;
-use fabric_core::kit::objects::{Progress, add_fds};
+use fabric_core::kit::objects::{Armed, Progress, add_fds};
 use fabric_core::kit::wait::{FdSet, PollSet};
 use fabric_core::objects::{
     CompletionQueue, CqAttr, CqEntry, CqErrEntry, CqFormat, FiAddr, WaitObj,
@@ -498,7 +498,11 @@ impl CqShared {
                 }
                 None => None,
             };
+            // The engines know a thread sleeps on their fds (verbs RDM
+            // ticks its liveness probe's timer for it).
+            let armed: Vec<Armed<'_>> = engines.iter().map(|e| Armed::new(&**e)).collect();
             let r = self.block(extra.as_slice(), left);
+            drop(armed);
             self.sleepers.fetch_sub(1, Ordering::SeqCst);
             r?;
             if self.hw.consume_events() > 0 {

@@ -32,6 +32,7 @@ mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -602,7 +603,9 @@ const FAULT_SIZE_MAX: usize = 16384;
 /// Rendezvous sends from the survivor's second endpoint that the victim
 /// never receives (their tag matches none of its receives): they wait
 /// for a FIN with nothing on the wire, so only the provider's liveness
-/// probe can find out that the victim is gone.
+/// probe can find out that the victim is gone. A thread sleeps in `sread`
+/// without a timeout for their completions, the only one to touch that
+/// endpoint: the probe must go out from a sleeping application too.
 const HELD: usize = 4;
 const HELD_TAG: u64 = 0x686f_6c64;
 
@@ -624,7 +627,7 @@ fn fault_power_off() {
     let info = getinfo(&rdm_hints(), &var("XHOST_SELF"), None, true).remove(0);
     let ud = open_ud(&info);
     match role.as_str() {
-        "survivor" => survivor(&ud, &open_ud(&info)),
+        "survivor" => survivor(&ud, Arc::new(open_ud(&info))),
         "victim" => victim(&ud),
         _ => restarted(&ud),
     }
@@ -657,10 +660,21 @@ impl Outstanding {
     /// Takes one completion of `cq`, if any: exactly one per operation,
     /// errors only after the power-off (`cut`).
     fn poll(&mut self, what: &str, cq: &dyn CompletionQueue, cut: Option<Instant>) {
-        let (slot, err) = match poll(cq) {
-            None => return,
-            Some(Ok(c)) => ((c.context & 0xff) as usize, None),
-            Some(Err(e)) => ((e.entry.context & 0xff) as usize, Some(e)),
+        if let Some(c) = poll(cq) {
+            self.take(what, c, cut);
+        }
+    }
+
+    /// Counts completion `c`.
+    fn take(
+        &mut self,
+        what: &str,
+        c: std::result::Result<CqEntry, CqErrEntry>,
+        cut: Option<Instant>,
+    ) {
+        let (slot, err) = match c {
+            Ok(c) => ((c.context & 0xff) as usize, None),
+            Err(e) => ((e.entry.context & 0xff) as usize, Some(e)),
         };
         assert!(
             self.busy[slot],
@@ -700,9 +714,10 @@ impl Outstanding {
 /// Sends to the victim with a full window from one endpoint while four
 /// rendezvous sends of a second endpoint wait for the victim; asks for the
 /// power-off mid-transfer; every operation outstanding at either endpoint
-/// then ends in exactly one completion within [`FAULT_BOUND`]; then both
+/// then ends in exactly one completion within [`FAULT_BOUND`] (the held
+/// sends' completions read by a thread asleep in `sread`); then both
 /// endpoints talk to the restarted peer.
-fn survivor(ud: &Ud, quiet: &Ud) {
+fn survivor(ud: &Ud, quiet: Arc<Ud>) {
     let mut ctl = Ctl::accept(18905);
     let victim = ud.meet(&mut ctl);
     let mut out = [FiAddr(0)];
@@ -724,6 +739,25 @@ fn survivor(ud: &Ud, quiet: &Ud) {
         held.busy[k] = true;
     }
     let held_since = Instant::now();
+    // Their completions: read by a thread that sleeps in sread with no
+    // timeout, the only one to touch that endpoint from here on.
+    let (held_tx, held_rx) = mpsc::channel();
+    let sleeper = {
+        let quiet = Arc::clone(&quiet);
+        std::thread::spawn(move || {
+            for _ in 0..HELD {
+                let mut out = [CqEntry::default(); 1];
+                let c = match quiet.cq.sread(&mut out, None) {
+                    Ok(1) => Ok(out[0]),
+                    Err(e) if e.kind() == ErrorKind::Avail => Err(quiet.cq.readerr().unwrap()),
+                    other => panic!("held: sread without a timeout gave {other:?}"),
+                };
+                if held_tx.send(c).is_err() {
+                    return;
+                }
+            }
+        })
+    };
 
     let mut bufs: Vec<Vec<u8>> = (0..FAULT_WINDOW)
         .map(|k| pattern(fault_size(k), k as u64))
@@ -764,7 +798,9 @@ fn survivor(ud: &Ud, quiet: &Ud) {
             }
         }
         window.poll("window", ud.cq.as_ref(), cut_at);
-        held.poll("held", quiet.cq.as_ref(), cut_at);
+        while let Ok(c) = held_rx.try_recv() {
+            held.take("held", c, cut_at);
+        }
         window.settle(cut_at);
         held.settle(cut_at);
         if cut_at.is_none() {
@@ -819,6 +855,7 @@ fn survivor(ud: &Ud, quiet: &Ud) {
         }
     }
     if failure.is_none() {
+        sleeper.join().unwrap();
         // Nothing more comes for the dead peer.
         std::thread::sleep(Duration::from_millis(500));
         assert!(
@@ -838,7 +875,14 @@ fn survivor(ud: &Ud, quiet: &Ud) {
         "fault: the restarted peer called after {:.1} s",
         waited.elapsed().as_secs_f64()
     );
-    for u in [ud, quiet] {
+    // (After a failure the sleeper may still sit on the second endpoint.)
+    let both = [ud, &*quiet];
+    let talk = if failure.is_none() {
+        &both[..]
+    } else {
+        &both[..1]
+    };
+    for u in talk {
         let peer = u.meet(&mut ctl);
         exchange(u, peer, &mut ctl, 1);
     }

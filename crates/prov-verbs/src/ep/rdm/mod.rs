@@ -57,9 +57,11 @@
 //!
 //! > 2 x [`PROBE_IDLE`] + 7 x the ACK timeout
 //!
-//! of its death, provided the application keeps reading its CQ (or waits
-//! on it with a timeout). The ACK timeout is the one rdma_cm picks from
-//! the path: for RoCE 4.096 us x 2^(packet life time + 1), with a packet
+//! of its death, whether the application polls its CQ or sleeps in
+//! `sread` / on the CQ's wait fd: while a thread sleeps with rendezvous
+//! sends waiting, a timer among the endpoint's wait fds wakes it every
+//! half interval for the sweep ([`probe`]). The ACK timeout is the one
+//! rdma_cm picks from the path: for RoCE 4.096 us x 2^(packet life time + 1), with a packet
 //! life time of 18 in Linux 6.1 (Debian 12; 2.1 s: a bound of about
 //! 17 s) and 16 in later kernels (0.54 s: about 6 s). `tests/cross_host.rs`
 //! measures it between two rxe guests on Debian 12's kernel: 15 to 16 s,
@@ -200,6 +202,7 @@ const F_ERROR: u8 = 2;
 
 mod api;
 mod conn;
+mod probe;
 mod rx;
 mod slab;
 mod srx;
@@ -404,6 +407,8 @@ pub(crate) struct Engine {
     srx: OnceLock<Arc<srx::SrxInner>>,
     /// The context holds work for this endpoint.
     srx_mail: Arc<AtomicBool>,
+    /// Wakes a sleeping application for the liveness sweep ([`probe`]).
+    probe: probe::ProbeTimer,
 }
 
 impl Drop for Engine {
@@ -545,6 +550,7 @@ impl RdmEndpoint {
             ep_no: srx::next_ep_no(),
             srx: OnceLock::new(),
             srx_mail: Arc::new(AtomicBool::new(false)),
+            probe: probe::ProbeTimer::new(PROBE_IDLE / 2)?,
         };
         Ok(Box::new(RdmEndpoint {
             inner: Arc::new(engine),
@@ -874,6 +880,7 @@ impl Engine {
             conn,
             _reg: reg,
         });
+        self.probe.needed();
         h.id = rid as u64;
         self.tx_pool.write(slot, 0, &h.encode());
         st.tx[slot] = TxBuf {
@@ -1096,6 +1103,10 @@ impl Progress for Engine {
         {
             self.armed.store(false, Ordering::Release);
         }
+        if self.probe.fired() {
+            // A sleeper woke for the liveness sweep.
+            self.cm_hint.store(true, Ordering::Release);
+        }
         let Ok(st) = self.state.try_lock() else {
             // Another thread is in the engine and progresses it.
             return Ok(());
@@ -1118,6 +1129,22 @@ impl Progress for Engine {
         self.cm_hint.store(true, Ordering::Release);
         f(self.cq.fd());
         f(self.channel.fd());
+        f(self.probe.fd());
+    }
+
+    /// A thread sleeps on the wait fds: while rendezvous sends wait, the
+    /// probe timer ticks so that its progress keeps probing their peers.
+    fn arm(&self) {
+        let waiting = match self.state.try_lock() {
+            Ok(st) => !st.rndv.is_empty(),
+            // Busy: assume they do (the timer only costs a wake-up).
+            Err(_) => true,
+        };
+        self.probe.sleep(waiting);
+    }
+
+    fn disarm(&self) {
+        self.probe.wake();
     }
 
     /// Arms the engine's CQ (when a wait fd did not already), takes the
