@@ -137,7 +137,10 @@ pub use symver::EXPORTS;
 pub use tostr::{fi_tostr, fi_tostr_r, info_text};
 
 /// Runs the body of an exported function, turning a panic into `on_panic`
-/// so that no unwinding reaches C.
+/// so that no unwinding reaches C. Inlined into every trampoline: on the
+/// path that does not panic it costs nothing, where a call would spill
+/// the closure's captures to memory and read them back.
+#[inline(always)]
 fn guard<R>(on_panic: R, body: impl FnOnce() -> R) -> R {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).unwrap_or(on_panic)
 }

@@ -127,8 +127,8 @@ pub struct CqObj {
     pub c: FidCq,
     /// The provider's queue.
     pub inner: Box<dyn CompletionQueue>,
-    /// Bytes of one entry of the queue's format.
-    pub entry_size: usize,
+    /// The C layout of the queue's entries.
+    pub layout: EntryLayout,
     /// The domain (which counts it).
     pub domain: *const DomainObj,
     /// Endpoints bound to it.
@@ -156,11 +156,66 @@ static CQ_OPS: FiOpsCq = FiOpsCq {
 /// Entries converted per call to the provider.
 const CHUNK: usize = 16;
 
+/// The C layout of a queue's entries: each format is a prefix of
+/// `struct fi_cq_tagged_entry`, whose fields are 8 bytes each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum EntryLayout {
+    /// `struct fi_cq_entry`: `op_context`.
+    Context,
+    /// `struct fi_cq_msg_entry`: and `flags`, `len`.
+    Msg,
+    /// `struct fi_cq_data_entry`: and `buf`, `data`.
+    Data,
+    /// `struct fi_cq_tagged_entry`: and `tag`.
+    Tagged,
+}
+
+impl EntryLayout {
+    /// Bytes of one entry.
+    #[inline(always)]
+    pub fn size(self) -> usize {
+        match self {
+            EntryLayout::Context => 8,
+            EntryLayout::Msg => 24,
+            EntryLayout::Data => 40,
+            EntryLayout::Tagged => size_of::<FiCqTaggedEntry>(),
+        }
+    }
+
+    /// Writes `e` at `dst` in this layout: one store per field of the
+    /// format (no copy of the whole entry, no `memcpy` call).
+    ///
+    /// # Safety
+    ///
+    /// `dst` has [`size`](EntryLayout::size) writable bytes (any alignment).
+    #[inline(always)]
+    unsafe fn write(self, dst: *mut c_void, e: &CqEntry) {
+        let d = dst.cast::<u64>();
+        // SAFETY: the format's fields are within its size, per the
+        // contract; unaligned stores, as C may hand any buffer.
+        unsafe {
+            d.write_unaligned(e.context);
+            if self >= EntryLayout::Msg {
+                d.add(1).write_unaligned(e.flags.bits());
+                d.add(2).write_unaligned(e.len as u64);
+            }
+            if self >= EntryLayout::Data {
+                d.add(3).write_unaligned(e.buf);
+                d.add(4).write_unaligned(e.data);
+            }
+            if self == EntryLayout::Tagged {
+                d.add(5).write_unaligned(e.tag);
+            }
+        }
+    }
+}
+
 /// The CQ behind a `fid` pointer, if it is one of ours.
 ///
 /// # Safety
 ///
 /// `p` is null or points to a readable `struct fid`.
+#[inline(always)]
 pub(crate) unsafe fn get<'a, T>(p: *const T) -> Option<&'a CqObj> {
     // SAFETY: per the contract.
     unsafe { object(p.cast(), class::CQ, &OPS) }
@@ -197,11 +252,11 @@ pub(crate) unsafe extern "C" fn open(
         } else {
             format
         };
-        let entry_size = match format {
-            CqFormat::Context => 8,
-            CqFormat::Msg => 24,
-            CqFormat::Data => 40,
-            _ => size_of::<FiCqTaggedEntry>(),
+        let layout = match format {
+            CqFormat::Context => EntryLayout::Context,
+            CqFormat::Msg => EntryLayout::Msg,
+            CqFormat::Data => EntryLayout::Data,
+            _ => EntryLayout::Tagged,
         };
         let cattr = CqAttr {
             size: a.size,
@@ -220,7 +275,7 @@ pub(crate) unsafe extern "C" fn open(
                 ops: ptr::from_ref(&CQ_OPS).cast_mut(),
             },
             inner,
-            entry_size,
+            layout,
             domain: d,
             refs: Refs::default(),
             api_version: d.api_version,
@@ -263,31 +318,16 @@ unsafe extern "C" fn control(fid: *mut Fid, cmd: c_int, arg: *mut c_void) -> c_i
     })
 }
 
-/// Writes `entries` to the C buffer in the queue's format.
+/// Writes `entries` to the C buffer in the queue's layout.
 ///
 /// # Safety
 ///
-/// `buf` has room for `entries.len()` entries of `entry_size` bytes.
+/// `buf` has room for `entries.len()` entries of the layout.
 #[inline]
-unsafe fn write_entries(buf: *mut c_void, entry_size: usize, entries: &[CqEntry]) {
+unsafe fn write_entries(buf: *mut c_void, layout: EntryLayout, entries: &[CqEntry]) {
     for (i, e) in entries.iter().enumerate() {
-        let c = FiCqTaggedEntry {
-            op_context: e.context as usize as *mut c_void,
-            flags: e.flags.bits(),
-            len: e.len,
-            buf: e.buf as usize as *mut c_void,
-            data: e.data,
-            tag: e.tag,
-        };
-        // SAFETY: room for entry i, per the contract; the formats are the
-        // leading bytes of fi_cq_tagged_entry.
-        unsafe {
-            ptr::copy_nonoverlapping(
-                ptr::from_ref(&c).cast::<u8>(),
-                buf.cast::<u8>().add(i * entry_size),
-                entry_size,
-            )
-        };
+        // SAFETY: room for entry i, per the contract.
+        unsafe { layout.write(buf.cast::<u8>().add(i * layout.size()).cast(), e) };
     }
 }
 
@@ -297,13 +337,15 @@ fn timeout(ms: c_int) -> Option<Duration> {
 }
 
 /// Reads up to `count` entries (with sources when `src` is set), through
-/// `op` on a stack buffer.
+/// `op` on a stack buffer. The common poll, one entry, is inlined into
+/// the trampoline: the provider's one call fills one stack entry, whose
+/// fields of the queue's format are stored into the caller's buffer.
 ///
 /// # Safety
 ///
 /// `cq` a fid, `buf` room for `count` entries, `src` null or room for
 /// `count` addresses.
-#[inline]
+#[inline(always)]
 unsafe fn read_with(
     cq: *mut FidCq,
     buf: *mut c_void,
@@ -315,6 +357,43 @@ unsafe fn read_with(
     let Some(c) = (unsafe { get(cq) }) else {
         return EINVAL as isize;
     };
+    if count != 1 || buf.is_null() {
+        // SAFETY: per the contract.
+        return unsafe { read_other(c, buf, count, src, op) };
+    }
+    let mut e = [CqEntry::default()];
+    let mut a = [FiAddr::UNSPEC];
+    let srcs = (!src.is_null()).then_some(&mut a[..]);
+    match op(c, &mut e, srcs) {
+        Ok(0) => 0,
+        Ok(_) => {
+            // SAFETY: room for one entry (and one address), per the
+            // contract.
+            unsafe {
+                c.layout.write(buf, &e[0]);
+                if !src.is_null() {
+                    *src = a[0].0;
+                }
+            }
+            1
+        }
+        Err(err) => sz(err),
+    }
+}
+
+/// [`read_with`] of any count but one, or into a NULL buffer.
+///
+/// # Safety
+///
+/// As [`read_with`].
+#[inline(never)]
+unsafe fn read_other(
+    c: &CqObj,
+    buf: *mut c_void,
+    count: usize,
+    src: *mut u64,
+    op: impl FnOnce(&CqObj, &mut [CqEntry], Option<&mut [FiAddr]>) -> fabric::Result<usize>,
+) -> isize {
     if count == 0 {
         // Nothing to read: progress only (what applications poll with
         // while an operation waits for resources).
@@ -323,39 +402,15 @@ unsafe fn read_with(
     if buf.is_null() {
         return EINVAL as isize;
     }
-    // The common poll asks for one entry: a one-entry buffer then, not
-    // the whole chunk.
-    if count == 1 {
-        // SAFETY: per the contract.
-        unsafe { read_into::<1>(c, buf, 1, src, op) }
-    } else {
-        // SAFETY: per the contract.
-        unsafe { read_into::<CHUNK>(c, buf, count, src, op) }
-    }
-}
-
-/// [`read_with`] through a stack buffer of `N` entries.
-///
-/// # Safety
-///
-/// As [`read_with`], `buf` non-null.
-#[inline(always)]
-unsafe fn read_into<const N: usize>(
-    c: &CqObj,
-    buf: *mut c_void,
-    count: usize,
-    src: *mut u64,
-    op: impl FnOnce(&CqObj, &mut [CqEntry], Option<&mut [FiAddr]>) -> fabric::Result<usize>,
-) -> isize {
-    let n = count.min(N);
-    let mut tmp = [CqEntry::default(); N];
-    let mut addrs = [FiAddr::UNSPEC; N];
+    let n = count.min(CHUNK);
+    let mut tmp = [CqEntry::default(); CHUNK];
+    let mut addrs = [FiAddr::UNSPEC; CHUNK];
     let srcs = (!src.is_null()).then_some(&mut addrs[..n]);
     match op(c, &mut tmp[..n], srcs) {
         Ok(k) => {
             let k = k.min(n);
             // SAFETY: room for `count` >= k entries, per the contract.
-            unsafe { write_entries(buf, c.entry_size, &tmp[..k]) };
+            unsafe { write_entries(buf, c.layout, &tmp[..k]) };
             if !src.is_null() {
                 for (i, a) in addrs.iter().take(k).enumerate() {
                     // SAFETY: room for `count` >= k addresses.

@@ -122,12 +122,27 @@ impl Fid {
     }
 }
 
-/// The negative `FI_E*` code of an error, as `ssize_t`.
-#[inline]
+/// The negative `FI_E*` code of an error, as `ssize_t`. `-FI_EAGAIN`
+/// (an empty CQ, a full queue: what polling loops see most) is answered
+/// inline; the others through the out-of-line [`Error::code`].
+#[inline(always)]
 pub(crate) fn sz(e: Error) -> isize {
-    e.code() as isize
+    if e.kind() == ErrorKind::Again {
+        EAGAIN as isize
+    } else {
+        code_of(e) as isize
+    }
 }
 
+/// [`Error::code`], kept out of the hot paths' code.
+#[cold]
+#[inline(never)]
+fn code_of(e: Error) -> c_int {
+    e.code()
+}
+
+/// `-FI_EAGAIN`.
+pub(crate) const EAGAIN: c_int = ErrorKind::Again.code();
 /// `-FI_EINVAL`.
 pub(crate) const EINVAL: c_int = ErrorKind::Inval.code();
 /// `-FI_ENOSYS`.
@@ -184,6 +199,7 @@ pub(crate) unsafe fn close_child<T>(fid: *mut Fid, refs: &Refs, parent: *const R
 /// `fid` is null or points to a readable `struct fid`; when the checks pass
 /// it is the header of a live `T` (this library's objects of that class
 /// start with their header).
+#[inline(always)]
 pub(crate) unsafe fn object<'a, T>(
     fid: *const Fid,
     fclass: usize,
