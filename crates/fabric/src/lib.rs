@@ -11,9 +11,10 @@
 //! libfabric.
 //!
 //! The `tokio` feature (off by default) adds `async` operations and a
-//! completion stream on tokio (`safe::AsyncEndpoint`, in
-//! `fabric::safe::tokio`), which park on the completion queue's wait fd
-//! when idle.
+//! completion stream on tokio (`safe::AsyncEndpoint`, and for connections
+//! `safe::AsyncListener` and `safe::AsyncConnection`, in
+//! `fabric::safe::tokio`), which park on the wait fds of the completion
+//! and event queues when idle.
 //!
 //! # From an `Info` to objects
 //!

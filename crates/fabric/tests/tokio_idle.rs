@@ -1,6 +1,7 @@
 //! An idle async endpoint costs no CPU: a task awaiting a receive that
-//! does not come for 300 ms, measured with the process's CPU time (this
-//! test is alone in its process).
+//! does not come for 300 ms, and a listener awaiting a connection that
+//! does not come, measured with the process's CPU time (one test, alone in
+//! its process, so nothing else runs meanwhile).
 
 #![cfg(feature = "tokio")]
 #![allow(clippy::unwrap_used)]
@@ -8,7 +9,7 @@
 use std::time::Duration;
 
 use fabric::prelude::*;
-use fabric::safe::AsyncEndpoint;
+use fabric::safe::{AsyncEndpoint, AsyncListener};
 
 /// User plus system CPU time of the process, from `/proc/self/stat`.
 fn cpu_time() -> Duration {
@@ -23,7 +24,7 @@ fn cpu_time() -> Duration {
 }
 
 #[test]
-fn a_task_awaiting_a_receive_uses_no_cpu() {
+fn idle_waits_use_no_cpu() {
     for prov in ["tcp", "shm"] {
         let mut h = Hints::new()
             .caps(Caps::MSG)
@@ -56,4 +57,39 @@ fn a_task_awaiting_a_receive_uses_no_cpu() {
             eprintln!("{prov}: {used:?} of CPU while awaiting a receive for 300 ms");
         });
     }
+    // A listener waiting for connections (tcp: shm has no MSG endpoints).
+    let Some(info) = Hints::new()
+        .caps(Caps::MSG)
+        .ep_type(EpType::Msg)
+        .provider("tcp")
+        .node("127.0.0.1")
+        .source()
+        .getinfo()
+        .ok()
+        .and_then(|v| v.into_iter().next())
+    else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let d = safe::Domain::open(&info).unwrap();
+        let listener = AsyncListener::bind(&d).unwrap();
+        assert!(
+            listener.parks(),
+            "tcp: the listener has no wait fd to park on"
+        );
+        let before = cpu_time();
+        let r = tokio::time::timeout(Duration::from_millis(300), listener.next_request()).await;
+        let used = cpu_time() - before;
+        assert!(r.is_err(), "a connection request with nobody connecting");
+        // No polling window here: parked from the first empty read.
+        assert!(
+            used < Duration::from_millis(100),
+            "tcp: {used:?} of CPU in 300 ms of listening"
+        );
+        eprintln!("tcp: {used:?} of CPU while a listener waited 300 ms");
+    });
 }

@@ -136,6 +136,14 @@ pub(super) struct ListenerInner {
     eq: Box<dyn EventQueue>,
 }
 
+impl ListenerInner {
+    /// The listener's event queue (for its wait fd).
+    #[cfg(feature = "tokio")]
+    pub(super) fn eq(&self) -> &dyn EventQueue {
+        self.eq.as_ref()
+    }
+}
+
 /// A passive endpoint listening for connections, with its event queue
 /// (`fi_passive_ep`, `fi_listen`). Opened by [`Domain::listen`].
 ///
@@ -184,6 +192,11 @@ impl Listener {
     /// The passive endpoint, for the object API.
     pub fn raw(&self) -> &dyn objects::PassiveEndpoint {
         self.inner.pep.as_ref()
+    }
+
+    #[cfg(feature = "tokio")]
+    pub(super) fn inner(&self) -> &Arc<ListenerInner> {
+        &self.inner
     }
 
     /// Waits for the next connection request and accepts it; the
@@ -376,6 +389,11 @@ impl<B: IoBufMut> Connecting<B> {
         Ok(Connecting { ep })
     }
 
+    #[cfg(feature = "tokio")]
+    pub(super) fn into_endpoint(self) -> Endpoint<B> {
+        self.ep
+    }
+
     /// Waits until the connection is established (or refused:
     /// `ConnRefused`, with the peer's private data in the message).
     pub fn wait(self) -> Result<Connection<B>> {
@@ -454,6 +472,11 @@ impl<B: IoBufMut> fmt::Debug for Connection<B> {
 }
 
 impl<B: IoBufMut> Connection<B> {
+    #[cfg(feature = "tokio")]
+    pub(super) fn into_parts(self) -> (Endpoint<B>, Vec<u8>, bool) {
+        (self.ep, self.peer_data, self.closed)
+    }
+
     /// The entry the endpoint was opened with, as the provider altered it.
     pub fn info(&self) -> &Info {
         self.ep.info()

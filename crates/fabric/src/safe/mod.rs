@@ -73,6 +73,7 @@
 //! stream of completions for operations posted without a future. Idle, it
 //! parks on the completion queue's wait fd (tokio's `AsyncFd`, with
 //! `fi_trywait`); busy, it polls as [`Endpoint::wait`] does.
+//! `AsyncListener` and `AsyncConnection` do the same for connections.
 //!
 //! # Example
 //!
@@ -128,7 +129,7 @@ use fabric_core::{Error, Info, MrMode, Result};
 use crate::registry::Registry;
 
 #[cfg(feature = "tokio")]
-pub use self::tokio::{AsyncEndpoint, Completions};
+pub use self::tokio::{AsyncConnection, AsyncEndpoint, AsyncListener, Completions};
 pub use atomic::AtomicValue;
 pub use buf::{Exposed, IoBuf, IoBufMut, Registered, Rejected, RemoteKey, RemoteRegion};
 pub use completion::{Completion, OpId, OpKind};

@@ -1,5 +1,7 @@
 //! `async` operations on tokio (feature `tokio`): [`AsyncEndpoint`] and
-//! its [`Completions`] stream.
+//! its [`Completions`] stream; for connected (MSG) endpoints,
+//! [`AsyncListener`] and [`AsyncConnection`] (whose operations are those
+//! of an `AsyncEndpoint`, driven the same way).
 //!
 //! # How completions reach the futures
 //!
@@ -90,6 +92,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -104,6 +107,9 @@ use super::buf::{IoBufMut, Rejected, RemoteRegion};
 use super::completion::{Completion, OpId, OpKind};
 use super::endpoint::Endpoint;
 
+mod conn;
+pub use conn::{AsyncConnection, AsyncListener};
+
 /// How long the driver polls without parking after the last completion
 /// (as the synchronous wait's spin and yield windows together).
 const POLL_FOR: Duration = Duration::from_millis(2);
@@ -116,12 +122,28 @@ const CLOCK_EVERY: u32 = 16;
 
 /// The completion queue's wait fd, as `AsyncFd` takes it. The fd belongs
 /// to the queue, which outlives the `AsyncFd` (see [`Inner`]).
-struct WaitFd(RawFd);
+pub(super) struct WaitFd(RawFd);
 
 impl AsRawFd for WaitFd {
     fn as_raw_fd(&self) -> RawFd {
         self.0
     }
+}
+
+/// Registers a wait fd with the runtime's reactor for readability.
+///
+/// # Safety
+///
+/// `fd` must stay open, and the same open file, until the returned
+/// `AsyncFd` is dropped (tokio's `register_with_interest` contract).
+pub(super) unsafe fn register(fd: RawFd, what: &str) -> Result<AsyncFd<WaitFd>> {
+    // SAFETY: the caller's promise.
+    unsafe { AsyncFd::register_with_interest(WaitFd(fd), Interest::READABLE) }.map_err(|e| {
+        Error::new(
+            ErrorKind::Other,
+            format!("registering {what} with tokio: {e}"),
+        )
+    })
 }
 
 /// Who waits: an operation's future, or a completion stream.
@@ -179,6 +201,11 @@ struct Inner<B: IoBufMut> {
     // Declared first: deregistered from the reactor before the endpoint
     // (and its completion queue, which owns the fd) is dropped.
     fd: Option<AsyncFd<WaitFd>>,
+    /// The event queue's wait fd, for a connected endpoint (owned by the
+    /// queue, inside the endpoint: dropped before it, as `fd`).
+    eq_fd: Option<AsyncFd<WaitFd>>,
+    /// A connected endpoint's `Shutdown` event was read.
+    closed: AtomicBool,
     state: Mutex<State<B>>,
 }
 
@@ -246,19 +273,11 @@ impl<B: IoBufMut> AsyncEndpoint<B> {
         ep.hold_slots();
         let fd = match ep.waitable_cq().and_then(|cq| cq.wait_fd()) {
             Some(fd) => {
-                let raw = WaitFd(fd.as_raw_fd());
-                // SAFETY: the fd is the completion queue's, which stays open
-                // (and the same fd) while the endpoint lives; `Inner`
+                // SAFETY: the fd is the completion queue's, which stays
+                // open (and the same fd) while the endpoint lives; `Inner`
                 // declares the `AsyncFd` before the endpoint, so it is
                 // dropped (deregistered) first.
-                let fd = unsafe { AsyncFd::register_with_interest(raw, Interest::READABLE) }
-                    .map_err(|e| {
-                        Error::new(
-                            ErrorKind::Other,
-                            format!("registering the completion queue's wait fd with tokio: {e}"),
-                        )
-                    })?;
-                Some(fd)
+                Some(unsafe { register(fd.as_raw_fd(), "the completion queue's wait fd") }?)
             }
             None => {
                 tracing::debug!(
@@ -267,9 +286,18 @@ impl<B: IoBufMut> AsyncEndpoint<B> {
                 None
             }
         };
+        let eq_fd = match ep.eq().and_then(|eq| eq.wait_fd()) {
+            // SAFETY: the fd is the event queue's, which the endpoint owns
+            // and keeps open while it lives; `Inner` declares the `AsyncFd`
+            // before the endpoint, so it is dropped (deregistered) first.
+            Some(fd) => Some(unsafe { register(fd.as_raw_fd(), "the event queue's wait fd") }?),
+            None => None,
+        };
         Ok(AsyncEndpoint {
             inner: Arc::new(Inner {
                 fd,
+                eq_fd,
+                closed: AtomicBool::new(false),
                 state: Mutex::new(State {
                     ep,
                     cells: Vec::new(),
