@@ -23,6 +23,12 @@ pub(crate) struct PingpongArgs {
     /// Untimed warm-up round trips per size (default: a tenth of -I, at least 1).
     #[arg(short = 'W', long = "warmup")]
     pub warmup: Option<usize>,
+    /// Post each receive only once the previous one has completed, as
+    /// libfabric's `fi_pingpong` does, so that posting it is on the round
+    /// trip's critical path (by default two are kept posted ahead, off
+    /// it): the fair partner of `fi_pingpong` run on this library.
+    #[arg(long = "late-recv")]
+    pub late_recv: bool,
 }
 
 /// Runs the subcommand.
@@ -45,6 +51,9 @@ impl perf::Tool for PingpongArgs {
         let mut v = vec!["-m".to_string(), format!("{:?}", self.mode).to_lowercase()];
         if let Some(w) = self.warmup {
             v.extend(["-W".to_string(), w.to_string()]);
+        }
+        if self.late_recv {
+            v.push("--late-recv".to_string());
         }
         v
     }
@@ -123,9 +132,12 @@ fn session(args: &PingpongArgs) -> fabric::Result<()> {
         // posts the receive of the round after next once its own send is
         // out, while the message is on its way (off the round trip's
         // critical path). The first two rounds' are posted before both
-        // sides agree on the size.
+        // sides agree on the size. With --late-recv one is posted at a
+        // time, as in fi_pingpong: the next right after a message came
+        // (and was checked), before this side answers or sends again.
         track.by_ctx = [0; 4];
-        for _ in 0..rounds.min(AHEAD) {
+        let ahead = if args.late_recv { 1 } else { AHEAD };
+        for _ in 0..rounds.min(ahead) {
             post_recv(args, &s, &mut bufs, size)?;
         }
         s.ctl.sync(s.client, &format!("size {size}"))?;
@@ -138,7 +150,7 @@ fn session(args: &PingpongArgs) -> fabric::Result<()> {
                     &mut track,
                     size,
                     i as u64,
-                    i + AHEAD < rounds,
+                    i + ahead < rounds,
                 )?;
             }
             Ok(())
@@ -285,6 +297,8 @@ fn drive(
 /// One round trip: the client sends first, the server answers. The
 /// receives of this round and the next are already posted; the one of
 /// the round after next (`more`) is posted right after this side's send.
+/// With `--late-recv` only this round's receive is posted, and the next
+/// one's (`more`) is posted as soon as this round's message has come.
 fn round(
     args: &PingpongArgs,
     s: &Session,
@@ -295,6 +309,7 @@ fn round(
     more: bool,
 ) -> fabric::Result<()> {
     let tagged = args.mode == ModeArg::Tagged;
+    let late = args.late_recv;
     let (side, peer, client) = (&s.side, s.peer, s.client);
     let send = |bufs: &mut Buffers, seed: u64| -> fabric::Result<bool> {
         if args.common.verify {
@@ -335,7 +350,7 @@ fn round(
     };
     let pending_tx = if client {
         let pending = send(bufs, seq * 2)?;
-        if more {
+        if more && !late {
             post_recv(args, s, bufs, size)?;
         }
         pending
@@ -370,11 +385,14 @@ fn round(
             let seed = if client { seq * 2 + 1 } else { seq * 2 };
             perf::check(&bufs.rx[..size], seed, size)?;
         }
+        if late && more {
+            post_recv(args, s, bufs, size)?;
+        }
         if client {
             return Ok(false);
         }
         let pending = send(bufs, seq * 2 + 1)?;
-        if more {
+        if more && !late {
             post_recv(args, s, bufs, size)?;
         }
         Ok(pending)

@@ -65,6 +65,46 @@ fn pingpong_self_verifies_every_provider() {
     }
 }
 
+/// `--late-recv` (one receive posted at a time, the next once a message
+/// came, as fi_pingpong) moves and verifies every size too, both modes.
+#[test]
+fn pingpong_late_recv_verifies_every_provider() {
+    for p in providers() {
+        for mode in ["msg", "tagged"] {
+            let out = fabric(&[
+                "pingpong",
+                "--self",
+                "--late-recv",
+                "-p",
+                &p,
+                "-m",
+                mode,
+                "-S",
+                "all",
+                "-I",
+                "20",
+                "-v",
+                "--json",
+            ]);
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "{p} {mode} --late-recv: {}\n{stdout}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let rows: Vec<serde_json::Value> = stdout
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+            assert_eq!(rows.len(), 48, "{p} {mode} --late-recv: {stdout}");
+            for r in &rows {
+                assert_eq!(r["provider"], p.as_str());
+                assert_eq!(r["verified"], true);
+            }
+        }
+    }
+}
+
 #[test]
 fn pingpong_self_verifies_msg_endpoints() {
     let msg = providers_with("FI_EP_MSG");
