@@ -23,10 +23,12 @@ pub(crate) struct PingpongArgs {
     /// Untimed warm-up round trips per size (default: a tenth of -I, at least 1).
     #[arg(short = 'W', long = "warmup")]
     pub warmup: Option<usize>,
-    /// Post each receive only once the previous one has completed, as
-    /// libfabric's `fi_pingpong` does, so that posting it is on the round
+    /// Do `fi_pingpong`'s per-round work: post each receive only once the
+    /// previous one has completed, so that posting it is on the round
     /// trip's critical path (by default two are kept posted ahead, off
-    /// it): the fair partner of `fi_pingpong` run on this library.
+    /// it), and inject only messages shorter than the inject size (by
+    /// default up to it): the fair partner of `fi_pingpong` run on this
+    /// library.
     #[arg(long = "late-recv")]
     pub late_recv: bool,
 }
@@ -315,7 +317,9 @@ fn round(
         if args.common.verify {
             perf::pattern(&mut bufs.tx[..size], seed);
         }
-        if size <= side.info.tx_attr.inject_size {
+        // fi_pingpong injects below the inject size only.
+        let inject = side.info.tx_attr.inject_size;
+        if size < inject || (size == inject && !late) {
             let data = &bufs.tx[..size];
             if tagged {
                 side.ep.tinject(data, peer, 7, None)?
