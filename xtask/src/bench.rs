@@ -12,6 +12,10 @@
 //! into `<target>/release/capi-lib/`, which `LD_LIBRARY_PATH` names), in
 //! the same alternation: the column "fi_pingpong on ours / fabric
 //! pingpong" is the cost of the C interface for the same provider and size.
+//! Its fair partner is `fabric pingpong --late-recv` (also run), which,
+//! like `fi_pingpong`, posts each receive only once the previous one came:
+//! "fi_pingpong on ours / fabric pingpong --late-recv" compares the same
+//! per-round work.
 //!
 //! Server processes run on core 1 and clients on core 0 (`taskset`), as in
 //! `../shared/notes/perf-anchors.md`; one extra round puts both on core 1.
@@ -68,6 +72,10 @@ struct Config {
     /// Debian's `fi_pingpong` on our C library (its output is
     /// `fi_pingpong`'s; its columns are apart from ours and theirs).
     capi: bool,
+    /// Our `fabric pingpong --late-recv` (a receive posted only once the
+    /// previous one completed, as `fi_pingpong` does): the partner of
+    /// `fi_pingpong` on our C library, not compared with libfabric.
+    late: bool,
     /// One process (`client`) that runs both sides itself (the
     /// shared-memory floor); `server` is unused.
     one_process: bool,
@@ -128,13 +136,25 @@ fn have(program: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-fn iterations(size: usize, quick: bool) -> usize {
+/// Round trips of a ping-pong run at `size`. Shared memory at 4 KiB and
+/// below (`shm`) gets 40 times more: its round trips take well under a
+/// microsecond, and its first message to a peer (mapping the peer's
+/// region, about 1 ms), which `fi_pingpong` times, would otherwise be a
+/// good part of the run.
+fn iterations(size: usize, quick: bool, shm: bool) -> usize {
     let n = match size {
+        0..=4096 if shm => 200_000,
         0..=4096 => 5000,
         4097..=65536 => 1000,
         _ => 100,
     };
     if quick { (n / 4).max(20) } else { n }
+}
+
+/// Whether a configuration runs over shared memory (`fabric shm RDM`,
+/// `fi_pingpong/ours shm RDM`, the raw shared-memory floor, ...).
+fn is_shm(c: &Config) -> bool {
+    c.name.split(' ').nth(1) == Some("shm")
 }
 
 /// Sizes of the streaming-bandwidth runs (`fabric bw`, raw TCP stream).
@@ -307,6 +327,7 @@ fn run(o: &Opts) -> Result<usize, String> {
             if matches!(p.as_str(), "tcp" | "shm") {
                 for ep in eps {
                     configs.push(on_capi(lib, p, ep));
+                    configs.push(late_recv(&fabric, p, ep));
                 }
             }
         }
@@ -355,7 +376,8 @@ fn run(o: &Opts) -> Result<usize, String> {
                 bar.set_message(format!("round {} {} {size} B", round + 1, c.name));
                 if size <= c.max {
                     port = port.wrapping_add(1).max(48600);
-                    let r = run_config(c, size, iterations(size, o.quick), port, ("1", "0"), None);
+                    let iters = iterations(size, o.quick, is_shm(c));
+                    let r = run_config(c, size, iters, port, ("1", "0"), None);
                     let after = prober.probe(&bar);
                     match r {
                         Ok(mut s) => {
@@ -574,9 +596,22 @@ fn ours(fabric: &Path, p: &str, ep: &str) -> Config {
         client: args(f),
         max: usize::MAX,
         capi: false,
+        late: false,
         one_process: false,
         env: Vec::new(),
     }
+}
+
+/// Our `fabric pingpong --late-recv` with provider `p` on endpoint type
+/// `ep`: the per-round work of `fi_pingpong`.
+fn late_recv(fabric: &Path, p: &str, ep: &str) -> Config {
+    let mut c = ours(fabric, p, ep);
+    c.name = format!("fabric/late-recv {p} {}", ep.to_uppercase());
+    c.late = true;
+    for args in [&mut c.server, &mut c.client] {
+        args.push("--late-recv".into());
+    }
+    c
 }
 
 /// Builds the C library (`fabric-capi`, release, its default providers)
@@ -634,6 +669,7 @@ fn ours_bw(fabric: &Path, p: &str) -> Config {
         client: args(f),
         max: usize::MAX,
         capi: false,
+        late: false,
         one_process: false,
         env: Vec::new(),
     }
@@ -670,6 +706,7 @@ fn theirs(p: &str, ep: &str) -> Config {
         ],
         max: usize::MAX,
         capi: false,
+        late: false,
         one_process: false,
         env: Vec::new(),
     }
@@ -872,6 +909,7 @@ fn raw_tcp(exe: &str) -> Config {
         client: args("client"),
         max: usize::MAX,
         capi: false,
+        late: false,
         one_process: false,
         env: Vec::new(),
     }
@@ -887,6 +925,7 @@ fn raw_shm(exe: &str) -> Config {
         client: vec![exe.into(), "bench".into(), "floor-shm".into()],
         max: usize::MAX,
         capi: false,
+        late: false,
         one_process: true,
         env: Vec::new(),
     }
@@ -927,6 +966,7 @@ fn measure_floors(exe: &str, o: &Opts, stream_sizes: &[usize]) -> Floors {
                 ],
                 max: usize::MAX,
                 capi: false,
+                late: false,
                 one_process: false,
                 env: Vec::new(),
             };
@@ -978,7 +1018,11 @@ impl Pair {
 /// The ratio columns, in the tables' order: ours / theirs, the C library's
 /// columns, ours / each floor.
 fn pairs(configs: &[Config]) -> Vec<Pair> {
-    let ours: Vec<&Config> = configs.iter().filter(|c| c.ours && !c.capi).collect();
+    let ours: Vec<&Config> = configs
+        .iter()
+        .filter(|c| c.ours && !c.capi && !c.late)
+        .collect();
+    let late: Vec<&Config> = configs.iter().filter(|c| c.late).collect();
     let theirs: Vec<&Config> = configs.iter().filter(|c| !c.ours && !c.capi).collect();
     let capi: Vec<&Config> = configs.iter().filter(|c| c.capi).collect();
     let mut v = Vec::new();
@@ -1009,6 +1053,19 @@ fn pairs(configs: &[Config]) -> Vec<Pair> {
                     c,
                     &o.name,
                     format!("fi_pingpong on ours / fabric pingpong ({})", c.name),
+                    PairKind::CapiOurs,
+                );
+            }
+        }
+        for l in &late {
+            if same_kind(l, c) {
+                add(
+                    c,
+                    &l.name,
+                    format!(
+                        "fi_pingpong on ours / fabric pingpong --late-recv ({})",
+                        c.name
+                    ),
                     PairKind::CapiOurs,
                 );
             }
@@ -1314,7 +1371,7 @@ fn report(
     if !capi.is_empty() {
         let _ = writeln!(
             m,
-            "`fi_pingpong/ours` is Debian's `fi_pingpong` on this repository's C library (`fabric-capi`, release, as `libfabric.so.1` through `LD_LIBRARY_PATH`) with the same provider; the column \"fi_pingpong on ours / fabric pingpong\" is the cost of the C interface (same provider, endpoint type and size), \"fi_pingpong on ours / fi_pingpong\" compares the same program on our library and on Debian's.\n"
+            "`fi_pingpong/ours` is Debian's `fi_pingpong` on this repository's C library (`fabric-capi`, release, as `libfabric.so.1` through `LD_LIBRARY_PATH`) with the same provider; the column \"fi_pingpong on ours / fabric pingpong\" is the cost of the C interface (same provider, endpoint type and size), \"fi_pingpong on ours / fi_pingpong\" compares the same program on our library and on Debian's. `fabric/late-recv` is `fabric pingpong --late-recv`, which posts each receive only once the previous one has come, as `fi_pingpong` does (plain `fabric pingpong` keeps two posted ahead, off the round trip's critical path): \"fi_pingpong on ours / fabric pingpong --late-recv\" compares the same per-round work. Shared-memory runs at 4 KiB and below make 40 times more round trips (200000), so that the first message's cost (mapping the peer's region, about 1 ms, which `fi_pingpong` times) does not weigh.\n"
         );
     }
     let floor_series: Vec<(&str, &Series)> = [
