@@ -15,7 +15,9 @@
 //!
 //! `FI_SHM_EAGER_MAX` and `FI_SHM_DISABLE_CMA` apply as usual. The
 //! completion queue is polled (`fi_cq_read` in a loop), as `fi_pingpong`
-//! does. One-way latency = elapsed / (2 x round trips). Not a test.
+//! does. One-way latency = elapsed / (2 x round trips); the first round
+//! trip of the run (mapping the regions, `HELLO`) is printed at the end.
+//! Not a test.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
@@ -151,11 +153,17 @@ fn main() {
     if !child {
         println!("size,one_way_us,mb_per_s");
     }
+    let mut first = None;
     for &size in &sizes {
         let n = if size > 65536 { iters / 10 } else { iters }.max(10);
         let warm = n / 10;
         let mut t0 = Instant::now();
         for i in 0..warm + n {
+            if i == 1 && !child && first.is_none() {
+                // The first round trip to the peer (its region mapped,
+                // ours mapped by it on our `HELLO`).
+                first = Some(t0.elapsed());
+            }
             if i == warm {
                 t0 = Instant::now();
             }
@@ -208,6 +216,9 @@ fn main() {
         if !child {
             println!("{size},{us:.3},{:.0}", size as f64 / us);
         }
+    }
+    if let Some(f) = first {
+        println!("first round trip: {:.1} us", f.as_secs_f64() * 1e6);
     }
     if let Some((mut c, stdin)) = kid.take() {
         drop(stdin);

@@ -17,7 +17,8 @@
 //!
 //! One-way latency = elapsed / (2 x round trips), after a warm-up of a
 //! tenth of the round trips, as `fi_pingpong` reports it. Payloads up to
-//! 1 KiB travel inline in the slot, larger ones through a bounce buffer.
+//! 4 KiB (the default slot's payload) travel inline in the slot, larger ones
+//! through a bounce buffer.
 //! Not a test: nothing is asserted about time.
 
 use std::process::{Command as Proc, Stdio};

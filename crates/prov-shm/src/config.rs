@@ -23,8 +23,11 @@ pub(crate) fn region_of(addr: &Address) -> Result<&str> {
     Ok(name)
 }
 
-/// Largest inject (the data is copied before the call returns).
-pub const INJECT_SIZE: usize = 1024;
+/// Largest inject (the data is copied before the call returns): the
+/// inline payload of a default ring slot, so that an inject to a peer
+/// with the default layout is one command without a bounce buffer (as
+/// libfabric's shm, whose inject size is 4 KiB too).
+pub const INJECT_SIZE: usize = 4096;
 
 /// The variable that sets the eager limit (bytes).
 pub const EAGER_MAX_VAR: &str = "FI_SHM_EAGER_MAX";
@@ -34,7 +37,7 @@ pub const EAGER_MAX_VAR: &str = "FI_SHM_EAGER_MAX";
 pub const CMA_MIN_VAR: &str = "FI_SHM_CMA_MIN";
 
 /// The default eager limit: messages up to this size travel in the ring
-/// (inline up to 1 KiB) or in one bounce buffer; larger ones by
+/// (inline up to 4 KiB) or in one bounce buffer; larger ones by
 /// rendezvous. Chosen by measurement: see the [crate docs](crate::docs#thresholds).
 pub const EAGER_MAX: usize = 32 * 1024;
 

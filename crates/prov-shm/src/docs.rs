@@ -8,7 +8,7 @@
 //!
 //! | operation | size | protocol | copies |
 //! |---|---|---|---|
-//! | message, inject | ≤ 1 KiB | `MSG`, payload inline in the slot | 2 |
+//! | message, inject | ≤ 4 KiB | `MSG`, payload inline in the slot | 2 |
 //! | message | ≤ [eager limit](crate::getinfo::EAGER_MAX) (32 KiB) | `MSG`, payload in one bounce buffer | 2 |
 //! | message | < [CMA limit](crate::getinfo::CMA_MIN) (256 KiB), or no CMA | `RTS` (flag PUSH); receiver answers `CTS` once matched; sender pushes `DATA` chunks of one bounce buffer each, which the receiver copies out as they come; `ACK` | 2, pipelined on two cores |
 //! | message | ≥ CMA limit | pushed as above, or by CMA as below: the sender times both and takes the faster (see the CMA limit below) | 2 or 1 |
@@ -17,7 +17,7 @@
 //! | RMA write | ≤ eager limit (with its descriptor in one bounce buffer) | `WRITE` with the data after the descriptor; `ACK` | 2 |
 //! | RMA write | < CMA limit, or no CMA | `WRITE` (flag PUSH); target answers `CTS`, then pushed `DATA`; `ACK` | 2 |
 //! | RMA write | ≥ CMA limit | `WRITE` with the initiator's iovecs; target pulls into the checked ranges; `ACK` | 1 |
-//! | RMA read | < CMA limit, or no CMA | `READ` (flag PUSH); target answers with the data in its `ACK` (≤ 1 KiB) or `DATA` chunks then `ACK` | 2 |
+//! | RMA read | < CMA limit, or no CMA | `READ` (flag PUSH); target answers with the data in its `ACK` (≤ 4 KiB) or `DATA` chunks then `ACK` | 2 |
 //! | RMA read | ≥ CMA limit | `READ` with the initiator's iovecs; target writes with `process_vm_writev`; `ACK` | 1 |
 //! | atomic | ≤ 1024 elements | `ATOMIC` with operands (and compare values); old values come back in the `ACK` (or a `DATA` chunk) | - |
 //!
@@ -36,7 +36,7 @@
 //!
 //! ## Thresholds
 //!
-//! - **Inline: 1 KiB** (the slot payload): inline is never slower than a
+//! - **Inline: 4 KiB** (the slot payload): inline is never slower than a
 //!   bounce buffer (see [Slot size](#slot-size)).
 //! - **Eager limit: 32 KiB** ([`getinfo::EAGER_MAX`](crate::getinfo::EAGER_MAX), `FI_SHM_EAGER_MAX`,
 //!   at most one bounce buffer): up to it a message goes through one
@@ -145,8 +145,9 @@
 //!   against 4.68 us at 32 KiB and the same at 1 MiB (44.7 against 44.9),
 //!   so the bias is 4 KiB. A split does not pay below 32 KiB: 16 KiB took
 //!   1.97 us split against 1.80 whole.
-//! - **Inject size: 1 KiB** (`tx_attr.inject_size`): injects always travel
-//!   inline.
+//! - **Inject size: 4 KiB** (`tx_attr.inject_size`, as libfabric's shm):
+//!   injects travel inline to a peer with the default slot size (through
+//!   a bounce buffer to one with smaller slots).
 //! - **Chunks** of pushed data: one bounce buffer, 64 KiB. Fewer, larger
 //!   chunks cost fewer commands and buffer pops per byte. Pushed only
 //!   (`FI_SHM_CMA_MIN=1073741824`), fast mode, 4-5 alternating rounds,
@@ -255,7 +256,7 @@
 //! entry (an announcement, and remote CQ data kept in `FI_RX_CQ_DATA`
 //! mode, count 64). The numbers are those of tcp's budget, whose reasons
 //! hold here too (a few MiB is plenty for an application that receives
-//! what it is sent, and small next to the 4.3 MiB region):
+//! what it is sent, and small next to the 5.0 MiB region):
 //!
 //! - **Budget: 8 MiB.** Once the endpoint keeps more than that, a sender
 //!   that brings another unexpected message while it holds more than its
@@ -342,6 +343,18 @@
 //! map it at different addresses, so nothing in it is a pointer). All
 //! words are native-endian and accessed atomically.
 //!
+//! A peer maps the whole file with its page tables populated
+//! (`MAP_POPULATE`), so that no command faults on a page of the ring or a
+//! bounce buffer later. That costs 0.35-0.6 ms for the default 5 MiB
+//! (measured on the 2-vCPU guest, with other work on it), once per region
+//! and process (one mapping is shared by all endpoints of a process). It
+//! is done when the address is inserted into an AV, when the region
+//! exists then (the AV keeps the mapping while it lives), else by the
+//! first operation towards the address; a receiver maps the region a
+//! `HELLO` names, which finds the mapping already there when it has the
+//! sender in an AV. Before, both mappings fell on a peer's first message
+//! (about 1.1 ms).
+//!
 //! | offset | size | field | written by |
 //! |---|---|---|---|
 //! | 0 | 8 | magic `b"fabrshm1"` | owner, at creation |
@@ -372,8 +385,8 @@
 //! | bounce data offset (page aligned) | count x size | bounce buffers | senders fill, receiver reads |
 //!
 //! With the [default](crate::region::RegionConfig::default) sizes (256 slots of
-//! 1088 bytes, 64 bounce buffers of 64 KiB) the ring starts at 1024, the
-//! buffers at 282624, and the file is 4476928 bytes. The consumer's head
+//! 4160 bytes, 64 bounce buffers of 64 KiB) the ring starts at 1024, the
+//! buffers at 1069056, and the file is 5263360 bytes. The consumer's head
 //! is *not* in the region: it lives in the receiver's private memory, so no
 //! peer can move it.
 //!
@@ -416,9 +429,9 @@
 //! free-list head (popped by the sender, pushed by the receiver) and the
 //! buffer's metadata line. The slot should therefore hold the largest
 //! payload for which the ring (slots x slot size) still sits comfortably in
-//! L2. The default, 1088 bytes = 17 lines, carries 1 KiB inline, covering
-//! the latency-critical 1 B to 1 KiB range; 256 slots are 272 KiB. Up to
-//! 32 KiB goes through one bounce buffer; beyond that the provider uses
+//! L2. The default, 4160 bytes = 65 lines, carries 4 KiB inline, covering
+//! 1 B to 4 KiB (libfabric's shm sends up to 4 KiB inline too); 256
+//! slots are 1040 KiB. Up to 32 KiB goes through one bounce buffer; beyond that the provider uses
 //! cross-memory attach, or pushes chunks of one bounce buffer each (see
 //! [Protocols](#protocols)).
 //!

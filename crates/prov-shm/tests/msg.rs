@@ -13,15 +13,17 @@ use common::*;
 use fabric_core::objects::{CompletionFlags, CqEntry, FiAddr, IoVec};
 use fabric_core::*;
 
-/// Every protocol and its edges: inline (to 1 KiB), one bounce buffer (to
+/// Every protocol and its edges: inline (to 4 KiB), one bounce buffer (to
 /// the 32 KiB eager limit), pushed through bounce buffers (to 1 MiB), and
 /// cross-memory attach.
-const SIZES: [usize; 10] = [
+const SIZES: [usize; 12] = [
     0,
     1,
     64,
     1024,
     1025,
+    4096,
+    4097,
     16 * 1024,
     32 * 1024,
     32 * 1024 + 1,
@@ -159,7 +161,19 @@ fn inject_senddata_and_vectors() {
     };
     assert_eq!(next(b.cq.as_ref(), &[]).unwrap().tag, 9);
     assert_eq!(&one, b"t");
-    let big = vec![0u8; 2000];
+    // The largest inject (a whole slot's payload) arrives whole.
+    let max = pattern(a.ep.info().tx_attr.inject_size, 6);
+    let mut got = vec![0u8; max.len() + 1];
+    let gi = iov(&mut got);
+    // SAFETY: as above.
+    unsafe {
+        b.ep.recvmsg(&msg(&gi, FiAddr::UNSPEC, 0, 0, 5), OpFlags::empty())
+            .unwrap()
+    };
+    a.ep.inject(&max, b_at_a, None).unwrap();
+    assert_eq!(next(b.cq.as_ref(), &[]).unwrap().len, max.len());
+    assert_eq!(&got[..max.len()], &max[..]);
+    let big = vec![0u8; a.ep.info().tx_attr.inject_size + 1];
     assert_eq!(
         a.ep.inject(&big, b_at_a, None).unwrap_err().kind(),
         ErrorKind::MsgSize

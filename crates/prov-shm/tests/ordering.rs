@@ -4,7 +4,7 @@
 //! `peer_process` test, idle unless `PROV_SHM_ORDER_ROLE` names a role).
 //! Operations are posted back to back, without waiting for a completion
 //! in between, over sizes that cross every protocol threshold: inline
-//! (1 KiB), one bounce buffer (eager limit, 32 KiB), pushed chunks after a
+//! (4 KiB), one bounce buffer (eager limit, 32 KiB), pushed chunks after a
 //! clear-to-send (below the 256 KiB CMA limit), cross-memory attach and
 //! split rendezvous (from it on, chosen per size by measurement).
 //!
@@ -23,18 +23,18 @@
 //! What these tests observe is that order and the data ordering that
 //! follows from it: messages are matched (eager data copied), atomics
 //! executed (old values copied into the answer), inline RMA writes (up to
-//! the eager limit) stored, and reads up to 1 KiB answered with their data
+//! the eager limit) stored, and reads up to 4 KiB answered with their data
 //! when their command is handled. Hence SAS, RAS, WAS, RMA_RAR and the
 //! four ATOMIC_* orderings for every size, and data ordering up to a
 //! size: max_order_raw_size and max_order_waw_size = the largest inline
 //! write (the eager limit, 32 KiB), max_order_war_size = the largest read
-//! answered inline (1 KiB).
+//! answered inline (4 KiB, a default ring slot's payload).
 //!
 //! Beyond those sizes data ordering does not hold (the headers are still
 //! processed in order): an RMA write above the eager limit and below the
 //! CMA limit (every size above the eager limit without CMA) only asks for
 //! a clear-to-send, and its data comes in later `DATA` commands, behind
-//! the initiator's later commands; a read above 1 KiB that is pushed takes
+//! the initiator's later commands; a read above 4 KiB that is pushed takes
 //! its data from memory after the rest of the ring batch was handled
 //! (`run_pushes`).
 //!
@@ -121,13 +121,14 @@ const CMD_RAS: u64 = 3;
 
 /// Message sizes: empty, injected, inline and past it, a bounce buffer,
 /// the eager limit and past it, pushed, the CMA limit, large rendezvous.
-const MSG_SIZES: [usize; 12] = [
+const MSG_SIZES: [usize; 13] = [
     0,
     8,
     1000,
     1024,
     1025,
     4096,
+    4097,
     32 * 1024,
     32 * 1024 + 1,
     100_000,
@@ -850,7 +851,7 @@ fn war_a_read_does_not_see_a_later_write_up_to_max_order_war_size() {
     let x = pair_with("serve");
     let (me, p) = (&x.me, x.p);
     let limit = inline_read_max();
-    for size in [1usize, 8, 1000, limit] {
+    for size in [1usize, 8, 1000, 1024, 1025, limit - 1, limit] {
         for round in 0..6 {
             let off = round * 8192;
             let old = pattern(size, seed());

@@ -190,12 +190,12 @@ pub struct RegionConfig {
 }
 
 impl Default for RegionConfig {
-    /// 256 slots of 1088 bytes (1 KiB inline), 64 bounce buffers of 64 KiB:
-    /// about 4.3 MiB. The [crate docs](crate::docs#slot-size) justify the sizes.
+    /// 256 slots of 4160 bytes (4 KiB inline), 64 bounce buffers of 64 KiB:
+    /// about 5.0 MiB. The [crate docs](crate::docs#slot-size) justify the sizes.
     fn default() -> Self {
         RegionConfig {
             ring_slots: 256,
-            slot_size: 1088,
+            slot_size: 4160,
             bounce_count: 64,
             bounce_size: 64 * 1024,
         }

@@ -7,9 +7,9 @@ fn default_layout() {
     let l = Layout::new(&RegionConfig::default()).expect("valid");
     assert_eq!(l.bounce_meta_offset(), 512);
     assert_eq!(l.ring_offset(), 1024);
-    assert_eq!(l.inline_capacity(), 1024);
+    assert_eq!(l.inline_capacity(), 4096);
     assert_eq!(l.bounce_data_offset() % PAGE, 0);
-    assert_eq!(l.bounce_data_offset(), 1024 + 256 * 1088 + 3072);
+    assert_eq!(l.bounce_data_offset(), 1024 + 256 * 4160 + 3072);
     assert_eq!(l.total_size(), l.bounce_data_offset() + 64 * 64 * 1024);
     assert_eq!(l.slot(257), l.slot(1));
 }
