@@ -577,9 +577,9 @@ pub(crate) fn connect(c: &Common, caps: Caps) -> fabric::Result<Session> {
     match &c.address {
         None => {
             let port = c.src_port.unwrap_or(CONTROL_PORT);
-            let listener = TcpListener::bind(("0.0.0.0", port)).map_err(io_err("control port"))?;
+            let listener = listen_control(port)?;
             let (sock, _) = listener.accept().map_err(io_err("control port"))?;
-            let local = sock.local_addr().map_err(io_err("control socket"))?.ip();
+            let local = control_local_ip(&sock)?;
             let mut ctl = Control::new(sock)?;
             let info = pick(c, caps, local, true)?;
             if info.ep_attr.ep_type == EpType::Msg {
@@ -637,6 +637,40 @@ pub(crate) fn connect(c: &Common, caps: Caps) -> fabric::Result<Session> {
             })
         }
     }
+}
+
+/// Listens for the control connection on every address of the host, IPv6
+/// and IPv4 alike (one dual-stack socket), or on IPv4 only where the host
+/// has no IPv6.
+pub(crate) fn listen_control(port: u16) -> fabric::Result<TcpListener> {
+    match listen_dual_stack(port) {
+        Ok(l) => Ok(l),
+        Err(e) => {
+            tracing::debug!(error = %e, "no IPv6 control port; listening on IPv4 only");
+            TcpListener::bind(("0.0.0.0", port)).map_err(io_err("control port"))
+        }
+    }
+}
+
+fn listen_dual_stack(port: u16) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::IPV6, Type::STREAM, None)?;
+    s.set_only_v6(false)?;
+    // As std's listeners do: a server restarted on the port at once binds.
+    s.set_reuse_address(true)?;
+    s.bind(&SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)).into())?;
+    s.listen(128)?;
+    Ok(s.into())
+}
+
+/// The address the client reached on this host (an IPv4 client of the
+/// dual-stack port shows as `::ffff:a.b.c.d`: given back as IPv4).
+pub(crate) fn control_local_ip(sock: &TcpStream) -> fabric::Result<IpAddr> {
+    Ok(sock
+        .local_addr()
+        .map_err(io_err("control socket"))?
+        .ip()
+        .to_canonical())
 }
 
 /// Connects, retrying for a few seconds while the server starts.

@@ -12,7 +12,7 @@
 //! per message: a message that never comes, comes twice or comes wrong
 //! fails the run.
 
-use std::net::{IpAddr, TcpListener};
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use clap::Args;
@@ -248,12 +248,9 @@ fn open(args: &SoakArgs, plan: &Plan, node: IpAddr, source: bool) -> fabric::Res
 /// closes the control connection early (it died) fails the run.
 fn server(args: &SoakArgs) -> fabric::Result<String> {
     let port = args.src_port.unwrap_or(perf::CONTROL_PORT);
-    let listener = TcpListener::bind(("0.0.0.0", port)).map_err(perf::io_err("control port"))?;
+    let listener = perf::listen_control(port)?;
     let (sock, _) = listener.accept().map_err(perf::io_err("control port"))?;
-    let local = sock
-        .local_addr()
-        .map_err(perf::io_err("control socket"))?
-        .ip();
+    let local = perf::control_local_ip(&sock)?;
     let mut ctl = Control::new(sock)?;
     let plan = Plan::parse(&ctl.recv()?)?;
     let side = open(args, &plan, local, true)?;

@@ -56,15 +56,15 @@ pub(super) const FIGURE_PREFIX: &str = "rxe-xhost:";
 
 /// The `fabric` runs across the guests: a name, then the arguments both
 /// sides get (the server adds `-B PORT`, the client `-P PORT ADDRESS`),
-/// and whether the client reaches the server over IPv6 (none does yet: the
-/// CLI's control port listens on IPv4 only; IPv6 is the cross-host tests'
-/// `msg_ipv6_through_rdma_cm`). Sizes and counts keep each run to seconds
+/// and whether the client reaches the server over IPv6 (the server's
+/// control port takes both; verbs MSG and RDM tagged and tcp RDM go over
+/// IPv6, the rest over IPv4). Sizes and counts keep each run to seconds
 /// under TCG.
 pub(super) const PERF_RUNS: &[(&str, &str, bool)] = &[
     (
         "verbs-msg",
         "pingpong -p verbs -e msg -S 1:65536 -I 20 -v --json",
-        false,
+        true,
     ),
     (
         "verbs-rdm",
@@ -74,7 +74,7 @@ pub(super) const PERF_RUNS: &[(&str, &str, bool)] = &[
     (
         "verbs-rdm-tagged",
         "pingpong -p verbs -e rdm -m tagged -S 1:4096 -I 20 -v --json",
-        false,
+        true,
     ),
     (
         "verbs-dgram",
@@ -89,7 +89,7 @@ pub(super) const PERF_RUNS: &[(&str, &str, bool)] = &[
     (
         "tcp-rdm",
         "pingpong -p tcp -e rdm -S 1:65536 -I 20 -v --json",
-        false,
+        true,
     ),
     (
         "verbs-msg-bw",
