@@ -1,7 +1,8 @@
 //! The cost of the `tokio` path: a 1-byte message between two RDM
 //! endpoints of one process (a receive and a send, both completions read),
-//! through `AsyncEndpoint` futures on a current-thread runtime and through
-//! the synchronous safe layer polling back to back, on tcp and shm.
+//! through `AsyncEndpoint` futures on a current-thread runtime (polled by
+//! `block_on`, and in a spawned task) and through the synchronous safe
+//! layer polling back to back, on tcp and shm.
 //!
 //! `cargo bench -p fabric --features tokio --bench tokio_vs_sync`; issue
 //! #22 asks for the tokio path within 1.5x of the synchronous busy-poll
@@ -89,6 +90,32 @@ fn bench(c: &mut Criterion) {
                         out = sent.unwrap().into_buf().unwrap();
                     }
                     start.elapsed()
+                })
+            })
+        });
+
+        // The same inside a spawned task: the runtime's scheduler polls it
+        // (as in an application), not `block_on`, which parks on the
+        // reactor every time its future is pending.
+        c.bench_function(&format!("{prov}/tokio task/send+recv 1 B"), |bench| {
+            bench.iter_custom(|iters| {
+                let (a, b) = (a.clone(), b.clone());
+                rt.block_on(async move {
+                    tokio::spawn(async move {
+                        let mut out = vec![7u8; 1];
+                        let mut inbox = vec![0u8; 1];
+                        let start = Instant::now();
+                        for _ in 0..iters {
+                            let (got, sent) = tokio::join!(b.recv(inbox), a.send(to_b, out));
+                            let got = got.unwrap();
+                            black_box(got.transferred());
+                            inbox = got.into_buf().unwrap();
+                            out = sent.unwrap().into_buf().unwrap();
+                        }
+                        start.elapsed()
+                    })
+                    .await
+                    .unwrap()
                 })
             })
         });

@@ -90,16 +90,24 @@ impl fmt::Display for OpKind {
 }
 
 /// A finished operation, with its buffer back.
+///
+/// Kept small (the rare parts boxed or packed), since completions are
+/// moved from the queue to the waiter on every operation.
 pub struct Completion<B> {
     pub(super) id: OpId,
-    pub(super) kind: OpKind,
-    pub(super) error: Option<Error>,
     pub(super) len: usize,
     pub(super) tag: u64,
-    pub(super) data: Option<u64>,
-    pub(super) source: Option<FiAddr>,
+    /// Remote CQ data, when `has_data`.
+    pub(super) data: u64,
+    /// The sender; `FiAddr::NOTAVAIL` when not known.
+    pub(super) source: FiAddr,
+    /// The old value of a fetching atomic, when `has_fetched`.
+    pub(super) fetched: u64,
+    pub(super) error: Option<Box<Error>>,
     pub(super) buf: Option<B>,
-    pub(super) fetched: Option<u64>,
+    pub(super) kind: OpKind,
+    pub(super) has_data: bool,
+    pub(super) has_fetched: bool,
 }
 
 impl<B> Completion<B> {
@@ -120,7 +128,7 @@ impl<B> Completion<B> {
 
     /// Why it failed (an error completion), if it did.
     pub fn error(&self) -> Option<&Error> {
-        self.error.as_ref()
+        self.error.as_deref()
     }
 
     /// The completion if it succeeded, its error otherwise (the buffer is
@@ -129,7 +137,7 @@ impl<B> Completion<B> {
     pub fn check(mut self) -> Result<Self> {
         match self.error.take() {
             None => Ok(self),
-            Some(e) => Err(e),
+            Some(e) => Err(*e),
         }
     }
 
@@ -146,13 +154,13 @@ impl<B> Completion<B> {
 
     /// Remote CQ data the sender attached, if any.
     pub fn data(&self) -> Option<u64> {
-        self.data
+        self.has_data.then_some(self.data)
     }
 
     /// The sender of a received message, when the endpoint reports sources
     /// (`FI_SOURCE`) and the sender is in the address vector.
     pub fn source(&self) -> Option<FiAddr> {
-        self.source
+        (self.source != FiAddr::NOTAVAIL).then_some(self.source)
     }
 
     /// The operation's buffer (none for atomics).
@@ -177,7 +185,7 @@ impl<B> Completion<B> {
 
     /// The old value a fetching or compare atomic returned.
     pub fn fetched<T: AtomicValue>(&self) -> Option<T> {
-        self.fetched.map(T::from_word)
+        self.has_fetched.then(|| T::from_word(self.fetched))
     }
 }
 
@@ -189,10 +197,10 @@ impl<B> fmt::Debug for Completion<B> {
             .field("error", &self.error)
             .field("len", &self.len)
             .field("tag", &self.tag)
-            .field("data", &self.data)
-            .field("source", &self.source)
+            .field("data", &self.data())
+            .field("source", &self.source())
             .field("buf", &self.buf.is_some())
-            .field("fetched", &self.fetched)
+            .field("fetched", &self.has_fetched.then_some(self.fetched))
             .finish()
     }
 }

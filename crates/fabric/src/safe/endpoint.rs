@@ -608,10 +608,10 @@ impl<B: IoBufMut> Endpoint<B> {
 
     /// The next completion if there is one, without blocking.
     pub fn poll(&mut self) -> Result<Option<Completion<B>>> {
-        if self.ready.is_empty() {
-            self.reap()?;
+        if let Some(c) = self.ready.pop_front() {
+            return Ok(Some(c));
         }
-        Ok(self.ready.pop_front())
+        Ok(self.take_fresh(None)?.1)
     }
 
     /// The completion of `id` if it is there, without blocking; other
@@ -620,8 +620,7 @@ impl<B: IoBufMut> Endpoint<B> {
         if let Some(c) = self.take_ready(Some(id)) {
             return Ok(Some(c));
         }
-        self.reap()?;
-        Ok(self.take_ready(Some(id)))
+        Ok(self.take_fresh(Some(id))?.1)
     }
 
     /// Blocks for the next completion. `NoMsg` when nothing is in flight.
@@ -670,7 +669,11 @@ impl<B: IoBufMut> Endpoint<B> {
                 }
                 _ => {}
             }
-            if self.reap()? > 0 {
+            let (n, found) = self.take_fresh(id)?;
+            if let Some(c) = found {
+                return Ok(c);
+            }
+            if n > 0 {
                 idle = Idle::default();
                 continue;
             }
@@ -708,7 +711,7 @@ impl<B: IoBufMut> Endpoint<B> {
         } else {
             self.cq.sread(&mut self.entries[..], Some(slice))
         };
-        self.absorb(r).map(drop)
+        self.absorb(r, Some).map(drop)
     }
 
     /// Keeps slots taken after their completion is read, until
@@ -768,18 +771,46 @@ impl<B: IoBufMut> Endpoint<B> {
     /// Reads what the completion queue holds, without blocking; returns how
     /// many completions came.
     pub(super) fn reap(&mut self) -> Result<usize> {
+        self.reap_with(Some)
+    }
+
+    /// Reads what the completion queue holds, without blocking, and hands
+    /// each completion to `sink`; what `sink` gives back is kept for the
+    /// `wait` and `poll` calls. Returns how many completions came.
+    pub(super) fn reap_with<S>(&mut self, sink: S) -> Result<usize>
+    where
+        S: FnMut(Completion<B>) -> Option<Completion<B>>,
+    {
         let r = if self.with_source {
             self.cq
                 .readfrom(&mut self.entries[..], &mut self.sources[..])
         } else {
             self.cq.read(&mut self.entries[..])
         };
-        self.absorb(r)
+        self.absorb(r, sink)
+    }
+
+    /// Reads the completion queue once; the first completion `want`
+    /// names (any, with `None`) comes back at once, the others are kept.
+    fn take_fresh(&mut self, want: Option<OpId>) -> Result<(usize, Option<Completion<B>>)> {
+        let mut found = None;
+        let n = self.reap_with(|c| {
+            if found.is_none() && want.is_none_or(|id| c.id == id) {
+                found = Some(c);
+                None
+            } else {
+                Some(c)
+            }
+        })?;
+        Ok((n, found))
     }
 
     /// Turns the `n` entries a read left in `entries` (and `sources`, with
-    /// `FI_SOURCE`) back into their operations.
-    fn absorb(&mut self, r: Result<usize>) -> Result<usize> {
+    /// `FI_SOURCE`) back into their operations, for `sink`.
+    fn absorb<S>(&mut self, r: Result<usize>, mut sink: S) -> Result<usize>
+    where
+        S: FnMut(Completion<B>) -> Option<Completion<B>>,
+    {
         match r {
             Ok(n) => {
                 for i in 0..n.min(BATCH) {
@@ -789,7 +820,11 @@ impl<B: IoBufMut> Endpoint<B> {
                     } else {
                         FiAddr::NOTAVAIL
                     };
-                    self.complete(&e, s, None);
+                    if let Some(c) = self.complete(&e, s, None) {
+                        if let Some(c) = sink(c) {
+                            self.ready.push_back(c);
+                        }
+                    }
                 }
                 Ok(n)
             }
@@ -800,7 +835,11 @@ impl<B: IoBufMut> Endpoint<B> {
                     .readerr()
                     .map_err(doing("reading an error completion"))?;
                 let entry = err.entry;
-                self.complete(&entry, FiAddr::NOTAVAIL, Some(err));
+                if let Some(c) = self.complete(&entry, FiAddr::NOTAVAIL, Some(err)) {
+                    if let Some(c) = sink(c) {
+                        self.ready.push_back(c);
+                    }
+                }
                 Ok(1)
             }
             Err(e) => Err(doing("reading the completion queue")(e)),
@@ -808,7 +847,12 @@ impl<B: IoBufMut> Endpoint<B> {
     }
 
     /// Turns one completion-queue entry back into its operation.
-    fn complete(&mut self, e: &CqEntry, src: FiAddr, err: Option<CqErrEntry>) {
+    fn complete(
+        &mut self,
+        e: &CqEntry,
+        src: FiAddr,
+        err: Option<CqErrEntry>,
+    ) -> Option<Completion<B>> {
         let id = OpId(e.context);
         let index = id.index();
         let Some(slot) = self
@@ -821,11 +865,9 @@ impl<B: IoBufMut> Endpoint<B> {
                 flags = %e.flags,
                 "a completion names no operation in flight on this endpoint (posted through the raw endpoint?); skipped"
             );
-            return;
+            return None;
         };
-        let Some(op) = slot.op.take() else {
-            return;
-        };
+        let op = slot.op.take()?;
         let fetched = if op.kind.fetches() {
             slot.scratch.get(2).copied()
         } else {
@@ -836,6 +878,8 @@ impl<B: IoBufMut> Endpoint<B> {
         }
         self.in_flight -= 1;
         let error = err.map(|err| {
+            // Boxed: a completion stays small for the common, successful
+            // case.
             let text = if err.err_text.is_empty() {
                 err.err.description()
             } else {
@@ -846,27 +890,36 @@ impl<B: IoBufMut> Endpoint<B> {
             } else {
                 String::new()
             };
-            Error::new(err.err, format!("{} {id} failed: {text}{lost}", op.kind))
+            Box::new(Error::new(
+                err.err,
+                format!("{} {id} failed: {text}{lost}", op.kind),
+            ))
         });
-        let source = (op.kind.is_receive() && src != FiAddr::NOTAVAIL).then_some(src);
-        let data = e
-            .flags
-            .contains(CompletionFlags::REMOTE_CQ_DATA)
-            .then_some(e.data);
-        self.ready.push_back(Completion {
+        let source = if op.kind.is_receive() {
+            src
+        } else {
+            FiAddr::NOTAVAIL
+        };
+        let has_data = e.flags.contains(CompletionFlags::REMOTE_CQ_DATA);
+        Some(Completion {
             id,
-            kind: op.kind,
-            error,
             len: e.len,
             tag: e.tag,
-            data,
+            data: if has_data { e.data } else { 0 },
             source,
+            fetched: fetched.unwrap_or(0),
+            error,
             buf: op.buf,
-            fetched,
-        });
+            kind: op.kind,
+            has_data,
+            has_fetched: fetched.is_some(),
+        })
     }
 
     fn take_ready(&mut self, id: Option<OpId>) -> Option<Completion<B>> {
+        if self.ready.is_empty() {
+            return None;
+        }
         match id {
             None => self.ready.pop_front(),
             Some(id) => {

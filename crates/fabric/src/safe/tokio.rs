@@ -185,6 +185,8 @@ struct State<B: IoBufMut> {
     queue: VecDeque<Who>,
     /// Posts refused with `Again` wait for any completion.
     posters: Vec<Waker>,
+    /// Slots to give back after a read (kept to reuse its room).
+    release: Vec<OpId>,
     driver: Option<Who>,
     /// The driver's waker.
     driver_waker: Option<Waker>,
@@ -271,6 +273,10 @@ impl<B: IoBufMut> AsyncEndpoint<B> {
             ));
         }
         ep.hold_slots();
+        // Completions read before: their operations were posted without a
+        // future; they are dropped with their buffers, as the ones still
+        // to come.
+        while ep.pop_ready().is_some() {}
         let fd = match ep.waitable_cq().and_then(|cq| cq.wait_fd()) {
             Some(fd) => {
                 // SAFETY: the fd is the completion queue's, which stays
@@ -308,6 +314,7 @@ impl<B: IoBufMut> AsyncEndpoint<B> {
                     drain_queued: false,
                     queue: VecDeque::new(),
                     posters: Vec::new(),
+                    release: Vec::new(),
                     driver: None,
                     driver_waker: None,
                     idle_since: None,
@@ -583,22 +590,23 @@ impl<B: IoBufMut> AsyncEndpoint<B> {
         F: FnMut(&mut Endpoint<B>, B) -> std::result::Result<OpId, Rejected<B>>,
     {
         let mut f = f;
-        let op = Post {
+        Op {
             inner: &self.inner,
             f: move |ep: &mut Endpoint<B>, b: B| f(ep, b).map_err(Refused::from),
             buf: Some(buf),
-            kind,
+            receive: kind.is_receive(),
+            id: None,
+            done: false,
         }
         .await
-        .map_err(|r| Rejected::new(r.error, r.back))?;
-        op.await.map_err(|e| Rejected::new(e, None))
+        .map_err(|r| Rejected::new(r.error, r.back))
     }
 
     async fn run_atomic<F>(&self, mut f: F) -> Result<Completion<B>>
     where
         F: FnMut(&mut Endpoint<B>) -> Result<OpId>,
     {
-        let op = Post {
+        Op {
             inner: &self.inner,
             f: move |ep: &mut Endpoint<B>, ()| {
                 f(ep).map_err(|error| Refused {
@@ -607,11 +615,12 @@ impl<B: IoBufMut> AsyncEndpoint<B> {
                 })
             },
             buf: Some(()),
-            kind: OpKind::Atomic,
+            receive: false,
+            id: None,
+            done: false,
         }
         .await
-        .map_err(|r| r.error)?;
-        op.await
+        .map_err(|r| r.error)
     }
 }
 
@@ -634,57 +643,84 @@ impl<B: IoBufMut> State<B> {
         self.cells[i] = cell;
     }
 
-    /// Reads the completion queue once and hands what came to its cells;
-    /// returns how many came.
-    fn reap(&mut self) -> Result<usize> {
-        let n = self.ep.reap()?;
-        while let Some(c) = self.ep.pop_ready() {
-            let i = c.id().index();
-            let cell = self
-                .cells
-                .get_mut(i)
-                .map(|c| std::mem::replace(c, Cell::Free));
+    /// Reads the completion queue once and hands what came to its cells,
+    /// straight from the queue's entries; the completion of `own` (the
+    /// driver's operation) comes back instead. Returns how many came.
+    fn reap(&mut self, own: Who) -> Result<(usize, Option<Completion<B>>)> {
+        let own = match own {
+            Who::Op(id) => Some(id),
+            Who::Stream | Who::Drain => None,
+        };
+        let mut mine = None;
+        let State {
+            ep,
+            cells,
+            stream,
+            stream_wakers,
+            release,
+            ..
+        } = self;
+        let n = ep.reap_with(|c| {
+            let id = c.id();
+            let cell = cells.get_mut(id.index());
+            if own == Some(id) {
+                if let Some(cell) = cell {
+                    *cell = Cell::Free;
+                }
+                release.push(id);
+                mine = Some(c);
+                return None;
+            }
             match cell {
-                Some(Cell::Waiting { waker, .. }) => {
-                    self.cells[i] = Cell::Done(c);
+                Some(cell @ Cell::Waiting { .. }) => {
+                    let Cell::Waiting { waker, .. } = std::mem::replace(cell, Cell::Done(c)) else {
+                        return None;
+                    };
                     if let Some(w) = waker {
                         w.wake();
                     }
                 }
-                Some(Cell::Streamed) => {
-                    self.ep.release(c.id());
-                    self.stream.push_back(c);
-                    for w in self.stream_wakers.drain(..) {
+                Some(cell @ Cell::Streamed) => {
+                    *cell = Cell::Free;
+                    release.push(id);
+                    stream.push_back(c);
+                    for w in stream_wakers.drain(..) {
                         w.wake();
                     }
                 }
-                Some(Cell::Done(earlier)) => {
+                Some(Cell::Done(_)) => {
                     // Cannot happen: a slot is reused only once its
                     // completion was taken. Keep the earlier one.
-                    tracing::warn!(id = %c.id(), "a second completion for one slot; dropped");
-                    self.cells[i] = Cell::Done(earlier);
+                    tracing::warn!(%id, "a second completion for one slot; dropped");
                 }
-                Some(Cell::Orphan | Cell::Free) | None => {
+                Some(cell @ (Cell::Orphan | Cell::Free)) => {
                     // Its future is gone: the provider is done with the
                     // buffer, which is dropped here.
-                    self.ep.release(c.id());
-                    drop(c);
+                    *cell = Cell::Free;
+                    release.push(id);
                 }
+                None => release.push(id),
             }
+            None
+        })?;
+        for id in self.release.drain(..) {
+            self.ep.release(id);
         }
         if n > 0 {
             self.busy();
             self.parked = false;
-            for w in self.posters.drain(..) {
-                w.wake();
+            if !self.posters.is_empty() {
+                for w in self.posters.drain(..) {
+                    w.wake();
+                }
             }
-            if self.ep.in_flight() == 0 {
+            if !self.drain_wakers.is_empty() && self.ep.in_flight() == 0 {
                 for w in self.drain_wakers.drain(..) {
                     w.wake();
                 }
             }
         }
-        Ok(n)
+        Ok((n, mine))
     }
 
     /// The completion `who` waits for, if it is there.
@@ -770,7 +806,9 @@ impl<B: IoBufMut> State<B> {
             return;
         }
         self.driver = None;
-        self.driver_waker = None;
+        // The driver's waker is kept: the next driver is often the same
+        // task, which then clones no waker (`set_cell` wakes it only while
+        // a driver is parked).
         while let Some(next) = self.queue.pop_front() {
             match next {
                 Who::Stream => {
@@ -849,7 +887,7 @@ impl<B: IoBufMut> Inner<B> {
     /// Polls for the completion `who` waits for, driving the endpoint when
     /// no other future does.
     fn poll_for(&self, cx: &mut Context<'_>, who: Who) -> Poll<Result<Completion<B>>> {
-        self.poll_until(cx, who, |st| st.take(who))
+        self.poll_locked(self.lock(), cx, who, |st, _| st.take(who))
     }
 
     /// Polls until `ready` gives a value, driving the endpoint when no
@@ -860,9 +898,22 @@ impl<B: IoBufMut> Inner<B> {
         who: Who,
         mut ready: impl FnMut(&mut State<B>) -> Option<T>,
     ) -> Poll<Result<T>> {
-        let mut st = self.lock();
+        self.poll_locked(self.lock(), cx, who, |st, _| ready(st))
+    }
+
+    /// [`poll_until`](Inner::poll_until) under the lock already taken;
+    /// `ready` also gets the driver's own completion when its read brought
+    /// it (handed over without going through its cell).
+    fn poll_locked<T>(
+        &self,
+        mut st: MutexGuard<'_, State<B>>,
+        cx: &mut Context<'_>,
+        who: Who,
+        mut ready: impl FnMut(&mut State<B>, &mut Option<Completion<B>>) -> Option<T>,
+    ) -> Poll<Result<T>> {
+        let mut mine = None;
         loop {
-            if let Some(c) = ready(&mut st) {
+            if let Some(c) = ready(&mut st, &mut mine) {
                 st.leave(who);
                 return Poll::Ready(Ok(c));
             }
@@ -881,15 +932,24 @@ impl<B: IoBufMut> Inner<B> {
             // has to wait: an operation that completes at once costs no
             // waker clone (everything here is under the lock, so nothing
             // can be missed meanwhile).
-            match st.reap() {
-                Ok(0) => {}
+            match st.reap(who) {
+                Ok((_, Some(c))) => {
+                    mine = Some(c);
+                    continue;
+                }
+                Ok((0, None)) => {}
                 Ok(_) => continue,
                 Err(e) => {
                     st.leave(who);
                     return Poll::Ready(Err(e));
                 }
             }
-            st.register(who, cx.waker());
+            // An operation's future needs no waker in its cell while it
+            // drives (only the driver fills cells); streams and drains
+            // may have several futures behind one name, all recorded.
+            if !matches!(who, Who::Op(_)) {
+                st.register(who, cx.waker());
+            }
             if !st
                 .driver_waker
                 .as_ref()
@@ -956,35 +1016,86 @@ impl<B> From<Rejected<B>> for Refused<B> {
     }
 }
 
-/// Posts an operation, retrying after `Again` once completions were read.
-/// `T` is the buffer (`()` for atomics).
-struct Post<'a, B: IoBufMut, T, F> {
-    inner: &'a Arc<Inner<B>>,
+/// One operation: posts it (again, after `Again`, once completions were
+/// read), then awaits its completion, in one future and under one lock
+/// per poll. `T` is the buffer (`()` for atomics). Dropping it before it
+/// resolves leaves the operation to the endpoint (see the
+/// [module docs](self)).
+struct Op<'a, B: IoBufMut, T, F> {
+    inner: &'a Inner<B>,
     f: F,
     buf: Option<T>,
-    kind: OpKind,
+    receive: bool,
+    /// Set once posted.
+    id: Option<OpId>,
+    done: bool,
 }
 
-impl<B: IoBufMut, T, F> Unpin for Post<'_, B, T, F> {}
+impl<B: IoBufMut, T, F> Unpin for Op<'_, B, T, F> {}
 
-impl<B, T, F> Future for Post<'_, B, T, F>
+impl<B, T, F> Future for Op<'_, B, T, F>
 where
     B: IoBufMut,
     F: FnMut(&mut Endpoint<B>, T) -> std::result::Result<OpId, Refused<T>>,
 {
-    type Output = std::result::Result<InFlight<B>, Refused<T>>;
+    type Output = std::result::Result<Completion<B>, Refused<T>>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
+        if this.done {
+            return Poll::Ready(Err(Refused {
+                error: Error::inval("an operation's future was polled after it completed"),
+                back: None,
+            }));
+        }
         let mut st = this.inner.lock();
+        let id = match this.id {
+            Some(id) => id,
+            None => match this.post(&mut st, cx) {
+                Poll::Ready(Ok(id)) => id,
+                Poll::Ready(Err(refused)) => {
+                    this.done = true;
+                    return Poll::Ready(Err(refused));
+                }
+                Poll::Pending => return Poll::Pending,
+            },
+        };
+        let who = Who::Op(id);
+        match this
+            .inner
+            .poll_locked(st, cx, who, |st, mine| mine.take().or_else(|| st.take(who)))
+        {
+            Poll::Ready(Ok(c)) => {
+                this.done = true;
+                Poll::Ready(Ok(c))
+            }
+            // The operation is still in flight as far as the drop knows.
+            Poll::Ready(Err(error)) => Poll::Ready(Err(Refused { error, back: None })),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<B, T, F> Op<'_, B, T, F>
+where
+    B: IoBufMut,
+    F: FnMut(&mut Endpoint<B>, T) -> std::result::Result<OpId, Refused<T>>,
+{
+    /// Posts the operation; `Pending` while the queue is full and another
+    /// future reads it.
+    fn post(
+        &mut self,
+        st: &mut MutexGuard<'_, State<B>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<std::result::Result<OpId, Refused<T>>> {
         loop {
-            let Some(buf) = this.buf.take() else {
+            let Some(buf) = self.buf.take() else {
                 return Poll::Ready(Err(Refused {
                     error: Error::inval("an operation's future was polled after it completed"),
                     back: None,
                 }));
             };
-            let refused = match (this.f)(&mut st.ep, buf) {
+            let refused = match (self.f)(&mut st.ep, buf) {
                 Ok(id) => {
                     st.set_cell(
                         id,
@@ -993,12 +1104,8 @@ where
                             queued: false,
                         },
                     );
-                    return Poll::Ready(Ok(InFlight {
-                        inner: this.inner.clone(),
-                        id,
-                        receive: this.kind.is_receive(),
-                        done: false,
-                    }));
+                    self.id = Some(id);
+                    return Poll::Ready(Ok(id));
                 }
                 Err(r) => r,
             };
@@ -1009,7 +1116,7 @@ where
                 } if error.kind() == ErrorKind::Again => {
                     // The queue is full: read completions (which frees
                     // room), or wait until another future has read some.
-                    this.buf = Some(back);
+                    self.buf = Some(back);
                     if st.driver.is_some() {
                         // The driver reads the queue and wakes us.
                         if !st.posters.iter().any(|w| w.will_wake(cx.waker())) {
@@ -1019,13 +1126,13 @@ where
                     }
                     // Nobody reads the queue: read it ourselves, and keep
                     // trying (yielding) until the post goes through.
-                    match st.reap() {
-                        Ok(0) => {}
+                    match st.reap(Who::Drain) {
+                        Ok((0, _)) => {}
                         Ok(_) => continue,
                         Err(error) => {
                             return Poll::Ready(Err(Refused {
                                 error,
-                                back: this.buf.take(),
+                                back: self.buf.take(),
                             }));
                         }
                     }
@@ -1038,55 +1145,31 @@ where
     }
 }
 
-/// The completion of one posted operation. Dropping it before it resolves
-/// leaves the operation to the endpoint (see the [module docs](self)).
-struct InFlight<B: IoBufMut> {
-    inner: Arc<Inner<B>>,
-    id: OpId,
-    receive: bool,
-    done: bool,
-}
-
-impl<B: IoBufMut> Unpin for InFlight<B> {}
-
-impl<B: IoBufMut> Future for InFlight<B> {
-    type Output = Result<Completion<B>>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.get_mut();
-        if this.done {
-            return Poll::Ready(Err(Error::inval(format!("{} was already taken", this.id))));
-        }
-        let r = this.inner.poll_for(cx, Who::Op(this.id));
-        if let Poll::Ready(Ok(_)) = r {
-            this.done = true;
-        }
-        r
-    }
-}
-
-impl<B: IoBufMut> Drop for InFlight<B> {
+impl<B: IoBufMut, T, F> Drop for Op<'_, B, T, F> {
     fn drop(&mut self) {
+        let Some(id) = self.id else {
+            return;
+        };
         if self.done {
             return;
         }
         let mut st = self.inner.lock();
-        let done = st.take(Who::Op(self.id));
+        let done = st.take(Who::Op(id));
         if done.is_none() {
             if self.receive {
                 // It would wait for a message forever otherwise; a message
                 // already matched completes it anyway.
-                if let Err(e) = st.ep.cancel(self.id) {
-                    tracing::debug!(id = %self.id, error = %e, "cancelling a dropped receive");
+                if let Err(e) = st.ep.cancel(id) {
+                    tracing::debug!(%id, error = %e, "cancelling a dropped receive");
                 }
             }
-            if let Some(cell) = st.cells.get_mut(self.id.index()) {
+            if let Some(cell) = st.cells.get_mut(id.index()) {
                 if matches!(cell, Cell::Waiting { .. }) {
                     *cell = Cell::Orphan;
                 }
             }
         }
-        st.leave(Who::Op(self.id));
+        st.leave(Who::Op(id));
         drop(st);
         drop(done);
     }
