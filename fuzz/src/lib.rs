@@ -10,8 +10,8 @@ use fabric_core::addr::parse::parse;
 use fabric_core::matching::validate_hints;
 use fabric_core::{AddrFormat, Address, Info};
 use prov_tcp::wire::{
-    CM_LEN, CmHeader, Decoder, Event, Ext, Frame, HEADER_LEN, Limits, Op, Simultaneous, VERSION,
-    Want, resolve_simultaneous,
+    CM_LEN, CmHeader, Decoder, Event, Ext, Frame, HEADER_LEN, Limits, MAX_REASON_LEN, MIN_VERSION,
+    Op, PayloadKind, Simultaneous, VERSION, Want, resolve_simultaneous,
 };
 
 /// A target's body: panics when its property is broken.
@@ -108,6 +108,41 @@ fn limits_of(seed: u8) -> Limits {
     }
 }
 
+/// The newest frame version a decoder accepts: [`MIN_VERSION`] (a
+/// connection that agreed on version 1) when the seed's bit 6 is set, else
+/// [`VERSION`].
+fn version_of(seed: u8) -> u8 {
+    if seed & 0x40 != 0 {
+        MIN_VERSION
+    } else {
+        VERSION
+    }
+}
+
+/// A decoder with the seed's limits and version.
+fn decoder_of(seed: u8) -> Decoder {
+    let mut d = Decoder::new(limits_of(seed));
+    d.set_version(version_of(seed));
+    d
+}
+
+/// What every accepted frame must satisfy beyond the round trip: a frame
+/// version the decoder allows, version 2 exactly for refusal reasons, and
+/// a reason only on a failed answer, within [`MAX_REASON_LEN`].
+fn check_version(f: &Frame, dec: &Decoder) {
+    let v = f.header.version;
+    assert!((MIN_VERSION..=dec.version()).contains(&v), "{f:?}");
+    let reason = f.payload_kind() == PayloadKind::Reason;
+    assert_eq!(v == 2, reason, "{f:?}");
+    if reason {
+        assert!(
+            f.header.status.is_some() && f.header.op.takes_reason(),
+            "{f:?}"
+        );
+        assert!(f.header.payload_len <= MAX_REASON_LEN as u64, "{f:?}");
+    }
+}
+
 /// Piece sizes `1..=max` from a xorshift over a seed: how a non-blocking
 /// socket hands out a stream.
 struct Pieces(u32);
@@ -134,17 +169,19 @@ impl Pieces {
 }
 
 /// The tcp wire decoder on arbitrary bytes. The first byte picks the limits
+/// and the newest frame version accepted (a connection of version 1 or 2)
 /// and seeds the sizes of the pieces the rest is fed in, as a non-blocking
 /// socket would return them. The decoder must never panic, must make
 /// progress on every call, and every frame it accepts must pass the same
-/// checks again, encode to exactly the bytes it came from, and decode back
-/// to itself.
+/// checks again, encode to exactly the bytes it came from, decode back to
+/// itself, and be of a version the connection allows (version 2 exactly
+/// for a failed answer's bounded refusal reason).
 pub fn tcp_wire(data: &[u8]) {
     let Some((&seed, stream)) = data.split_first() else {
         return;
     };
     let limits = limits_of(seed);
-    let mut dec = Decoder::new(limits);
+    let mut dec = decoder_of(seed);
     let mut pieces = Pieces::new(seed);
     let mut pos = 0usize;
     let mut frame_start = 0usize;
@@ -168,6 +205,7 @@ pub fn tcp_wire(data: &[u8]) {
             match event {
                 Some(Event::Frame(f)) => {
                     assert_eq!(f.validate(&limits), Ok(()));
+                    check_version(&f, &dec);
                     let (bytes, len) = f.to_bytes();
                     assert_eq!(&bytes[..len], &stream[frame_start..pos]);
                     assert_eq!(Frame::decode(&bytes[..len], &limits), Ok(f));
@@ -194,8 +232,9 @@ struct Transcript {
 
 /// The reference reading of a stream: all of it fed at once, every payload
 /// taken through [`Event::Payload`].
-fn read_at_once(stream: &[u8], limits: Limits) -> Transcript {
+fn read_at_once(stream: &[u8], limits: Limits, version: u8) -> Transcript {
     let mut dec = Decoder::new(limits);
+    dec.set_version(version);
     let mut frames: Vec<(Frame, Vec<u8>)> = Vec::new();
     let mut input = stream;
     while !input.is_empty() {
@@ -239,13 +278,13 @@ pub fn tcp_frames(data: &[u8]) {
         return;
     };
     let limits = limits_of(seed);
-    let expected = read_at_once(stream, limits);
+    let expected = read_at_once(stream, limits, version_of(seed));
 
     let mut choice = Pieces::new(seed.rotate_left(3));
     let mut pieces = Pieces::new(seed);
     // A read buffer of 1..=128 bytes: headers and payloads straddle reads.
     let rbuf = choice.size(128);
-    let mut dec = Decoder::new(limits);
+    let mut dec = decoder_of(seed);
     let mut frames: Vec<(Frame, Vec<u8>)> = Vec::new();
     let mut pos = 0usize;
     let end = loop {
@@ -291,6 +330,7 @@ pub fn tcp_frames(data: &[u8]) {
             match event {
                 Some(Event::Frame(f)) => {
                     assert_eq!(f.validate(&limits), Ok(()));
+                    check_version(&f, &dec);
                     let plen = f.header.payload_len;
                     assert_eq!(dec.payload_remaining(), plen);
                     assert_eq!(dec.is_at_boundary(), plen == 0);
@@ -343,8 +383,11 @@ fn complete(frame: Option<&Frame>, dec: &Decoder) -> bool {
 /// private data, and the bytes after it belong to the endpoint that takes
 /// the connection over. Accepted: private data within `cm_data_size`, a
 /// version range that `check_ext` allows, a CM header that encodes to the
-/// bytes it came from, and a negotiation that picks [`VERSION`] or refuses;
-/// the answer a passive side would send must pass the peer's decoder.
+/// bytes it came from, and a negotiation that picks the highest version
+/// both sides speak or refuses when there is none (for a side speaking up
+/// to [`VERSION`], and for one held to [`MIN_VERSION`]); the answer a
+/// passive side would send must pass the peer's decoder and name, for the
+/// peer, the version chosen.
 pub fn tcp_cm(data: &[u8]) {
     let Some((&seed, stream)) = data.split_first() else {
         return;
@@ -407,10 +450,13 @@ pub fn tcp_cm(data: &[u8]) {
     assert_eq!(CmHeader::decode(cm_bytes), Ok(cm));
     assert!(cm.min_version >= 1 && cm.min_version <= cm.max_version);
 
-    match cm.negotiate() {
-        Some(v) => assert!(v == VERSION && (cm.min_version..=cm.max_version).contains(&v)),
-        None => assert!(!(cm.min_version..=cm.max_version).contains(&VERSION)),
+    for max in [MIN_VERSION, VERSION] {
+        let common = (cm.min_version..=cm.max_version)
+            .rev()
+            .find(|v| (MIN_VERSION..=max).contains(v));
+        assert_eq!(cm.negotiate_up_to(max), common, "{cm:?} up to {max}");
     }
+    assert_eq!(cm.negotiate(), cm.negotiate_up_to(VERSION));
     if let Some(key) = cm.conn_key() {
         assert_eq!(resolve_simultaneous(key, key), Simultaneous::SelfConnect);
         let ours = CmHeader::new(Some(([127, 0, 0, 1], 4242).into()), 7)
@@ -427,7 +473,15 @@ pub fn tcp_cm(data: &[u8]) {
     if passive {
         // The answer goes back through the connecting side's decoder.
         let answer = match cm.negotiate() {
-            Some(_) => Frame::conn_accept(CmHeader::new(None, 1), private.len() as u64),
+            Some(v) => {
+                let mut ours = CmHeader::new(None, 1);
+                ours.min_version = v;
+                ours.max_version = v;
+                // The connecting side (offering what this peer offered)
+                // takes it.
+                assert_eq!(ours.chosen(cm.max_version), Some(v));
+                Frame::conn_accept(ours, private.len() as u64)
+            }
             None => Frame::conn_reject(
                 CmHeader::new(None, 0),
                 Some(fabric_core::ErrorKind::NoProtoOpt),
@@ -438,5 +492,5 @@ pub fn tcp_cm(data: &[u8]) {
         assert_eq!(Frame::decode(&bytes[..len], &limits), Ok(answer));
     }
     // The rest belongs to the endpoint that takes the connection over.
-    let _ = read_at_once(&stream[pos..], Limits::default());
+    let _ = read_at_once(&stream[pos..], Limits::default(), VERSION);
 }

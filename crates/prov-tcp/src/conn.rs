@@ -591,6 +591,15 @@ pub(crate) enum Sink {
     Scratch(Vec<u8>),
     /// Connection private data.
     Private(Vec<u8>),
+    /// The target's reason for refusing this side's operation (a failed
+    /// answer of protocol version 2; the decoder bounds it): the operation
+    /// fails with it once the reason is in.
+    Refusal {
+        done: TxDone,
+        kind: ErrorKind,
+        what: &'static str,
+        text: Vec<u8>,
+    },
 }
 
 /// Where a message frame's payload went, once all of it is read.
@@ -640,7 +649,10 @@ impl Sink {
                 // valid and unaliased until the completion.
                 unsafe { buf.write_at(at, data) };
             }
-            Sink::Unexp(v) | Sink::Scratch(v) | Sink::Private(v) => v.extend_from_slice(data),
+            Sink::Unexp(v)
+            | Sink::Scratch(v)
+            | Sink::Private(v)
+            | Sink::Refusal { text: v, .. } => v.extend_from_slice(data),
             Sink::Region { rma, status } => {
                 if status.is_some() {
                     return;
@@ -893,6 +905,9 @@ pub(crate) struct Conn {
     /// The socket is in the engine's epoll set (it starts there; busy
     /// polling takes it out while nobody can block on the set).
     pub watched: bool,
+    /// The wire protocol version the connection agreed on in its
+    /// handshake ([`wire::MIN_VERSION`] until then).
+    pub version: u8,
 }
 
 impl Conn {
@@ -912,7 +927,13 @@ impl Conn {
             src_gen: u64::MAX,
             tx: Tx::new(),
             rx: Rx {
-                dec: wire::Decoder::new(limits),
+                dec: {
+                    // Until the handshake agrees on more, the peer may
+                    // send only what every version reads.
+                    let mut d = wire::Decoder::new(limits);
+                    d.set_version(wire::MIN_VERSION);
+                    d
+                },
                 // Allocated on the first read (`EpInner::read_conn`).
                 buf: Box::default(),
                 pos: 0,
@@ -929,7 +950,15 @@ impl Conn {
             results: Vec::new(),
             want_write: false,
             watched: true,
+            version: wire::MIN_VERSION,
         }
+    }
+
+    /// The handshake agreed on wire version `v`: frames of it may now go
+    /// both ways.
+    pub(crate) fn set_version(&mut self, v: u8) {
+        self.version = v;
+        self.rx.dec.set_version(v);
     }
 
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
@@ -944,7 +973,7 @@ impl Conn {
         let answering = matches!(
             &self.rx.cur,
             Some(Cur {
-                sink: Sink::Read { .. } | Sink::Fetch { .. },
+                sink: Sink::Read { .. } | Sink::Fetch { .. } | Sink::Refusal { .. },
                 ..
             })
         );

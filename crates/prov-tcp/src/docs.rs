@@ -192,7 +192,9 @@
 //!
 //! # Wire protocol
 //!
-//! Version 1. A connection carries a stream of frames in both directions.
+//! Version 2 (`ep_attr.protocol_version`), which speaks with version 1
+//! peers (see "Versions" below). A connection carries a stream of frames in
+//! both directions.
 //! Every frame is:
 //!
 //! 1. a **base header** of 40 bytes ([`wire::Header`](crate::wire::Header)),
@@ -213,7 +215,7 @@
 //! | offset | size | field | meaning |
 //! |---:|---:|---|---|
 //! | 0 | 1 | `magic` | `0xFA` |
-//! | 1 | 1 | `version` | 1 |
+//! | 1 | 1 | `version` | the frame's format: 1, or 2 for a failed answer carrying a reason |
 //! | 2 | 1 | `op` | [`wire::Op`](crate::wire::Op), table below |
 //! | 3 | 1 | `ext_len` | bytes of extended header that follow |
 //! | 4 | 2 | `flags` | bit 0 `REMOTE_CQ_DATA`, bit 1 `ACK_TRANSMIT`, bit 2 `ACK_DELIVERY`; bits 3-15 reserved |
@@ -230,6 +232,28 @@
 //! bounds or a missing access right `FI_EACCES`, an unsupported atomic
 //! `FI_EOPNOTSUPP`) travels back this way.
 //!
+//! ## Versions
+//!
+//! Version 2 adds one thing to version 1: a failed `Cts`, `Ack`, `ReadRsp`
+//! or `AtomicRsp` may carry the target's reason for the refusal ("memory
+//! key 0x7 does not grant FI_REMOTE_WRITE", "range 0xc8+64 is outside the
+//! region of key 0xb (0x0+256)") as its payload: 1 to 256 bytes of UTF-8
+//! text ([`wire::MAX_REASON_LEN`](crate::wire::MAX_REASON_LEN)), which
+//! makes the frame a version 2 frame (byte 1 is 2). Every other frame is
+//! written in version 1 (byte 1 is 1), so that a frame has one encoding:
+//! the oldest version that defines it. A side writes version 2 frames only
+//! on a connection whose handshake agreed on version 2, and its decoder
+//! refuses them on a version 1 connection. The initiator reads the reason
+//! as untrusted text (bounded by the decoder, lossy UTF-8, control
+//! characters replaced) and puts it in the error completion's text:
+//! "tcp: the peer refused the RMA write: memory key 0x7 does not grant
+//! FI_REMOTE_WRITE". From a version 1 peer only the status comes, and the
+//! text says what it means.
+//!
+//! An endpoint opened with `ep_attr.protocol_version = 1` speaks version 1
+//! only, exactly as a peer built before version 2 does (0 or 2: version
+//! 2).
+//!
 //! ## Ops
 //!
 //! | op | value | flags | status | extended header | payload |
@@ -238,16 +262,16 @@
 //! | `Tagged` | 0x02 | data, acks | - | none | message, ≤ `max_msg_size` |
 //! | `MsgRts` | 0x03 | data, acks | - | rendezvous (8) | none |
 //! | `TaggedRts` | 0x04 | data, acks | - | rendezvous (8) | none |
-//! | `Cts` | 0x05 | - | yes | rendezvous (8) | none |
+//! | `Cts` | 0x05 | - | yes | rendezvous (8) | none (v2: the reason when failed) |
 //! | `RndvData` | 0x06 | - | - | rendezvous (8) | a chunk of the message |
-//! | `Ack` | 0x07 | - | yes | none | none |
+//! | `Ack` | 0x07 | - | yes | none | none (v2: the reason when failed) |
 //! | `Write` | 0x10 | data, acks | - | RMA (8 + 24 n) | the data, = sum of range lengths |
 //! | `ReadReq` | 0x11 | - | - | RMA (8 + 24 n) | none |
-//! | `ReadRsp` | 0x12 | - | yes | none | the data (none on error) |
+//! | `ReadRsp` | 0x12 | - | yes | none | the data (on error none; v2: the reason) |
 //! | `Atomic` | 0x20 | data, acks | - | atomic (8 + 24 n) | operands |
 //! | `FetchAtomic` | 0x21 | data | - | atomic (8 + 24 n) | operands (none for `FI_ATOMIC_READ`) |
 //! | `CompareAtomic` | 0x22 | data | - | atomic (8 + 24 n) | operands, then compare values |
-//! | `AtomicRsp` | 0x23 | - | yes | none | old values (none on error) |
+//! | `AtomicRsp` | 0x23 | - | yes | none | old values (on error none; v2: the reason) |
 //! | `ConnReq` | 0x30 | - | - | CM (32) | private data, ≤ `max_private_data` |
 //! | `ConnAccept` | 0x31 | - | - | CM (32) | private data |
 //! | `ConnReject` | 0x32 | - | yes | CM (32) | private data |
@@ -306,10 +330,12 @@
 //! ## Connections
 //!
 //! - **Version.** The handshake ops keep this base header and CM layout in
-//!   every version, so peers of different versions understand each other's
-//!   handshake. The initiator sends its version range; the answer names
-//!   the highest common version in both version fields, or refuses with
-//!   `ConnReject` / `HelloAck` status `FI_ENOPROTOOPT` and its own range.
+//!   every version (and are version 1 frames), so peers of different
+//!   versions understand each other's handshake. The initiator sends its
+//!   version range (1 to 2 here); the answer names the highest common
+//!   version in both version fields, or refuses with `ConnReject` /
+//!   `HelloAck` status `FI_ENOPROTOOPT` and its own range. A version 1
+//!   peer offers and answers 1, so it gets version 1 connections.
 //! - **MSG.** `ConnReq` (private data) → `ConnAccept` or `ConnReject`
 //!   (private data). A closed socket is the shutdown.
 //! - **RDM.** The initiator sends `Hello` with its listening address and

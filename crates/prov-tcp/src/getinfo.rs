@@ -22,7 +22,11 @@ pub const NAME: &str = "tcp";
 /// The provider's version.
 pub const VERSION: Version = Version::new(0, 1);
 /// Version of the wire protocol (`ep_attr.protocol_version`).
-pub const PROTOCOL_VERSION: u32 = 1;
+///
+/// Version 2 carries a refused RMA or atomic request's reason back to the
+/// initiator; an endpoint opened with `ep_attr.protocol_version = 1` speaks
+/// version 1 only (what a peer built before version 2 speaks).
+pub const PROTOCOL_VERSION: u32 = wire::VERSION as u32;
 
 /// The variables the provider reads.
 pub const ENV_VARS: &[EnvVar] = &[EnvVar {

@@ -424,13 +424,20 @@ fn refused_atomics_change_nothing() {
     let mut out = vec![0u8; 8];
     let xiov = iov(&mut x);
     let oiov = iov(&mut out);
+    let no_write = "memory key 0x1 does not grant FI_REMOTE_WRITE";
     let cases = [
-        (1u64, 0u64, false, ErrorKind::Access),
-        (1, 0, true, ErrorKind::Access),
-        (2, 0, false, ErrorKind::KeyRejected),
-        (1, 8, true, ErrorKind::Access),
+        (1u64, 0u64, false, ErrorKind::Access, no_write),
+        (1, 0, true, ErrorKind::Access, no_write),
+        (
+            2,
+            0,
+            false,
+            ErrorKind::KeyRejected,
+            "no memory region with key 0x2",
+        ),
+        (1, 8, true, ErrorKind::Access, no_write),
     ];
-    for (i, (key, addr, fetch, kind)) in cases.into_iter().enumerate() {
+    for (i, (key, addr, fetch, kind, says)) in cases.into_iter().enumerate() {
         let remote = [RmaIov { addr, len: 1, key }];
         let m = AtomicMsg {
             iov: &xiov,
@@ -448,6 +455,11 @@ fn refused_atomics_change_nothing() {
         unsafe { a.ep.atomicmsg(&m, OpFlags::empty()).unwrap() };
         let e = next(a.cq.as_ref(), &[b.cq.as_ref()]).unwrap_err();
         assert_eq!((e.err, e.entry.context), (kind, i as u64));
+        // The target's reason comes back (protocol version 2), and the
+        // length is the operation's (one u64), as on shm.
+        let want = format!("tcp: the peer refused the atomic operation: {says}");
+        assert_eq!(e.err_text, want);
+        assert_eq!(e.entry.len, 8);
     }
     assert_eq!(u64::from_le_bytes(target[..].try_into().unwrap()), 5);
     // A read is allowed by the read-only region.

@@ -50,7 +50,10 @@ fn fake_peer_accept(l: &TcpListener, me: SocketAddr) -> TcpStream {
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let (h, _) = read_frame(&mut s);
     assert_eq!(h.op, Op::Hello);
-    write_frame(&mut s, &Frame::hello_ack(CmHeader::new(Some(me), 99), None));
+    // It answers as a version 1 peer does: one version, 1.
+    let mut cm = CmHeader::new(Some(me), 99);
+    cm.max_version = 1;
+    write_frame(&mut s, &Frame::hello_ack(cm, None));
     s
 }
 

@@ -290,10 +290,12 @@ fn refused_accesses_fail_and_change_nothing() {
         let e = next(a.cq.as_ref(), &[b.cq.as_ref()]).unwrap_err();
         assert_eq!((e.err, e.entry.context), (*kind, i as u64), "{what}: {e:?}");
         assert_eq!(e.entry.len, 64, "{what}: the operation's length");
-        let says = if *kind == ErrorKind::KeyRejected {
-            "no memory region with the key"
-        } else {
-            "outside the region"
+        // The target's own reason comes back (protocol version 2).
+        let says = match i {
+            0 => "the peer refused the RMA write: no memory region with key 0x3039",
+            1 => "range 0xc8+64 is outside the region of key 0xb (0x0+256)",
+            2 => "range 0xfffffffffffffff5+64 is outside the region of key 0xb",
+            _ => "memory key 0xa does not grant FI_REMOTE_WRITE",
         };
         assert!(e.err_text.contains(says), "{what}: {}", e.err_text);
     }
@@ -313,10 +315,22 @@ fn refused_accesses_fail_and_change_nothing() {
     // Reads: bad key, no read access, out of bounds.
     let mut back = vec![0u8; 64];
     let biov = iov(&mut back);
-    for (i, (remote, kind)) in [
-        (at(0, 64, 777), ErrorKind::KeyRejected),
-        (at(0, 64, 11), ErrorKind::Access),
-        (at(250, 64, 10), ErrorKind::Access),
+    for (i, (remote, kind, says)) in [
+        (
+            at(0, 64, 777),
+            ErrorKind::KeyRejected,
+            "the peer refused the RMA read: no memory region with key 0x309",
+        ),
+        (
+            at(0, 64, 11),
+            ErrorKind::Access,
+            "memory key 0xb does not grant FI_REMOTE_READ",
+        ),
+        (
+            at(250, 64, 10),
+            ErrorKind::Access,
+            "range 0xfa+64 is outside the region of key 0xa (0x0+256)",
+        ),
     ]
     .into_iter()
     .enumerate()
@@ -332,6 +346,9 @@ fn refused_accesses_fail_and_change_nothing() {
         };
         let e = next(a.cq.as_ref(), &[b.cq.as_ref()]).unwrap_err();
         assert_eq!((e.err, e.entry.context), (kind, 20 + i as u64));
+        assert!(e.err_text.contains(says), "{}", e.err_text);
+        // The operation's length, as shm reports it.
+        assert_eq!(e.entry.len, 64);
     }
     assert!(back.iter().all(|&x| x == 0));
     // The connection is still fine.

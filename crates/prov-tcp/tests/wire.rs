@@ -16,8 +16,9 @@ use fabric_core::{Error, ErrorKind};
 use proptest::prelude::*;
 use prov_tcp::wire::{
     AtomicHeader, AtomicKind, CM_LEN, CmHeader, ConnKey, Decoder, Event, Ext, Flags, Frame,
-    HEADER_LEN, Header, Limits, MAX_EXT_LEN, MAX_FRAME_HEADER_LEN, MAX_RMA_IOV, Op, PayloadKind,
-    RmaHeader, Simultaneous, VERSION, Want, decode_header, resolve_simultaneous,
+    HEADER_LEN, Header, Limits, MAX_EXT_LEN, MAX_FRAME_HEADER_LEN, MAX_REASON_LEN, MAX_RMA_IOV,
+    MIN_VERSION, Op, PayloadKind, RmaHeader, Simultaneous, VERSION, Want, decode_header,
+    resolve_simultaneous,
 };
 
 // ---------------------------------------------------------------------------
@@ -215,6 +216,11 @@ fn one_of_each() -> Vec<Frame> {
         Frame::conn_reject(CmHeader::new(None, 0), Some(ErrorKind::NoProtoOpt), 0),
         Frame::hello(cm),
         Frame::hello_ack(cm, Some(ErrorKind::Already)),
+        // Version 2: failed answers with the target's reason.
+        Frame::cts(3, 0, Some(ErrorKind::Canceled)).with_reason(1),
+        Frame::ack(5, Some(ErrorKind::Access)).with_reason(40),
+        Frame::read_rsp(6, Some(ErrorKind::KeyRejected), 0).with_reason(MAX_REASON_LEN),
+        Frame::atomic_rsp(9, Some(ErrorKind::OpNotSupp), 0).with_reason(17),
     ];
     for &op in Op::ALL {
         assert!(frames.iter().any(|f| f.header.op == op), "{op} missing");
@@ -366,7 +372,29 @@ fn arb_frame(max: u64) -> impl Strategy<Value = Frame> {
         arb_cm(true).prop_map(Frame::hello),
         (arb_cm(true), arb_status()).prop_map(|(cm, st)| Frame::hello_ack(cm, st)),
     ];
-    prop_oneof![data_ops, rma_ops, atomic_ops, cm_ops]
+    let reason = 1..=max.clamp(1, MAX_REASON_LEN as u64);
+    let refusals = (
+        id,
+        prop::sample::select(vec![Op::Cts, Op::Ack, Op::ReadRsp, Op::AtomicRsp]),
+        prop::sample::select(ErrorKind::ALL),
+        reason,
+    )
+        .prop_map(|(id, op, st, n)| {
+            let f = match op {
+                Op::Cts => Frame::cts(id, 0, Some(st)),
+                Op::Ack => Frame::ack(id, Some(st)),
+                Op::ReadRsp => Frame::read_rsp(id, Some(st), 0),
+                _ => Frame::atomic_rsp(id, Some(st), 0),
+            };
+            f.with_reason(n as usize)
+        });
+    prop_oneof![
+        4 => data_ops,
+        4 => rma_ops,
+        4 => atomic_ops,
+        4 => cm_ops,
+        1 => refusals
+    ]
 }
 
 // ---------------------------------------------------------------------------
@@ -380,7 +408,13 @@ fn every_op_round_trips() {
         let bytes = encode(&f);
         assert_eq!(bytes.len(), f.header_len());
         assert_eq!(bytes[0], 0xFA);
-        assert_eq!(bytes[1], VERSION);
+        // The oldest version that defines the frame: 2 only for reasons.
+        let v = if f.payload_kind() == PayloadKind::Reason {
+            2
+        } else {
+            MIN_VERSION
+        };
+        assert_eq!((bytes[1], f.header.version), (v, v));
         assert_eq!(bytes[2], f.header.op as u8);
         assert_eq!(usize::from(bytes[3]), bytes.len() - HEADER_LEN);
         assert_eq!(Frame::decode(&bytes, &limits), Ok(f));
@@ -426,7 +460,8 @@ fn header_layout_is_the_documented_one() {
     let h = Frame::hello(CmHeader::new(v4("10.0.0.2:258"), 0x0807_0605_0403_0201));
     let b = encode(&h);
     assert_eq!(b.len(), HEADER_LEN + CM_LEN);
-    assert_eq!(&b[40..48], &[1, 1, 4, 0, 2, 1, 0, 0]);
+    // Versions 1 to 2 offered.
+    assert_eq!(&b[40..48], &[1, 2, 4, 0, 2, 1, 0, 0]);
     assert_eq!(&b[48..56], &[1, 2, 3, 4, 5, 6, 7, 8]);
     assert_eq!(&b[56..60], &[10, 0, 0, 2]);
     assert_eq!(&b[60..72], &[0; 12]);
@@ -460,10 +495,20 @@ fn extended_headers_round_trip_alone() {
 fn payload_kinds() {
     let kinds: Vec<_> = one_of_each()
         .iter()
-        .map(|f| (f.header.op, f.payload_kind()))
+        .map(|f| {
+            (
+                f.header.op,
+                f.header.status,
+                f.payload_len(),
+                f.payload_kind(),
+            )
+        })
         .collect();
-    for (op, kind) in kinds {
+    for (op, status, len, kind) in kinds {
         let want = match op {
+            Op::Cts | Op::Ack | Op::ReadRsp | Op::AtomicRsp if status.is_some() && len > 0 => {
+                PayloadKind::Reason
+            }
             Op::Msg | Op::Tagged => PayloadKind::Message,
             Op::RndvData => PayloadKind::RndvData,
             Op::Write => PayloadKind::RmaWrite,
@@ -584,8 +629,14 @@ fn refuses_bad_magic() {
 #[test]
 fn refuses_other_versions() {
     let mut b = msg_bytes();
+    b[1] = 3;
+    assert_refused(&b, &Limits::default(), "unsupported version 3 in header");
     b[1] = 2;
-    assert_refused(&b, &Limits::default(), "unsupported version 2 in header");
+    assert_refused(
+        &b,
+        &Limits::default(),
+        "version 2 Msg frame without a refusal reason (it is a version 1 frame)",
+    );
     b[1] = 0;
     assert_refused(&b, &Limits::default(), "unsupported version 0 in header");
 }
@@ -757,6 +808,107 @@ fn refuses_lengths_over_the_limits() {
         &limits,
         "payload length 4 on a failed ReadRsp",
     );
+}
+
+#[test]
+fn refusal_reasons_are_version_2_bounded_and_only_on_failed_answers() {
+    let limits = Limits::default();
+    // A version 1 failed answer carries nothing.
+    let mut v1 = Frame::ack(1, Some(ErrorKind::Access));
+    v1.header.payload_len = 5;
+    assert_refused(
+        &encode(&v1),
+        &limits,
+        "payload length 5 on Ack, which carries none",
+    );
+    let mut v1 = Frame::atomic_rsp(1, Some(ErrorKind::Access), 0);
+    v1.header.payload_len = 5;
+    assert_refused(
+        &encode(&v1),
+        &limits,
+        "payload length 5 on a failed AtomicRsp",
+    );
+    // Version 2: up to MAX_REASON_LEN bytes, and its payload is the reason.
+    let ok = Frame::ack(1, Some(ErrorKind::Access)).with_reason(MAX_REASON_LEN);
+    ok.validate(&limits).unwrap();
+    assert_eq!(ok.payload_kind(), PayloadKind::Reason);
+    let long = Frame::ack(1, Some(ErrorKind::Access)).with_reason(MAX_REASON_LEN + 1);
+    assert_refused(
+        &encode(&long),
+        &limits,
+        "refusal reason of 257 bytes on a failed Ack (limit 256)",
+    );
+    let huge = Frame::read_rsp(1, Some(ErrorKind::Access), 0).with_reason(1 << 40);
+    assert_refused(
+        &encode(&huge),
+        &limits,
+        "refusal reason of 1099511627776 bytes on a failed ReadRsp (limit 256)",
+    );
+    // A successful answer with version 2 is not canonical; data stays data.
+    let mut good = Frame::read_rsp(1, None, 8);
+    good.header.version = 2;
+    assert_refused(
+        &encode(&good),
+        &limits,
+        "version 2 ReadRsp frame without a refusal reason",
+    );
+    assert_eq!(
+        Frame::read_rsp(1, None, 8).payload_kind(),
+        PayloadKind::ReadResponse
+    );
+    // Only Cts, Ack, ReadRsp and AtomicRsp take reasons.
+    let reject =
+        Frame::conn_reject(CmHeader::new(None, 0), Some(ErrorKind::Access), 0).with_reason(4);
+    assert_refused(
+        &encode(&reject),
+        &limits,
+        "version 2 ConnReject frame without a refusal reason",
+    );
+    let hello_ack = Frame::hello_ack(
+        CmHeader::new(v4("192.0.2.7:7471"), 1),
+        Some(ErrorKind::Access),
+    )
+    .with_reason(4);
+    assert_refused(
+        &encode(&hello_ack),
+        &limits,
+        "version 2 HelloAck frame without a refusal reason",
+    );
+}
+
+#[test]
+fn a_decoder_held_to_version_1_refuses_version_2_frames() {
+    let f = Frame::ack(3, Some(ErrorKind::Access)).with_reason(4);
+    let mut bytes = encode(&f);
+    bytes.extend_from_slice(b"why?");
+    let mut d = Decoder::default();
+    assert_eq!(d.version(), VERSION);
+    let (n, e) = d.feed(&bytes).unwrap();
+    assert_eq!((n, e), (HEADER_LEN, Some(Event::Frame(f))));
+    let (_, e) = d.feed(&bytes[n..]).unwrap();
+    assert_eq!(
+        e,
+        Some(Event::Payload {
+            data: b"why?",
+            remaining: 0
+        })
+    );
+    let mut d = Decoder::default();
+    d.set_version(1);
+    assert_eq!(d.version(), 1);
+    let e = d.feed(&bytes).unwrap_err();
+    assert_eq!(
+        e.detail(),
+        "tcp wire: version 2 Ack frame on a connection that speaks version 1"
+    );
+    // Version 1 frames still pass, and out-of-range settings are clamped.
+    let mut d = Decoder::default();
+    d.set_version(0);
+    assert_eq!(d.version(), MIN_VERSION);
+    d.feed(&encode(&Frame::ack(3, Some(ErrorKind::Access))))
+        .unwrap();
+    d.set_version(200);
+    assert_eq!(d.version(), VERSION);
 }
 
 #[test]
@@ -1117,10 +1269,11 @@ proptest! {
         op in prop::sample::select(Op::ALL),
         ext_len in prop_oneof![Just(0u8), Just(8), Just(32), Just(56), any::<u8>()],
         small in any::<bool>(),
+        version in MIN_VERSION..=VERSION,
     ) {
         // Past the magic, version and op, so the deeper checks are reached.
         b[0] = 0xFA;
-        b[1] = VERSION;
+        b[1] = version;
         b[2] = op as u8;
         b[3] = ext_len;
         let limits = if small {

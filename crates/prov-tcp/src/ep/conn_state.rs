@@ -128,7 +128,7 @@ impl EpInner {
                     st.rx.fail(b, recv, tagged, err);
                 }
                 Sink::Rndv(r) => st.rx.fail(b, r.recv, r.meta.tagged, err),
-                Sink::Read { done, .. } | Sink::Fetch { done, .. } => {
+                Sink::Read { done, .. } | Sink::Fetch { done, .. } | Sink::Refusal { done, .. } => {
                     self.tx_complete(b, done, Some(err));
                 }
                 Sink::Unexp(v) => {

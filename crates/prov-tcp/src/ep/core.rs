@@ -175,6 +175,9 @@ pub(crate) struct EpInner {
     pub mr: Arc<MrTable>,
     pub ep_no: u32,
     pub limits: Limits,
+    /// The newest wire protocol version this endpoint speaks
+    /// (`ep_attr.protocol_version`, 0 meaning the newest there is).
+    pub wire_max: u8,
     /// A multi-receive buffer is released once less than this is left
     /// (`FI_OPT_MIN_MULTI_RECV`; the engine holds it too).
     pub min_multi_recv: AtomicUsize,
@@ -187,6 +190,17 @@ pub(crate) struct EpInner {
     pub srx: OnceLock<Arc<SrxInner>>,
     /// The shared receive context holds work for this endpoint.
     pub srx_mail: Arc<AtomicBool>,
+}
+
+/// The newest wire version an endpoint with `ep_attr.protocol_version` =
+/// `v` speaks: `v` within the versions this code knows, 0 for the newest.
+pub(crate) fn wire_max(v: u32) -> u8 {
+    if v == 0 {
+        return crate::wire::VERSION;
+    }
+    u8::try_from(v)
+        .unwrap_or(u8::MAX)
+        .clamp(crate::wire::MIN_VERSION, crate::wire::VERSION)
 }
 
 pub(super) fn proto(detail: impl Into<std::borrow::Cow<'static, str>>) -> Error {
@@ -235,6 +249,7 @@ impl EpInner {
             mr,
             ep_no,
             limits,
+            wire_max: wire_max(info.ep_attr.protocol_version),
             min_multi_recv: AtomicUsize::new(fabric_core::kit::rx::MIN_MULTI_RECV),
             cq_wait: AtomicBool::new(false),
             srx: OnceLock::new(),
@@ -415,6 +430,15 @@ impl EpInner {
             (Op::ConnReq | Op::ConnAccept | Op::ConnReject, Sink::Private(v)) => {
                 self.cm_frame(st, b, cid, &f, v)?;
             }
+            (
+                _,
+                Sink::Refusal {
+                    done,
+                    kind,
+                    what,
+                    text,
+                },
+            ) => self.tx_complete(b, done, Some(&super::tx::remote_said(kind, what, &text))),
             (op, _) => return Err(proto(format!("tcp: {op} payload without a destination"))),
         }
         Ok(())

@@ -54,10 +54,14 @@ impl EpInner {
             dst.copy_from_slice(&pc.leftover);
             conn.rx.len = pc.leftover.len();
         }
+        let version = pc.cm.negotiate_up_to(self.wire_max);
+        if let Some(v) = version {
+            conn.set_version(v);
+        }
         let cid = self.add_conn(&mut st, conn)?;
         st.msg.conn = Some(cid);
         st.msg.peer = Some(pc.peer);
-        st.msg.version = pc.cm.negotiate();
+        st.msg.version = version;
         st.peers.insert(
             pc.peer,
             Peer {
@@ -116,7 +120,9 @@ impl EpInner {
                 ..Peer::default()
             },
         );
-        let req = Frame::conn_req(CmHeader::new(None, self.nonce), param.len() as u64);
+        let mut cm = CmHeader::new(None, self.nonce);
+        cm.max_version = self.wire_max;
+        let req = Frame::conn_req(cm, param.len() as u64);
         self.push_frame(st, b, cid, &req, Src::Bytes(param), Done::None);
         self.finish_pass(st, b);
         Ok(())
@@ -143,7 +149,7 @@ impl EpInner {
                     "tcp: the endpoint was not opened for a pending connection request",
                 )
             })?;
-        let version = st.msg.version.unwrap_or(crate::wire::VERSION);
+        let version = st.msg.version.unwrap_or(crate::wire::MIN_VERSION);
         let mut cm = CmHeader::new(None, self.nonce);
         cm.min_version = version;
         cm.max_version = version;
@@ -250,16 +256,17 @@ impl EpInner {
         let Ext::Cm(cm) = f.ext else {
             return Err(proto("tcp: ConnAccept without its CM header"));
         };
-        if cm.negotiate().is_none() || cm.min_version != cm.max_version {
+        let Some(version) = cm.chosen(self.wire_max) else {
             return Err(proto(format!(
                 "tcp: ConnAccept names versions {}..={}",
                 cm.min_version, cm.max_version
             )));
-        }
+        };
         let key: Option<SocketAddr> = st.conns.get(&cid).and_then(|c| c.peer);
         let local = st.conns.get(&cid).and_then(|c| c.sock.local_addr().ok());
         if let Some(c) = st.conns.get_mut(&cid) {
             c.phase = Phase::Ready;
+            c.set_version(version);
         }
         st.msg.local = local.map(Address::from);
         st.msg.connected = true;

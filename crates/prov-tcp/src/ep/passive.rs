@@ -291,7 +291,10 @@ impl PepInner {
         let Ok(peer) = inc.sock.peer_addr() else {
             return;
         };
-        if cm.negotiate().is_none() {
+        if cm
+            .negotiate_up_to(super::core::wire_max(self.info.ep_attr.protocol_version))
+            .is_none()
+        {
             let f = Frame::conn_reject(CmHeader::new(None, 0), Some(ErrorKind::NoProtoOpt), 0);
             let (h, n) = f.to_bytes();
             let _ = sys::send_all(

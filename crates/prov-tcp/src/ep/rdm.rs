@@ -56,7 +56,9 @@ impl EpInner {
 
     /// The hello this endpoint sends and answers with.
     fn cm(&self) -> CmHeader {
-        CmHeader::new(self.name, self.nonce)
+        let mut cm = CmHeader::new(self.name, self.nonce);
+        cm.max_version = self.wire_max;
+        cm
     }
 
     /// Starts connecting to `key`; a connect that fails at once fails the
@@ -189,7 +191,7 @@ impl EpInner {
         let Ext::Cm(cm) = f.ext else {
             return Err(proto("tcp: Hello without its CM header"));
         };
-        let Some(version) = cm.negotiate() else {
+        let Some(version) = cm.negotiate_up_to(self.wire_max) else {
             let ack = Frame::hello_ack(self.cm(), Some(ErrorKind::NoProtoOpt));
             if let Some(c) = st.conns.get_mut(&cid) {
                 c.phase = Phase::Closing;
@@ -228,6 +230,9 @@ impl EpInner {
         let mut cm_out = self.cm();
         cm_out.min_version = version;
         cm_out.max_version = version;
+        if let Some(c) = st.conns.get_mut(&cid) {
+            c.set_version(version);
+        }
         let peer = st.peers.get(&key);
         let connecting = peer.and_then(|p| p.connecting);
         // A peer with an established connection keeps it: frames already
@@ -298,14 +303,15 @@ impl EpInner {
             .ok_or_else(|| proto("tcp: HelloAck on a connection without a peer"))?;
         match f.header.status {
             None => {
-                if cm.negotiate().is_none() || cm.min_version != cm.max_version {
+                let Some(version) = cm.chosen(self.wire_max) else {
                     return Err(proto(format!(
                         "tcp: HelloAck names versions {}..={}",
                         cm.min_version, cm.max_version
                     )));
-                }
+                };
                 if let Some(c) = st.conns.get_mut(&cid) {
                     c.phase = Phase::Ready;
+                    c.set_version(version);
                 }
                 let p = st.peers.entry(key).or_default();
                 if p.connecting == Some(cid) {

@@ -5,13 +5,46 @@
 
 use fabric_core::kit::atomic::AtomicKind;
 use fabric_core::kit::binds::Binds;
-use fabric_core::objects::{AtomicOp, MrAccess};
+use fabric_core::objects::{AtomicOp, MrAccess, RmaIov};
 use fabric_core::{Caps, ErrorKind, Mode, Result};
 
 use super::core::{EpInner, State, proto, u64_of, usize_of};
 use crate::atomic;
 use crate::conn::{Done, Sink, Src, refusal};
-use crate::wire::{Ext, Flags, Frame, RmaHeader, atomic_kind};
+use crate::wire::{Ext, Flags, Frame, MAX_REASON_LEN, RmaHeader, atomic_kind};
+
+/// What a request needed at the target: the endpoint to serve `class`
+/// with `serve`, and its ranges (lengths in elements of `elem` bytes) to
+/// grant `need`.
+#[derive(Debug, Clone, Copy)]
+struct Check {
+    class: Caps,
+    serve: MrAccess,
+    need: MrAccess,
+    elem: usize,
+}
+
+impl Check {
+    /// An RMA request of `access`.
+    fn rma(access: MrAccess) -> Check {
+        Check {
+            class: Caps::RMA,
+            serve: access,
+            need: access,
+            elem: 1,
+        }
+    }
+}
+
+/// `text` cut to at most [`MAX_REASON_LEN`] bytes, at a character
+/// boundary.
+fn clip(text: &str) -> &str {
+    let mut end = text.len().min(MAX_REASON_LEN);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.get(..end).unwrap_or_default()
+}
 
 impl EpInner {
     /// Whether this endpoint's caps let peers do `access` with `class`
@@ -39,6 +72,56 @@ impl EpInner {
             .iter()
             .find_map(|r| self.mr.check(r.key, r.addr, r.len, access).err())
             .map(|e| refusal(&e))
+    }
+
+    /// Why this side refuses `access` with `class` to `iov` (element
+    /// size `elem`: 1 for RMA), for the initiator: which right the
+    /// endpoint does not serve, or the region check that failed (which
+    /// key, which range, which right).
+    #[cold]
+    fn refusal_reason(&self, check: Check, iov: &[RmaIov], kind: ErrorKind) -> String {
+        let Check {
+            class,
+            serve,
+            need,
+            elem,
+        } = check;
+        if !self.serves(class, serve) {
+            let (what, cap) = match (class == Caps::ATOMIC, serve.contains(MrAccess::REMOTE_READ)) {
+                (true, _) => ("atomic operations", "FI_ATOMIC"),
+                (false, true) => ("RMA reads", "FI_RMA with FI_REMOTE_READ"),
+                (false, false) => ("RMA writes", "FI_RMA with FI_REMOTE_WRITE"),
+            };
+            return format!("the endpoint does not serve remote {what} (its caps lack {cap})");
+        }
+        iov.iter()
+            .find_map(|r| {
+                let len = r.len.checked_mul(elem)?;
+                self.mr.check(r.key, r.addr, len, need).err()
+            })
+            .map_or_else(|| kind.description().to_owned(), |e| e.detail().to_owned())
+    }
+
+    /// Queues `frame`, a failed answer, with the target's reason when the
+    /// connection speaks version 2 (a version 1 peer gets the status only).
+    #[cold]
+    fn push_refusal(
+        &self,
+        st: &mut State,
+        b: &Binds,
+        cid: u32,
+        frame: Frame,
+        reason: impl FnOnce() -> String,
+    ) {
+        let v2 = st.conns.get(&cid).is_some_and(|c| c.version >= 2);
+        let text = if v2 { reason() } else { String::new() };
+        let text = clip(&text);
+        if text.is_empty() {
+            self.push_frame(st, b, cid, &frame, Src::None, Done::None);
+        } else {
+            let f = frame.with_reason(text.len());
+            self.push_frame(st, b, cid, &f, Src::Bytes(text.as_bytes()), Done::None);
+        }
     }
 
     /// An RMA write into this side's memory: checked, then its payload
@@ -71,7 +154,9 @@ impl EpInner {
         match status {
             Some(kind) => {
                 let rsp = Frame::read_rsp(id, Some(kind), 0);
-                self.push_frame(st, b, cid, &rsp, Src::None, Done::None);
+                self.push_refusal(st, b, cid, rsp, || {
+                    self.refusal_reason(Check::rma(MrAccess::REMOTE_READ), rma.iov(), kind)
+                });
             }
             None => {
                 let total = rma.total_len().unwrap_or(0);
@@ -122,7 +207,12 @@ impl EpInner {
         let ack = f.header.flags.difference(Flags::REMOTE_CQ_DATA);
         if !ack.is_empty() {
             let a = Frame::ack(f.header.id, status);
-            self.push_frame(st, b, cid, &a, Src::None, Done::None);
+            match (status, f.ext) {
+                (Some(kind), Ext::Rma(rma)) => self.push_refusal(st, b, cid, a, || {
+                    self.refusal_reason(Check::rma(MrAccess::REMOTE_WRITE), rma.iov(), kind)
+                }),
+                _ => self.push_frame(st, b, cid, &a, Src::None, Done::None),
+            }
         }
     }
 
@@ -182,6 +272,30 @@ impl EpInner {
             }
         }
         let id = f.header.id;
+        if let Some(st_kind) = status {
+            let acked = !f.header.flags.difference(Flags::REMOTE_CQ_DATA).is_empty();
+            let reply = match kind {
+                AtomicKind::Plain if !acked => None,
+                AtomicKind::Plain => Some(Frame::ack(id, status)),
+                AtomicKind::Fetch | AtomicKind::Compare => Some(Frame::atomic_rsp(id, status, 0)),
+            };
+            if let Some(reply) = reply {
+                self.push_refusal(st, b, cid, reply, || {
+                    let check = Check {
+                        class: Caps::ATOMIC,
+                        serve: access,
+                        need: kind.access(a.op()),
+                        elem: a.datatype().size(),
+                    };
+                    self.refusal_reason(check, a.iov(), st_kind)
+                });
+            }
+            if let Some(c) = st.conns.get_mut(&cid) {
+                c.scratch = operands;
+                c.results = results;
+            }
+            return;
+        }
         match kind {
             AtomicKind::Plain => {
                 if !f.header.flags.difference(Flags::REMOTE_CQ_DATA).is_empty() {

@@ -46,8 +46,8 @@ fn take_pending(
 
 #[cold]
 fn remote(kind: ErrorKind, what: &str) -> Error {
-    // The wire carries the status only (not the target's text): say what
-    // the status means for remote memory.
+    // A version 1 peer sends the status only (not the target's text): say
+    // what the status means for remote memory.
     let why = match kind {
         ErrorKind::KeyRejected => {
             "it has no memory region with the key given (FI_EKEYREJECTED)".to_owned()
@@ -58,6 +58,51 @@ fn remote(kind: ErrorKind, what: &str) -> Error {
         k => k.description().to_owned(),
     };
     Error::new(kind, format!("tcp: the peer refused the {what}: {why}"))
+}
+
+/// The error of an operation the target refused with `kind` and the
+/// reason `text` (protocol version 2; from the network, so bounded by the
+/// decoder, read as lossy UTF-8 and with control characters replaced);
+/// without a reason, what the status means.
+#[cold]
+pub(super) fn remote_said(kind: ErrorKind, what: &str, text: &[u8]) -> Error {
+    let text: String = String::from_utf8_lossy(text)
+        .trim()
+        .chars()
+        .map(|c| if c.is_control() { '\u{fffd}' } else { c })
+        .collect();
+    if text.is_empty() {
+        return remote(kind, what);
+    }
+    Error::new(kind, format!("tcp: the peer refused the {what}: {text}"))
+}
+
+/// The failed answer `f` to an operation of this side: fails it now, or,
+/// when the answer carries the target's reason, once that is read.
+#[cold]
+fn refused_answer(
+    ep: &EpInner,
+    st: &mut State,
+    b: &Binds,
+    cid: u32,
+    f: &Frame,
+    done: TxDone,
+    what: &'static str,
+) {
+    let Some(kind) = f.header.status else {
+        return;
+    };
+    if f.header.payload_len == 0 {
+        ep.tx_complete(b, done, Some(&remote(kind, what)));
+    } else {
+        let sink = Sink::Refusal {
+            done,
+            kind,
+            what,
+            text: Vec::new(),
+        };
+        ep.set_cur(st, cid, f, sink);
+    }
 }
 
 /// The header flags asking for an acknowledgement, from an operation's
@@ -740,8 +785,8 @@ impl EpInner {
         else {
             return Err(proto(format!("tcp: Cts for request {id} of another kind")));
         };
-        if let Some(kind) = f.header.status {
-            self.tx_complete(b, done, Some(&remote(kind, "message")));
+        if f.header.status.is_some() {
+            refused_answer(self, st, b, cid, f, done, "message");
         } else if accept_len > u64_of(buf.len()) {
             let e = proto(format!(
                 "tcp: Cts accepts {accept_len} bytes of a {}-byte message",
@@ -774,8 +819,18 @@ impl EpInner {
         let id = f.header.id;
         match conn.pending.remove(&id) {
             Some(Pending::Ack { done }) => {
-                let err = f.header.status.map(|k| remote(k, "operation"));
-                self.tx_complete(b, done, err.as_ref());
+                if f.header.status.is_some() {
+                    let what = if done.flags.contains(CompletionFlags::ATOMIC) {
+                        "atomic operation"
+                    } else if done.flags.contains(CompletionFlags::RMA) {
+                        "RMA write"
+                    } else {
+                        "operation"
+                    };
+                    refused_answer(self, st, b, cid, f, done, what);
+                } else {
+                    self.tx_complete(b, done, None);
+                }
             }
             Some(other) => {
                 conn.pending.insert(id, other);
@@ -820,8 +875,8 @@ impl EpInner {
                 "tcp: {name} for request {id} of another kind"
             )));
         };
-        if let Some(kind) = f.header.status {
-            self.tx_complete(b, done, Some(&remote(kind, what)));
+        if f.header.status.is_some() {
+            refused_answer(self, st, b, cid, f, done, what);
         } else if plen != len {
             let e = proto(format!("tcp: {name} of {plen} bytes for a {what} of {len}"));
             self.tx_complete(b, done, Some(&e));

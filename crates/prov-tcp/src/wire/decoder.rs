@@ -3,7 +3,7 @@
 
 use fabric_core::{Error, ErrorKind, Result};
 
-use super::header::{HEADER_LEN, Header, decode_header};
+use super::header::{HEADER_LEN, Header, MIN_VERSION, VERSION, decode_header};
 use super::{Ext, Frame, Limits, MAX_EXT_LEN, local, proto, u64_of};
 
 /// What [`Decoder::feed`] found.
@@ -91,6 +91,7 @@ enum State {
 #[derive(Debug, Clone)]
 pub struct Decoder {
     limits: Limits,
+    version: u8,
     state: State,
     base: [u8; HEADER_LEN],
     ext: [u8; MAX_EXT_LEN],
@@ -120,6 +121,7 @@ impl Decoder {
     pub fn new(limits: Limits) -> Decoder {
         Decoder {
             limits,
+            version: VERSION,
             state: State::Base { filled: 0 },
             base: [0; HEADER_LEN],
             ext: [0; MAX_EXT_LEN],
@@ -129,6 +131,20 @@ impl Decoder {
     /// The limits frames are checked against.
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// The newest frame version accepted: [`VERSION`] unless
+    /// [`Decoder::set_version`] lowered it.
+    pub fn version(&self) -> u8 {
+        self.version
+    }
+
+    /// Accepts frames of versions [`MIN_VERSION`] to `version` only (the
+    /// version a connection agreed on; before that, [`MIN_VERSION`]), for
+    /// the frames whose headers are not complete yet. Values outside the
+    /// known versions are clamped to them.
+    pub fn set_version(&mut self, version: u8) {
+        self.version = version.clamp(MIN_VERSION, VERSION);
     }
 
     /// Changes the limits, for the frames whose headers are not complete
@@ -260,6 +276,12 @@ impl Decoder {
                             decode_header(&self.base, &self.limits)?
                         }
                     };
+                    if header.version > self.version {
+                        return Err(proto(format!(
+                            "tcp wire: version {} {} frame on a connection that speaks version {}",
+                            header.version, header.op, self.version
+                        )));
+                    }
                     if header.ext_len == 0 {
                         return Ok((used, Some(self.complete(header, Ext::None))));
                     }

@@ -9,7 +9,7 @@ use fabric_core::{ErrorKind, Result};
 
 use super::bytes::{Reader, Writer};
 use super::header::{ExtShape, Header, Op};
-use super::{Limits, MAX_RMA_IOV, VERSION, local, proto, u64_of};
+use super::{Limits, MAX_RMA_IOV, MIN_VERSION, VERSION, local, proto, u64_of};
 
 /// Bytes of one remote range on the wire: address, length, key (u64 each).
 pub const RMA_IOV_LEN: usize = 24;
@@ -497,11 +497,12 @@ pub struct CmHeader {
 }
 
 impl CmHeader {
-    /// A header speaking only this side's [`VERSION`], with `addr` (flow
-    /// info and scope id cleared) and `nonce`.
+    /// A header speaking every version this side knows ([`MIN_VERSION`]
+    /// to [`VERSION`]), with `addr` (flow info and scope id cleared) and
+    /// `nonce`.
     pub fn new(addr: Option<SocketAddr>, nonce: u64) -> CmHeader {
         CmHeader {
-            min_version: VERSION,
+            min_version: MIN_VERSION,
             max_version: VERSION,
             addr: addr.map(strip_v6_extras),
             nonce,
@@ -514,12 +515,27 @@ impl CmHeader {
         self.addr.map(|a| ConnKey::new(self.nonce, a))
     }
 
-    /// The highest version both this side ([`VERSION`]) and the header's
-    /// range speak, if any.
+    /// The highest version both this side ([`MIN_VERSION`] to
+    /// [`VERSION`]) and the header's range speak, if any.
     pub fn negotiate(&self) -> Option<u8> {
-        (self.min_version..=self.max_version)
-            .rev()
-            .find(|&v| v == VERSION)
+        self.negotiate_up_to(VERSION)
+    }
+
+    /// The highest version both the header's range and this side speak,
+    /// when this side speaks [`MIN_VERSION`] to `max` (an endpoint held to
+    /// an older version by its `ep_attr.protocol_version`).
+    pub fn negotiate_up_to(&self, max: u8) -> Option<u8> {
+        let hi = self.max_version.min(max).min(VERSION);
+        let lo = self.min_version.max(MIN_VERSION);
+        (lo <= hi).then_some(hi)
+    }
+
+    /// The version an answer (`ConnAccept`, `HelloAck`) names, when it is
+    /// well formed for a side speaking [`MIN_VERSION`] to `max`: one
+    /// version, in that range.
+    pub fn chosen(&self, max: u8) -> Option<u8> {
+        let v = self.min_version;
+        (v == self.max_version && (MIN_VERSION..=max.min(VERSION)).contains(&v)).then_some(v)
     }
 
     fn write(&self, w: &mut Writer<'_>) {
@@ -735,9 +751,21 @@ mod tests {
     fn negotiation_picks_ours_when_in_range() {
         let mut h = CmHeader::new(None, 0);
         assert_eq!(h.negotiate(), Some(VERSION));
+        assert_eq!(h.negotiate_up_to(1), Some(1));
+        h.max_version = 1;
+        assert_eq!(h.negotiate(), Some(1));
         h.min_version = 2;
         h.max_version = 5;
+        assert_eq!(h.negotiate(), Some(2));
+        assert_eq!(h.negotiate_up_to(1), None);
+        h.min_version = 3;
         assert_eq!(h.negotiate(), None);
+        h.min_version = 2;
+        h.max_version = 2;
+        assert_eq!(h.chosen(2), Some(2));
+        assert_eq!(h.chosen(1), None);
+        h.max_version = 3;
+        assert_eq!(h.chosen(3), None);
     }
 
     #[test]

@@ -218,6 +218,18 @@ impl Frame {
         self
     }
 
+    /// The same failed answer carrying a refusal reason of `len` bytes as
+    /// its payload (a version 2 frame: send it only on a connection that
+    /// agreed on version 2). `len` must be 1 to
+    /// [`MAX_REASON_LEN`](super::MAX_REASON_LEN) and the frame a failed
+    /// `Cts`, `Ack`, `ReadRsp` or `AtomicRsp` without payload;
+    /// [`Frame::validate`] says when it is not.
+    pub fn with_reason(mut self, len: usize) -> Frame {
+        self.header.version = 2;
+        self.header.payload_len = super::u64_of(len);
+        self
+    }
+
     /// The same frame with `flags` added (`ACK_TRANSMIT`, `ACK_DELIVERY`).
     pub fn with_flags(mut self, flags: Flags) -> Frame {
         self.header.flags |= flags;
@@ -236,7 +248,7 @@ impl Frame {
 
     /// Where the payload goes.
     pub fn payload_kind(&self) -> PayloadKind {
-        self.header.op.payload_kind()
+        self.header.payload_kind()
     }
 
     /// Runs the receiver's checks on this frame: what a peer with `limits`

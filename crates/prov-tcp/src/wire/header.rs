@@ -6,13 +6,26 @@ use std::fmt;
 use fabric_core::{ErrorKind, Result};
 
 use super::bytes::Reader;
-use super::{Limits, MAX_EXT_LEN, RMA_IOV_LEN, proto};
+use super::{Limits, MAX_EXT_LEN, RMA_IOV_LEN, proto, u64_of};
 
 /// First byte of every frame.
 pub const MAGIC: u8 = 0xFA;
 
-/// The protocol version this code speaks (second byte of every frame).
-pub const VERSION: u8 = 1;
+/// The newest protocol version this code speaks.
+///
+/// Version 2 adds one thing to version 1: a failed `Cts`, `Ack`, `ReadRsp`
+/// or `AtomicRsp` may carry the target's reason for the refusal as its
+/// payload (1 to [`MAX_REASON_LEN`] bytes of text). The two sides agree on
+/// a version in the connection handshake ([`super::CmHeader`]); a side
+/// sends version 2 frames only on connections that agreed on 2.
+pub const VERSION: u8 = 2;
+
+/// The oldest protocol version this code speaks; every frame of the
+/// handshake is written in it, so that any peer can read it.
+pub const MIN_VERSION: u8 = 1;
+
+/// Longest refusal reason a failed answer carries (version 2), in bytes.
+pub const MAX_REASON_LEN: usize = 256;
 
 /// Length of the base header in bytes.
 pub const HEADER_LEN: usize = 40;
@@ -130,6 +143,10 @@ pub enum PayloadKind {
     AtomicResult,
     /// Connection private data (at most [`Limits::max_private_data`]).
     PrivateData,
+    /// The target's reason for refusing a request (version 2: the payload
+    /// of a failed `Cts`, `Ack`, `ReadRsp` or `AtomicRsp`, at most
+    /// [`MAX_REASON_LEN`] bytes of text, to be read as untrusted UTF-8).
+    Reason,
 }
 
 /// The shape of an op's extended header.
@@ -151,6 +168,7 @@ enum PayloadBound {
     AtomicPayload,
     AtomicResult,
     PrivateData,
+    Reason,
 }
 
 impl Op {
@@ -168,6 +186,12 @@ impl Op {
     /// Whether the op carries a tag.
     pub const fn is_tagged(self) -> bool {
         matches!(self, Op::Tagged | Op::TaggedRts)
+    }
+
+    /// Whether a failed frame of this op may carry a refusal reason
+    /// (protocol version 2).
+    pub const fn takes_reason(self) -> bool {
+        matches!(self, Op::Cts | Op::Ack | Op::ReadRsp | Op::AtomicRsp)
     }
 
     /// Whether the op may carry a status (responses and refusals).
@@ -218,6 +242,7 @@ impl Op {
             PayloadKind::AtomicOperands => PayloadBound::AtomicPayload,
             PayloadKind::AtomicResult => PayloadBound::AtomicResult,
             PayloadKind::PrivateData => PayloadBound::PrivateData,
+            PayloadKind::Reason => PayloadBound::Reason,
         }
     }
 }
@@ -320,6 +345,11 @@ impl fmt::Debug for Flags {
 /// of the crate docs; [`decode_header`] reads and checks it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Header {
+    /// The frame's format version (byte 1): the oldest protocol version
+    /// that defines everything the frame uses, from [`MIN_VERSION`] to
+    /// [`VERSION`]. [`Header::new`] gives [`MIN_VERSION`]; only a failed
+    /// answer with a refusal reason needs 2.
+    pub version: u8,
     /// The operation.
     pub op: Op,
     /// Flags; only [`Op::allowed_flags`].
@@ -345,6 +375,7 @@ impl Header {
     /// A header of `op` with every other field zero.
     pub const fn new(op: Op) -> Header {
         Header {
+            version: MIN_VERSION,
             op,
             flags: Flags::NONE,
             ext_len: 0,
@@ -361,7 +392,7 @@ impl Header {
     pub fn encode(&self, out: &mut [u8; HEADER_LEN]) {
         // Constant offsets into a fixed-size array: checked at compile time.
         out[0] = MAGIC;
-        out[1] = VERSION;
+        out[1] = self.version;
         out[2] = self.op as u8;
         out[3] = self.ext_len;
         out[4..6].copy_from_slice(&self.flags.bits().to_le_bytes());
@@ -370,6 +401,17 @@ impl Header {
         out[16..24].copy_from_slice(&self.id.to_le_bytes());
         out[24..32].copy_from_slice(&self.tag.to_le_bytes());
         out[32..40].copy_from_slice(&self.data.to_le_bytes());
+    }
+
+    /// Where this frame's payload goes: the op's
+    /// [`payload_kind`](Op::payload_kind), except for a failed answer with a
+    /// payload, which is its refusal reason ([`PayloadKind::Reason`]).
+    pub const fn payload_kind(&self) -> PayloadKind {
+        if self.status.is_some() && self.payload_len != 0 && self.op.takes_reason() {
+            PayloadKind::Reason
+        } else {
+            self.op.payload_kind()
+        }
     }
 
     /// The header as bytes.
@@ -415,9 +457,9 @@ fn parse(bytes: &[u8; HEADER_LEN]) -> Result<Header> {
         )));
     }
     let version = r.u8().ok_or_else(truncated)?;
-    if version != VERSION {
+    if !(MIN_VERSION..=VERSION).contains(&version) {
         return Err(proto(format!(
-            "tcp wire: unsupported version {version} in header (this side speaks {VERSION})"
+            "tcp wire: unsupported version {version} in header (this side speaks {MIN_VERSION} to {VERSION})"
         )));
     }
     let op = r.u8().ok_or_else(truncated)?;
@@ -441,6 +483,7 @@ fn parse(bytes: &[u8; HEADER_LEN]) -> Result<Header> {
         })?),
     };
     Ok(Header {
+        version,
         op,
         flags,
         ext_len,
@@ -520,12 +563,31 @@ fn check_ext_len(h: &Header, limits: &Limits) -> Result<()> {
 fn check_payload_bound(h: &Header, limits: &Limits) -> Result<()> {
     let op = h.op;
     let len = h.payload_len;
+    if len != 0 && h.status.is_some() && op.takes_reason() && h.version >= 2 {
+        // A failed answer carries no data; from version 2 on it may carry
+        // the target's reason.
+        if len > u64_of(MAX_REASON_LEN) {
+            return Err(proto(format!(
+                "tcp wire: refusal reason of {len} bytes on a failed {op} (limit {MAX_REASON_LEN})"
+            )));
+        }
+        return Ok(());
+    }
+    if h.version != MIN_VERSION {
+        // One encoding per frame: a frame says the oldest version that
+        // defines it, and version 2 defines only reasons.
+        return Err(proto(format!(
+            "tcp wire: version {} {op} frame without a refusal reason (it is a version {MIN_VERSION} frame)",
+            h.version
+        )));
+    }
     let (limit, what) = match op.payload_bound() {
         PayloadBound::Zero => (0, "none"),
         PayloadBound::MsgSize => (limits.max_msg_size, "max_msg_size"),
         PayloadBound::AtomicPayload => (limits.max_atomic_payload(), "atomic operand limit"),
         PayloadBound::AtomicResult => (limits.max_atomic_result(), "atomic result limit"),
         PayloadBound::PrivateData => (limits.max_private_data, "max_private_data"),
+        PayloadBound::Reason => (u64_of(MAX_REASON_LEN), "refusal reason limit"),
     };
     if len > limit {
         return Err(if limit == 0 {
@@ -575,7 +637,7 @@ mod tests {
         h.data = 7;
         let b = h.to_bytes();
         assert_eq!(b[0], MAGIC);
-        assert_eq!(b[1], VERSION);
+        assert_eq!(b[1], MIN_VERSION);
         assert_eq!(b[2], 0x02);
         assert_eq!(&b[4..6], &[0b101, 0]);
         assert_eq!(&b[8..16], &12u64.to_le_bytes());

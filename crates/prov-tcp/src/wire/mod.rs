@@ -47,7 +47,10 @@ pub use ext::{
 };
 pub use fabric_core::kit::atomic::AtomicKind;
 pub use frame::{Frame, atomic_kind, atomic_op};
-pub use header::{Flags, HEADER_LEN, Header, MAGIC, Op, PayloadKind, VERSION, decode_header};
+pub use header::{
+    Flags, HEADER_LEN, Header, MAGIC, MAX_REASON_LEN, MIN_VERSION, Op, PayloadKind, VERSION,
+    decode_header,
+};
 
 use std::borrow::Cow;
 
