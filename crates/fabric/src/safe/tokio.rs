@@ -369,80 +369,80 @@ impl<B: IoBufMut> AsyncEndpoint<B> {
     }
 
     /// Sends `buf` to `to`; the completion hands the buffer back.
-    pub async fn send(
+    ///
+    /// The operations are futures (`async`), returned without an `async fn`
+    /// around them: nothing happens until the first poll, which posts.
+    pub fn send(
         &self,
         to: FiAddr,
         buf: B,
-    ) -> std::result::Result<Completion<B>, Rejected<B>> {
+    ) -> impl Future<Output = std::result::Result<Completion<B>, Rejected<B>>> + '_ {
         self.run(OpKind::Send, buf, move |ep, b| ep.send(to, b))
-            .await
     }
 
     /// Sends `buf` to `to` with remote CQ data (`fi_senddata`).
-    pub async fn send_with_data(
+    pub fn send_with_data(
         &self,
         to: FiAddr,
         buf: B,
         data: u64,
-    ) -> std::result::Result<Completion<B>, Rejected<B>> {
+    ) -> impl Future<Output = std::result::Result<Completion<B>, Rejected<B>>> + '_ {
         self.run(OpKind::Send, buf, move |ep, b| {
             ep.send_with_data(to, b, data)
         })
-        .await
     }
 
     /// Receives a message from any peer into `buf`.
-    pub async fn recv(&self, buf: B) -> std::result::Result<Completion<B>, Rejected<B>> {
-        self.run(OpKind::Recv, buf, |ep, b| ep.recv(b)).await
+    pub fn recv(
+        &self,
+        buf: B,
+    ) -> impl Future<Output = std::result::Result<Completion<B>, Rejected<B>>> + '_ {
+        self.run(OpKind::Recv, buf, |ep, b| ep.recv(b))
     }
 
     /// Sends `buf` to `to` with `tag`.
-    pub async fn tsend(
+    pub fn tsend(
         &self,
         to: FiAddr,
         tag: u64,
         buf: B,
-    ) -> std::result::Result<Completion<B>, Rejected<B>> {
+    ) -> impl Future<Output = std::result::Result<Completion<B>, Rejected<B>>> + '_ {
         self.run(OpKind::TaggedSend, buf, move |ep, b| ep.tsend(to, tag, b))
-            .await
     }
 
     /// Receives a tagged message whose tag equals `tag` in the bits
     /// `ignore` leaves, into `buf`.
-    pub async fn trecv(
+    pub fn trecv(
         &self,
         tag: u64,
         ignore: u64,
         buf: B,
-    ) -> std::result::Result<Completion<B>, Rejected<B>> {
+    ) -> impl Future<Output = std::result::Result<Completion<B>, Rejected<B>>> + '_ {
         self.run(OpKind::TaggedRecv, buf, move |ep, b| {
             ep.trecv(tag, ignore, b)
         })
-        .await
     }
 
     /// Writes all of `buf` to the start of `remote` on peer `to`.
-    pub async fn write(
+    pub fn write(
         &self,
         to: FiAddr,
         buf: B,
         remote: &RemoteRegion,
-    ) -> std::result::Result<Completion<B>, Rejected<B>> {
+    ) -> impl Future<Output = std::result::Result<Completion<B>, Rejected<B>>> + '_ {
         let remote = *remote;
         self.run(OpKind::Write, buf, move |ep, b| ep.write(to, b, &remote))
-            .await
     }
 
     /// Reads from the start of `remote` on peer `from` until `buf` is full.
-    pub async fn read(
+    pub fn read(
         &self,
         from: FiAddr,
         buf: B,
         remote: &RemoteRegion,
-    ) -> std::result::Result<Completion<B>, Rejected<B>> {
+    ) -> impl Future<Output = std::result::Result<Completion<B>, Rejected<B>>> + '_ {
         let remote = *remote;
         self.run(OpKind::Read, buf, move |ep, b| ep.read(from, b, &remote))
-            .await
     }
 
     /// Applies `op` with `operand` to the first element of `target` on
@@ -579,27 +579,20 @@ impl<B: IoBufMut> AsyncEndpoint<B> {
         Ok(id)
     }
 
-    /// Posts with `f` (again, after `Again`) and awaits the completion.
-    async fn run<F>(
-        &self,
-        kind: OpKind,
-        buf: B,
-        f: F,
-    ) -> std::result::Result<Completion<B>, Rejected<B>>
+    /// The future that posts with `f` (again, after `Again`) and awaits
+    /// the completion.
+    fn run<F>(&self, kind: OpKind, buf: B, f: F) -> Op<'_, B, B, F>
     where
         F: FnMut(&mut Endpoint<B>, B) -> std::result::Result<OpId, Rejected<B>>,
     {
-        let mut f = f;
         Op {
             inner: &self.inner,
-            f: move |ep: &mut Endpoint<B>, b: B| f(ep, b).map_err(Refused::from),
+            f,
             buf: Some(buf),
             receive: kind.is_receive(),
             id: None,
             done: false,
         }
-        .await
-        .map_err(|r| Rejected::new(r.error, r.back))
     }
 
     async fn run_atomic<F>(&self, mut f: F) -> Result<Completion<B>>
@@ -608,12 +601,7 @@ impl<B: IoBufMut> AsyncEndpoint<B> {
     {
         Op {
             inner: &self.inner,
-            f: move |ep: &mut Endpoint<B>, ()| {
-                f(ep).map_err(|error| Refused {
-                    error,
-                    back: Some(()),
-                })
-            },
+            f: move |ep: &mut Endpoint<B>, ()| f(ep).map_err(|e| Rejected::new(e, Some(()))),
             buf: Some(()),
             receive: false,
             id: None,
@@ -667,7 +655,6 @@ impl<B: IoBufMut> State<B> {
                 if let Some(cell) = cell {
                     *cell = Cell::Free;
                 }
-                release.push(id);
                 mine = Some(c);
                 return None;
             }
@@ -703,8 +690,13 @@ impl<B: IoBufMut> State<B> {
             }
             None
         })?;
-        for id in self.release.drain(..) {
-            self.ep.release(id);
+        if let Some(c) = &mine {
+            self.ep.release(c.id());
+        }
+        if !self.release.is_empty() {
+            for id in self.release.drain(..) {
+                self.ep.release(id);
+            }
         }
         if n > 0 {
             self.busy();
@@ -845,8 +837,10 @@ impl<B: IoBufMut> State<B> {
                 }
             }
         }
-        for w in self.posters.drain(..) {
-            w.wake();
+        if !self.posters.is_empty() {
+            for w in self.posters.drain(..) {
+                w.wake();
+            }
         }
     }
 
@@ -1001,21 +995,6 @@ impl<B: IoBufMut> Inner<B> {
     }
 }
 
-/// A post that was not accepted, with what it was given back.
-struct Refused<T> {
-    error: Error,
-    back: Option<T>,
-}
-
-impl<B> From<Rejected<B>> for Refused<B> {
-    fn from(r: Rejected<B>) -> Self {
-        Refused {
-            error: r.error,
-            back: r.buf,
-        }
-    }
-}
-
 /// One operation: posts it (again, after `Again`, once completions were
 /// read), then awaits its completion, in one future and under one lock
 /// per poll. `T` is the buffer (`()` for atomics). Dropping it before it
@@ -1036,17 +1015,17 @@ impl<B: IoBufMut, T, F> Unpin for Op<'_, B, T, F> {}
 impl<B, T, F> Future for Op<'_, B, T, F>
 where
     B: IoBufMut,
-    F: FnMut(&mut Endpoint<B>, T) -> std::result::Result<OpId, Refused<T>>,
+    F: FnMut(&mut Endpoint<B>, T) -> std::result::Result<OpId, Rejected<T>>,
 {
-    type Output = std::result::Result<Completion<B>, Refused<T>>;
+    type Output = std::result::Result<Completion<B>, Rejected<T>>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         if this.done {
-            return Poll::Ready(Err(Refused {
-                error: Error::inval("an operation's future was polled after it completed"),
-                back: None,
-            }));
+            return Poll::Ready(Err(Rejected::new(
+                Error::inval("an operation's future was polled after it completed"),
+                None,
+            )));
         }
         let mut st = this.inner.lock();
         let id = match this.id {
@@ -1070,7 +1049,7 @@ where
                 Poll::Ready(Ok(c))
             }
             // The operation is still in flight as far as the drop knows.
-            Poll::Ready(Err(error)) => Poll::Ready(Err(Refused { error, back: None })),
+            Poll::Ready(Err(error)) => Poll::Ready(Err(Rejected::new(error, None))),
             Poll::Pending => Poll::Pending,
         }
     }
@@ -1079,7 +1058,7 @@ where
 impl<B, T, F> Op<'_, B, T, F>
 where
     B: IoBufMut,
-    F: FnMut(&mut Endpoint<B>, T) -> std::result::Result<OpId, Refused<T>>,
+    F: FnMut(&mut Endpoint<B>, T) -> std::result::Result<OpId, Rejected<T>>,
 {
     /// Posts the operation; `Pending` while the queue is full and another
     /// future reads it.
@@ -1087,13 +1066,13 @@ where
         &mut self,
         st: &mut MutexGuard<'_, State<B>>,
         cx: &mut Context<'_>,
-    ) -> Poll<std::result::Result<OpId, Refused<T>>> {
+    ) -> Poll<std::result::Result<OpId, Rejected<T>>> {
         loop {
             let Some(buf) = self.buf.take() else {
-                return Poll::Ready(Err(Refused {
-                    error: Error::inval("an operation's future was polled after it completed"),
-                    back: None,
-                }));
+                return Poll::Ready(Err(Rejected::new(
+                    Error::inval("an operation's future was polled after it completed"),
+                    None,
+                )));
             };
             let refused = match (self.f)(&mut st.ep, buf) {
                 Ok(id) => {
@@ -1110,9 +1089,9 @@ where
                 Err(r) => r,
             };
             match refused {
-                Refused {
+                Rejected {
                     error,
-                    back: Some(back),
+                    buf: Some(back),
                 } if error.kind() == ErrorKind::Again => {
                     // The queue is full: read completions (which frees
                     // room), or wait until another future has read some.
@@ -1130,10 +1109,7 @@ where
                         Ok((0, _)) => {}
                         Ok(_) => continue,
                         Err(error) => {
-                            return Poll::Ready(Err(Refused {
-                                error,
-                                back: self.buf.take(),
-                            }));
+                            return Poll::Ready(Err(Rejected::new(error, self.buf.take())));
                         }
                     }
                     cx.waker().wake_by_ref();

@@ -8,6 +8,7 @@
 //! those of [`AsyncEndpoint`], driven as described in the
 //! [module docs](super).
 
+use std::future::Future;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -314,56 +315,66 @@ impl<B: IoBufMut> AsyncConnection<B> {
     }
 
     /// Sends `buf` to the peer; the completion hands the buffer back.
-    pub async fn send(&self, buf: B) -> std::result::Result<Completion<B>, Rejected<B>> {
-        self.ep.send(FiAddr::UNSPEC, buf).await
+    pub fn send(
+        &self,
+        buf: B,
+    ) -> impl Future<Output = std::result::Result<Completion<B>, Rejected<B>>> + '_ {
+        self.ep.send(FiAddr::UNSPEC, buf)
     }
 
     /// Sends `buf` with remote CQ data.
-    pub async fn send_with_data(
+    pub fn send_with_data(
         &self,
         buf: B,
         data: u64,
-    ) -> std::result::Result<Completion<B>, Rejected<B>> {
-        self.ep.send_with_data(FiAddr::UNSPEC, buf, data).await
+    ) -> impl Future<Output = std::result::Result<Completion<B>, Rejected<B>>> + '_ {
+        self.ep.send_with_data(FiAddr::UNSPEC, buf, data)
     }
 
     /// Receives a message into `buf`.
-    pub async fn recv(&self, buf: B) -> std::result::Result<Completion<B>, Rejected<B>> {
-        self.ep.recv(buf).await
+    pub fn recv(
+        &self,
+        buf: B,
+    ) -> impl Future<Output = std::result::Result<Completion<B>, Rejected<B>>> + '_ {
+        self.ep.recv(buf)
     }
 
     /// Sends `buf` with `tag`.
-    pub async fn tsend(&self, tag: u64, buf: B) -> std::result::Result<Completion<B>, Rejected<B>> {
-        self.ep.tsend(FiAddr::UNSPEC, tag, buf).await
+    pub fn tsend(
+        &self,
+        tag: u64,
+        buf: B,
+    ) -> impl Future<Output = std::result::Result<Completion<B>, Rejected<B>>> + '_ {
+        self.ep.tsend(FiAddr::UNSPEC, tag, buf)
     }
 
     /// Receives a tagged message whose tag equals `tag` in the bits
     /// `ignore` leaves, into `buf`.
-    pub async fn trecv(
+    pub fn trecv(
         &self,
         tag: u64,
         ignore: u64,
         buf: B,
-    ) -> std::result::Result<Completion<B>, Rejected<B>> {
-        self.ep.trecv(tag, ignore, buf).await
+    ) -> impl Future<Output = std::result::Result<Completion<B>, Rejected<B>>> + '_ {
+        self.ep.trecv(tag, ignore, buf)
     }
 
     /// Writes all of `buf` to the start of the peer's `remote`.
-    pub async fn write(
+    pub fn write(
         &self,
         buf: B,
         remote: &RemoteRegion,
-    ) -> std::result::Result<Completion<B>, Rejected<B>> {
-        self.ep.write(FiAddr::UNSPEC, buf, remote).await
+    ) -> impl Future<Output = std::result::Result<Completion<B>, Rejected<B>>> + '_ {
+        self.ep.write(FiAddr::UNSPEC, buf, remote)
     }
 
     /// Reads from the start of the peer's `remote` until `buf` is full.
-    pub async fn read(
+    pub fn read(
         &self,
         buf: B,
         remote: &RemoteRegion,
-    ) -> std::result::Result<Completion<B>, Rejected<B>> {
-        self.ep.read(FiAddr::UNSPEC, buf, remote).await
+    ) -> impl Future<Output = std::result::Result<Completion<B>, Rejected<B>>> + '_ {
+        self.ep.read(FiAddr::UNSPEC, buf, remote)
     }
 
     /// Sends a small message at once, copying it (no completion).
