@@ -777,6 +777,7 @@ impl<B: IoBufMut> Endpoint<B> {
     /// Reads what the completion queue holds, without blocking, and hands
     /// each completion to `sink`; what `sink` gives back is kept for the
     /// `wait` and `poll` calls. Returns how many completions came.
+    #[inline(always)]
     pub(super) fn reap_with<S>(&mut self, sink: S) -> Result<usize>
     where
         S: FnMut(Completion<B>) -> Option<Completion<B>>,
@@ -792,6 +793,7 @@ impl<B: IoBufMut> Endpoint<B> {
 
     /// Reads the completion queue once; the first completion `want`
     /// names (any, with `None`) comes back at once, the others are kept.
+    #[inline(always)]
     fn take_fresh(&mut self, want: Option<OpId>) -> Result<(usize, Option<Completion<B>>)> {
         let mut found = None;
         let n = self.reap_with(|c| {
@@ -807,6 +809,7 @@ impl<B: IoBufMut> Endpoint<B> {
 
     /// Turns the `n` entries a read left in `entries` (and `sources`, with
     /// `FI_SOURCE`) back into their operations, for `sink`.
+    #[inline(always)]
     fn absorb<S>(&mut self, r: Result<usize>, mut sink: S) -> Result<usize>
     where
         S: FnMut(Completion<B>) -> Option<Completion<B>>,
@@ -846,7 +849,10 @@ impl<B: IoBufMut> Endpoint<B> {
         }
     }
 
-    /// Turns one completion-queue entry back into its operation.
+    /// Turns one completion-queue entry back into its operation (inlined:
+    /// the completion is then built where its reader keeps it, not moved
+    /// through a temporary).
+    #[inline(always)]
     fn complete(
         &mut self,
         e: &CqEntry,
@@ -960,6 +966,7 @@ impl<B: IoBufMut> Endpoint<B> {
     }
 
     /// Takes a slot for an operation; returns its index and ticket.
+    #[inline(always)]
     fn start(&mut self, kind: OpKind, buf: Option<B>) -> (usize, OpId) {
         let index = match self.free.pop() {
             Some(i) => i,
