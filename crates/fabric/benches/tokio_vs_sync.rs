@@ -6,7 +6,11 @@
 //!
 //! `cargo bench -p fabric --features tokio --bench tokio_vs_sync`; issue
 //! #22 asks for the tokio path within 1.5x of the synchronous busy-poll
-//! path. (The idle CPU of the tokio path is checked by
+//! path. The spawned task is how an application runs: `block_on` parks
+//! on the reactor (a system call) every time its future is pending, which
+//! a busy ping-pong is once per message. `benches/ratios.rs` measures the
+//! same paths in alternating blocks, for ratios that machine noise does
+//! not move. (The idle CPU of the tokio path is checked by
 //! `tests/tokio_idle.rs`.)
 
 #![allow(clippy::unwrap_used, missing_docs)]
