@@ -6,15 +6,17 @@
 //! # How completions reach the futures
 //!
 //! An [`AsyncEndpoint`] is a cheap, cloneable handle to one
-//! [`Endpoint`] shared by every task that uses it. Each
-//! operation is posted under a short lock and gets a cell in a table keyed
-//! by its slab slot (the [`OpId`]'s index), so once the table and the slab
-//! have grown to the peak number of operations in flight, an operation
-//! allocates nothing.
+//! [`Endpoint`] shared by every task that uses it. An
+//! operation is one future: its first poll posts it under a short lock
+//! and gives it a cell in a table keyed by its slab slot (the [`OpId`]'s
+//! index), then, under the same lock, waits for it as below; once the
+//! table and the slab have grown to the peak number of operations in
+//! flight, an operation allocates nothing.
 //!
 //! One of the waiting futures at a time is the **driver**: it reads the
-//! completion queue and hands every completion to the cell of its
-//! operation, waking the future that waits for it. The driver polls the
+//! completion queue and hands every completion, straight from the queue's
+//! entries, to the cell of its operation, waking the future that waits
+//! for it; its own completion comes straight back to it. The driver polls the
 //! queue without sleeping (it wakes itself and yields to the runtime
 //! between reads; after 20 µs it also yields the thread) for up to 2 ms
 //! after the last completion, as the synchronous
@@ -634,11 +636,7 @@ impl<B: IoBufMut> State<B> {
     /// Reads the completion queue once and hands what came to its cells,
     /// straight from the queue's entries; the completion of `own` (the
     /// driver's operation) comes back instead. Returns how many came.
-    fn reap(&mut self, own: Who) -> Result<(usize, Option<Completion<B>>)> {
-        let own = match own {
-            Who::Op(id) => Some(id),
-            Who::Stream | Who::Drain => None,
-        };
+    fn reap(&mut self, own: Option<OpId>) -> Result<(usize, Option<Completion<B>>)> {
         let mut mine = None;
         let State {
             ep,
@@ -926,7 +924,11 @@ impl<B: IoBufMut> Inner<B> {
             // has to wait: an operation that completes at once costs no
             // waker clone (everything here is under the lock, so nothing
             // can be missed meanwhile).
-            match st.reap(who) {
+            let own = match who {
+                Who::Op(id) => Some(id),
+                Who::Stream | Who::Drain => None,
+            };
+            match st.reap(own) {
                 Ok((_, Some(c))) => {
                     mine = Some(c);
                     continue;
@@ -1105,7 +1107,7 @@ where
                     }
                     // Nobody reads the queue: read it ourselves, and keep
                     // trying (yielding) until the post goes through.
-                    match st.reap(Who::Drain) {
+                    match st.reap(None) {
                         Ok((0, _)) => {}
                         Ok(_) => continue,
                         Err(error) => {
