@@ -20,12 +20,23 @@
 //! Single probes and pairs judged by those cold samples, and the choice
 //! stuck with whichever its first few messages favoured.
 //!
+//!
+//! A message's time is its *service time*: from its announcement, or from
+//! the completion of the class's previous message if that came later, to
+//! its `ACK`. A lone message (ping-pong) is timed from its announcement
+//! as before; messages sent in a window (`fabric bw`) wait behind the
+//! ones before them, and timing that wait (each message of a window of 64
+//! took about 64 times the interval between completions) judged the
+//! protocols by whichever happened to start a window unqueued, not by
+//! their throughput.
+//!
 //! Only the domain's engine (under its lock) picks and records; the words
 //! are atomics only so that the peer, which application threads share, can
 //! hold them.
 
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Instant;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 /// One run in this many messages of a class takes the protocol that is not
 /// the faster one, to keep its estimate current.
@@ -61,6 +72,15 @@ struct Class {
     ns_per_kib: [AtomicU32; 2],
     /// Messages of this class so far (wraps).
     turn: AtomicU32,
+    /// When the class's last timed message completed, in nanoseconds
+    /// since [`epoch`] (0: none yet).
+    last_done: AtomicU64,
+}
+
+/// The origin of [`Class::last_done`]: the first time any class is timed.
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
 }
 
 /// What [`Choice::pick`] decided, to be handed back to
@@ -104,9 +124,25 @@ impl Choice {
 
     /// Adds the time since `probe` was taken for a `len`-byte message that
     /// completed without error.
+    /// The time is the message's service time (see the module docs).
     pub(crate) fn record(&self, probe: Probe, len: usize) {
-        let ns = probe.at.elapsed().as_nanos();
-        self.add(usize::from(probe.class), probe.cma, ns, len);
+        self.record_at(probe, len, Instant::now());
+    }
+
+    /// [`record`](Self::record) for a message that completed at `now`.
+    fn record_at(&self, probe: Probe, len: usize, now: Instant) {
+        let class = usize::from(probe.class);
+        let last = &self.classes[class].last_done;
+        let base = epoch();
+        let prev = last.load(Ordering::Relaxed);
+        let start = match base.checked_add(Duration::from_nanos(prev)) {
+            Some(t) if prev != 0 && t > probe.at => t,
+            _ => probe.at,
+        };
+        let done = u64::try_from(now.saturating_duration_since(base).as_nanos()).unwrap_or(0);
+        last.store(done.max(1), Ordering::Relaxed);
+        let ns = now.saturating_duration_since(start).as_nanos();
+        self.add(class, probe.cma, ns, len);
     }
 
     /// Adds a sample: `ns` for a `len`-byte message of `class`.
@@ -191,6 +227,33 @@ mod tests {
         assert_eq!(cma, EXPLORE * 4 - 4 * RUN);
         // Other classes are untouched.
         assert!(!c.pick(1 << 20).cma());
+    }
+
+    #[test]
+    fn a_queued_message_is_timed_from_the_previous_completion() {
+        let c = Choice::default();
+        let len = 1 << 20;
+        let class = class_of(len);
+        let est = |c: &Choice| c.classes[class].ns_per_kib[0].load(Ordering::Relaxed);
+        let ms = |n: u64| Duration::from_millis(n);
+        let _ = epoch();
+        // Two messages announced together; the first completes after
+        // 30 ms, the second 20 ms later: its service time is those 20 ms,
+        // not the 50 since its announcement.
+        let (a, b) = (c.pick(len), c.pick(len));
+        let t0 = a.at.max(b.at);
+        c.record_at(a, len, t0 + ms(30));
+        let first = est(&c);
+        assert!(first >= 30_000_000 / 1024, "{first} ns per KiB");
+        c.record_at(b, len, t0 + ms(50));
+        assert!(est(&c) <= 20_000_000 / 1024 + 1, "{} ns per KiB", est(&c));
+        // A message announced after the last completion is timed from its
+        // announcement: 5 ms.
+        let mut p = c.pick(len);
+        p.at = t0 + ms(100);
+        c.record_at(p, len, t0 + ms(105));
+        assert!(est(&c) <= 5_000_000 / 1024 + 1, "{} ns per KiB", est(&c));
+        assert!(est(&c) >= 5_000_000 / 1024 - 1, "{} ns per KiB", est(&c));
     }
 
     #[test]
