@@ -339,14 +339,15 @@ impl Tx {
             // as far as sending (a silent accepted socket) costs nothing.
             self.flat = vec![0; MAX_FRAME_HEADER_LEN + FLAT_MAX].into_boxed_slice();
         }
-        let mut head = [0u8; MAX_FRAME_HEADER_LEN];
-        let flat = match self.flat.first_chunk_mut::<MAX_FRAME_HEADER_LEN>() {
-            Some(h) if body_len <= FLAT_MAX => h,
-            _ => &mut head,
-        };
-        let head_len = frame.encode(flat);
-        let total = head_len + body_len;
-        let r = if body_len <= FLAT_MAX {
+        // Small: headers and payload copied into one buffer, one send.
+        // Else the headers on the stack and the payload where it is.
+        let flat = self
+            .flat
+            .first_chunk_mut::<MAX_FRAME_HEADER_LEN>()
+            .filter(|_| body_len <= FLAT_MAX);
+        let (r, total) = if let Some(h) = flat {
+            let head_len = frame.encode(h);
+            let total = head_len + body_len;
             let body = self.flat.get_mut(head_len..total).unwrap_or_default();
             match &src {
                 Src::Bytes(b) => body.copy_from_slice(b),
@@ -355,8 +356,13 @@ impl Tx {
                 Src::User(p) => _ = unsafe { p.read_at(0, body) },
                 Src::None | Src::Region(_) => {}
             }
-            sys::send_buf(fd, self.flat.get(..total).unwrap_or_default())
+            (
+                sys::send_buf(fd, self.flat.get(..total).unwrap_or_default()),
+                total,
+            )
         } else {
+            let mut head = [0u8; MAX_FRAME_HEADER_LEN];
+            let head_len = frame.encode(&mut head);
             let mut iov = [NO_IOV; 1 + IOV_LIMIT];
             iov[0] = sys::iov(head.as_ptr(), head_len);
             let n = match &src {
@@ -370,7 +376,8 @@ impl Tx {
             // SAFETY: the iovecs point into `head` and `src`: transient
             // bytes borrowed for this call, or user buffers that the send
             // contract keeps valid until the operation completes.
-            unsafe { sys::send_iov(fd, iov.get(..n).unwrap_or_default()) }
+            let r = unsafe { sys::send_iov(fd, iov.get(..n).unwrap_or_default()) };
+            (r, head_len + body_len)
         };
         let (sent, err) = match r {
             Ok(k) if k == total => return Ok(Some(done)),

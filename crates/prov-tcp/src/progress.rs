@@ -14,7 +14,7 @@
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Mutex, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use fabric_core::kit::objects::Progress;
@@ -78,7 +78,11 @@ const EVENTS: usize = 256;
 
 #[derive(Debug)]
 struct State {
-    eps: Vec<Weak<dyn EpProgress>>,
+    /// The endpoints, by number: held strongly, so that a progress pass
+    /// reaches them without an upgrade (two locked instructions per
+    /// endpoint and pass); an endpoint's handle takes it out when it is
+    /// closed ([`Poller::unregister`]).
+    eps: Vec<(u32, Arc<dyn EpProgress>)>,
     ready: Vec<u64>,
     /// Progress calls, for [`EPOLL_EVERY`].
     calls: u32,
@@ -275,21 +279,38 @@ impl Poller {
                 .state
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            st.eps.iter().filter_map(Weak::upgrade).collect()
+            st.eps.iter().map(|(_, ep)| ep.clone()).collect()
         };
         for ep in eps {
             ep.watch_all();
         }
     }
 
-    /// Adds an endpoint to progress.
-    pub(crate) fn register(&self, ep: Weak<dyn EpProgress>) {
+    /// Adds endpoint number `no` to progress, until
+    /// [`Poller::unregister`].
+    pub(crate) fn register(&self, no: u32, ep: Arc<dyn EpProgress>) {
         let mut st = self
             .state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        st.eps.retain(|w| w.strong_count() > 0);
-        st.eps.push(ep);
+        st.eps.push((no, ep));
+    }
+
+    /// Takes endpoint number `no` out of progress (its handle is closed).
+    /// A pass in progress finishes first; the endpoint is released after
+    /// the engine's lock, so that its drop runs outside it.
+    pub(crate) fn unregister(&self, no: u32) {
+        let gone = {
+            let mut st = self
+                .state
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            st.eps
+                .iter()
+                .position(|(n, _)| *n == no)
+                .map(|i| st.eps.remove(i))
+        };
+        drop(gone);
     }
 
     /// Blocks until a watched socket is ready or the timeout passes.
@@ -315,12 +336,10 @@ impl Progress for Poller {
         st.calls = st.calls.wrapping_add(1);
         if st.calls % EPOLL_EVERY != 0 {
             let mut direct = !st.eps.is_empty();
-            for w in st.eps.iter() {
-                if let Some(ep) = w.upgrade() {
-                    if ep.progress_direct().is_none() {
-                        direct = false;
-                        break;
-                    }
+            for (_, ep) in st.eps.iter() {
+                if ep.progress_direct().is_none() {
+                    direct = false;
+                    break;
                 }
             }
             if direct {
@@ -344,10 +363,8 @@ impl Progress for Poller {
             Err(rustix::io::Errno::INTR) => {}
             Err(e) => return Err(io(e)),
         }
-        for w in st.eps.iter() {
-            if let Some(ep) = w.upgrade() {
-                ep.progress(&st.ready)?;
-            }
+        for (_, ep) in st.eps.iter() {
+            ep.progress(&st.ready)?;
         }
         Ok(())
     }
@@ -387,7 +404,7 @@ impl Progress for Poller {
                 .state
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            st.eps.iter().filter_map(Weak::upgrade).collect()
+            st.eps.iter().map(|(_, ep)| ep.clone()).collect()
         };
         if eps.iter().any(|ep| ep.pending()) {
             return Err(Error::new(

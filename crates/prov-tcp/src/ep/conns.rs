@@ -142,11 +142,6 @@ impl<T> Conns<T> {
         self.slots.iter().filter_map(|s| s.value.as_ref())
     }
 
-    /// The connections, to change.
-    pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut T> {
-        self.slots.iter_mut().filter_map(|s| s.value.as_mut())
-    }
-
     /// The connection numbers.
     pub(crate) fn keys(&self) -> impl Iterator<Item = u32> + '_ {
         self.iter().map(|(id, _)| id)

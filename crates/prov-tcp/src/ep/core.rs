@@ -156,7 +156,8 @@ pub(crate) struct EpInner {
     pub binds: Mutex<Binds>,
     pub bound: OnceLock<Binds>,
     pub enabled: AtomicBool,
-    /// Transmit operations accepted and not completed.
+    /// Transmit operations accepted and not completed (changed only with
+    /// the state locked: [`EpInner::op_started`]).
     pub outstanding: AtomicUsize,
     /// Some connection has frames queued (progress must flush).
     pub tx_waiting: AtomicBool,
@@ -255,9 +256,7 @@ impl EpInner {
             srx: OnceLock::new(),
             srx_mail: Arc::new(AtomicBool::new(false)),
         });
-        let weak: std::sync::Weak<dyn EpProgress> =
-            Arc::downgrade(&(inner.clone() as Arc<dyn EpProgress>));
-        poller.register(weak);
+        poller.register(inner.ep_no, inner.clone());
         inner
     }
 
@@ -507,32 +506,32 @@ impl EpProgress for EpInner {
         if !direct_ok(st) {
             return None;
         }
-        if self.poller.may_unwatch() {
-            for c in st.conns.values_mut() {
-                if c.watched && !c.want_write {
-                    c.watched = false;
-                    self.unwatched.store(true, Ordering::Relaxed);
-                    let _ = self.poller.remove(c.fd());
-                }
+        // The (at most DIRECT_CONNS) connections, gathered on the stack,
+        // and out of the epoll set while nobody can block on it.
+        let unwatch = self.poller.may_unwatch();
+        let mut ids = [0u32; DIRECT_CONNS];
+        let mut n = 0;
+        for (cid, c) in st.conns.iter_mut() {
+            if unwatch && c.watched && !c.want_write {
+                c.watched = false;
+                self.unwatched.store(true, Ordering::Relaxed);
+                let _ = self.poller.remove(c.fd());
+            }
+            if let Some(slot) = ids.get_mut(n) {
+                *slot = cid;
+                n += 1;
             }
         }
+        let ids = ids.get(..n).unwrap_or_default();
         if self.tx_waiting.load(Ordering::Acquire) && self.tx_waiting.swap(false, Ordering::AcqRel)
         {
-            let mut ids = std::mem::take(&mut st.flush_ids);
-            ids.clear();
-            ids.extend(st.conns.keys());
-            for cid in ids.iter() {
+            for cid in ids {
                 self.flush_one(st, b, *cid);
             }
-            st.flush_ids = ids;
         }
-        let mut ids = std::mem::take(&mut st.flush_ids);
-        ids.clear();
-        ids.extend(st.conns.keys());
-        for cid in ids.iter() {
+        for cid in ids {
             self.read_conn(st, b, *cid);
         }
-        st.flush_ids = ids;
         if st.rx.waits_for_cq() {
             st.rx.cq_read(b);
         }

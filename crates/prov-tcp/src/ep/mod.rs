@@ -71,6 +71,14 @@ pub struct TcpEndpoint {
     inner: Arc<EpInner>,
 }
 
+impl Drop for TcpEndpoint {
+    /// The endpoint leaves its engine's progress (which holds it strongly
+    /// while it is open); it closes once nothing else holds it.
+    fn drop(&mut self) {
+        self.inner.poller.unregister(self.inner.ep_no);
+    }
+}
+
 impl TcpEndpoint {
     /// Opens an RDM endpoint for `info`, listening on its source address
     /// (port 0: any free port; no address: 127.0.0.1).
@@ -92,9 +100,12 @@ impl TcpEndpoint {
             poller.clone(),
             mr,
         );
-        poller.add(listener.as_fd(), token(inner.ep_no, 0))?;
-        inner.lock().listener = Some(listener);
-        Ok(TcpEndpoint { inner })
+        // The handle first: on an error below, its drop takes the endpoint
+        // out of progress again.
+        let ep = TcpEndpoint { inner };
+        poller.add(listener.as_fd(), token(ep.inner.ep_no, 0))?;
+        ep.inner.lock().listener = Some(listener);
+        Ok(ep)
     }
 
     /// Opens a MSG endpoint: unconnected (then `connect`), or for the
@@ -105,10 +116,11 @@ impl TcpEndpoint {
             None => None,
         };
         let inner = EpInner::new(info, Kind::Msg, None, State::new(false), poller, mr);
+        let ep = TcpEndpoint { inner };
         if let Some(pc) = pending {
-            inner.msg_adopt(pc)?;
+            ep.inner.msg_adopt(pc)?;
         }
-        Ok(TcpEndpoint { inner })
+        Ok(ep)
     }
 
     /// The object id that this endpoint's EQ events carry in `fid`.

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use fabric_core::kit::objects::{Eq, EqCore, Progress};
@@ -104,6 +104,14 @@ pub struct TcpPassiveEndpoint {
     inner: Arc<PepInner>,
 }
 
+impl Drop for TcpPassiveEndpoint {
+    /// The passive endpoint leaves its engine's progress (which holds it
+    /// strongly while it is open).
+    fn drop(&mut self) {
+        self.inner.poller.unregister(self.inner.ep_no);
+    }
+}
+
 impl TcpPassiveEndpoint {
     /// Opens a passive endpoint bound to `info.src_addr` (port 0: any free
     /// port; no address: every IPv4 interface).
@@ -130,8 +138,7 @@ impl TcpPassiveEndpoint {
             waiting: AtomicBool::new(false),
             state: Mutex::new(PepState::default()),
         });
-        let weak: Weak<dyn EpProgress> = Arc::downgrade(&(inner.clone() as Arc<dyn EpProgress>));
-        poller.register(weak);
+        poller.register(ep_no, inner.clone());
         if crate::progress::wants_auto(&info.domain_attr) {
             crate::progress::spawn_auto(Arc::downgrade(&poller));
         }

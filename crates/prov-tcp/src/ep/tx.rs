@@ -119,8 +119,15 @@ fn ack_flags(flags: OpFlags) -> Flags {
 
 impl EpInner {
     /// A transmit operation finished.
+    ///
+    /// Called with the endpoint's state locked, as every change of
+    /// `outstanding` is (see [`EpInner::op_started`]).
     pub(crate) fn tx_complete(&self, b: &Binds, done: TxDone, err: Option<&Error>) {
-        self.outstanding.fetch_sub(1, Ordering::AcqRel);
+        // Changes are serialized by the state lock: a load and a store, no
+        // locked instruction.
+        let n = self.outstanding.load(Ordering::Relaxed);
+        self.outstanding
+            .store(n.saturating_sub(1), Ordering::Release);
         let e = CqEntry {
             context: done.context,
             flags: done.flags,
@@ -419,6 +426,19 @@ impl EpInner {
         }
     }
 
+    /// One more transmit operation outstanding. Every change of the count
+    /// happens with the endpoint's state locked (`st` says so; completions
+    /// run inside operations and progress passes, which hold it), so a load
+    /// and a store suffice where a locked read-modify-write would cost the
+    /// send path a locked instruction; readers outside the lock
+    /// ([`EpInner::tx_start`]) only load it.
+    #[inline]
+    pub(crate) fn op_started(&self, st: &State) {
+        let _ = st;
+        let n = self.outstanding.load(Ordering::Relaxed);
+        self.outstanding.store(n + 1, Ordering::Release);
+    }
+
     /// Checks that a transmit operation may start; `Again` when
     /// `tx_attr.size` operations are outstanding (after one progress
     /// attempt).
@@ -533,7 +553,7 @@ impl EpInner {
                 Some((id, Pending::Rndv { buf, done, ack })),
             )
         };
-        self.outstanding.fetch_add(1, Ordering::AcqRel);
+        self.op_started(&st);
         self.submit(
             &mut st,
             b,
@@ -593,7 +613,7 @@ impl EpInner {
         if flags.contains(OpFlags::REMOTE_CQ_DATA) {
             f = f.with_cq_data(data);
         }
-        self.outstanding.fetch_add(1, Ordering::AcqRel);
+        self.op_started(&st);
         self.submit(
             &mut st,
             b,
@@ -639,7 +659,7 @@ impl EpInner {
         let key = self.dest_key(&mut st, b, msg.addr)?;
         let id = st.new_op_id();
         let f = Frame::read_req(id, msg.rma_iov)?;
-        self.outstanding.fetch_add(1, Ordering::AcqRel);
+        self.op_started(&st);
         self.submit(
             &mut st,
             b,
@@ -751,7 +771,7 @@ impl EpInner {
         } else {
             Src::None
         };
-        self.outstanding.fetch_add(1, Ordering::AcqRel);
+        self.op_started(&st);
         self.submit(
             &mut st,
             b,
