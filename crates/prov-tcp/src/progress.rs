@@ -45,6 +45,15 @@ pub(crate) trait EpProgress: Send + Sync + std::fmt::Debug {
     /// in ([`Poller::may_unwatch`] just became false).
     fn watch_all(&self) {}
 
+    /// Whether epoll never has news for this endpoint while it can be
+    /// progressed directly: it listens for nothing and arms no timer (a
+    /// MSG endpoint, whose established connection busy polling reads). An
+    /// engine of such endpoints only asks epoll when one of them cannot be
+    /// progressed directly, instead of every [`EPOLL_EVERY`] calls.
+    fn epoll_quiet(&self) -> bool {
+        false
+    }
+
     /// Whether work waits for a progress pass that no socket's readiness
     /// announces (work a shared receive context handed over): an
     /// application must not sleep on the wait fd then (`fi_trywait` says
@@ -83,6 +92,8 @@ struct State {
     /// endpoint and pass); an endpoint's handle takes it out when it is
     /// closed ([`Poller::unregister`]).
     eps: Vec<(u32, Arc<dyn EpProgress>)>,
+    /// Endpoints in `eps` that are not [`EpProgress::epoll_quiet`].
+    loud: usize,
     ready: Vec<u64>,
     /// Progress calls, for [`EPOLL_EVERY`].
     calls: u32,
@@ -157,6 +168,7 @@ impl Poller {
         .map_err(io)?;
         let state = State {
             eps: Vec::new(),
+            loud: 0,
             ready: Vec::with_capacity(EVENTS),
             calls: 0,
         };
@@ -293,6 +305,9 @@ impl Poller {
             .state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !ep.epoll_quiet() {
+            st.loud += 1;
+        }
         st.eps.push((no, ep));
     }
 
@@ -305,10 +320,15 @@ impl Poller {
                 .state
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            st.eps
+            let gone = st
+                .eps
                 .iter()
                 .position(|(n, _)| *n == no)
-                .map(|i| st.eps.remove(i))
+                .map(|i| st.eps.remove(i));
+            if gone.as_ref().is_some_and(|(_, ep)| !ep.epoll_quiet()) {
+                st.loud = st.loud.saturating_sub(1);
+            }
+            gone
         };
         drop(gone);
     }
@@ -334,7 +354,7 @@ impl Progress for Poller {
         };
         let st = &mut *guard;
         st.calls = st.calls.wrapping_add(1);
-        if st.calls % EPOLL_EVERY != 0 {
+        if st.loud == 0 || st.calls % EPOLL_EVERY != 0 {
             let mut direct = !st.eps.is_empty();
             for (_, ep) in st.eps.iter() {
                 if ep.progress_direct().is_none() {

@@ -498,6 +498,12 @@ impl EpProgress for EpInner {
         self.srx_mail.load(Ordering::Acquire)
     }
 
+    fn epoll_quiet(&self) -> bool {
+        // A MSG endpoint has no listener, no hello timer and no orphans;
+        // its one connection is read directly once established.
+        self.kind == Kind::Msg
+    }
+
     fn progress_direct(&self) -> Option<()> {
         let b = self.bound.get()?;
         self.progressed();
