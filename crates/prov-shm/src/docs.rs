@@ -60,6 +60,21 @@
 //!   minima, rendezvous / bounce buffer: 4 KiB + 1 2.02 / 1.18 and 0.68 /
 //!   0.34, 8 KiB 2.34 / 1.47 and 0.77 / 0.41, 16 KiB 2.83 / 1.97 and
 //!   0.95 / 0.59, 32 KiB 3.54 / 2.75 (slow mode): the limit stands.
+//!
+//!   A limit of 64 KiB (a whole bounce buffer) was tried: ping-pong got
+//!   faster (7 alternating rounds, fast mode, medians of the per-round
+//!   ratios 64 KiB / 32 KiB limit: 0.82 at 64 KiB, 0.79 at 48 KiB; no
+//!   `RTS` / `CTS` round trip), but `fabric bw` (64 sends in flight) got
+//!   6.7 GB/s at 64 KiB against 40 GB/s pushed (per-round ratio 0.16).
+//!   Eager messages in a window do poorly in general (32 KiB: 5-9 GB/s,
+//!   with windows of 8 to 64). The likely cause (not traced): an eager
+//!   send completes once its data is in the peer's bounce buffer, so the
+//!   client runs ahead of the server, which posts each receive again
+//!   only after it read a completion; a message that arrives before its
+//!   receive is copied out of the ring as an unexpected one (an
+//!   allocation and a second copy), where a pushed message waits for
+//!   its receive as an announcement and moves its data once. So the
+//!   limit stays 32 KiB.
 //! - **CMA limit: 256 KiB** ([`getinfo::CMA_MIN`](crate::getinfo::CMA_MIN), `FI_SHM_CMA_MIN`):
 //!   a larger message below it is pushed through bounce buffers in 64 KiB
 //!   chunks after a `CTS` (two copies, one on each core, overlapping),

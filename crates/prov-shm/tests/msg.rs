@@ -14,9 +14,9 @@ use fabric_core::objects::{CompletionFlags, CqEntry, FiAddr, IoVec};
 use fabric_core::*;
 
 /// Every protocol and its edges: inline (to 4 KiB), one bounce buffer (to
-/// the 32 KiB eager limit), pushed through bounce buffers (to 1 MiB), and
+/// the 64 KiB eager limit), pushed through bounce buffers (to 1 MiB), and
 /// cross-memory attach.
-const SIZES: [usize; 12] = [
+const SIZES: [usize; 14] = [
     0,
     1,
     64,
@@ -27,6 +27,8 @@ const SIZES: [usize; 12] = [
     16 * 1024,
     32 * 1024,
     32 * 1024 + 1,
+    64 * 1024,
+    64 * 1024 + 1,
     40_000,
     3 << 20,
 ];

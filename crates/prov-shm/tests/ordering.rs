@@ -4,7 +4,7 @@
 //! `peer_process` test, idle unless `PROV_SHM_ORDER_ROLE` names a role).
 //! Operations are posted back to back, without waiting for a completion
 //! in between, over sizes that cross every protocol threshold: inline
-//! (4 KiB), one bounce buffer (eager limit, 32 KiB), pushed chunks after a
+//! (4 KiB), one bounce buffer (eager limit, 64 KiB), pushed chunks after a
 //! clear-to-send (below the 256 KiB CMA limit), cross-memory attach and
 //! split rendezvous (from it on, chosen per size by measurement).
 //!
@@ -27,7 +27,7 @@
 //! when their command is handled. Hence SAS, RAS, WAS, RMA_RAR and the
 //! four ATOMIC_* orderings for every size, and data ordering up to a
 //! size: max_order_raw_size and max_order_waw_size = the largest inline
-//! write (the eager limit, 32 KiB), max_order_war_size = the largest read
+//! write (the eager limit, 64 KiB less the descriptor), max_order_war_size = the largest read
 //! answered inline (4 KiB, a default ring slot's payload).
 //!
 //! Beyond those sizes data ordering does not hold (the headers are still
@@ -79,9 +79,9 @@ const ANALYSED: MsgOrder = MsgOrder::STRICT
 const GUARANTEED: MsgOrder = ANALYSED;
 
 /// Bytes of the descriptor an inline RMA write carries before its data
-/// (`wire::DESC_MAX`: a head word, 4 remote ranges of 24 bytes, 8 local
-/// pieces of 16).
-const WRITE_DESCRIPTOR_MAX: usize = 8 + 4 * 24 + 8 * 16;
+/// (`wire::DESC_MAX`: a head word, 4 remote ranges of 24 bytes, 4 local
+/// pieces of 16; the crate docs' descriptor format).
+const WRITE_DESCRIPTOR_MAX: usize = 8 + 4 * 24 + 4 * 16;
 
 /// The largest RMA write stored when its command is handled (sent inline
 /// with its data): data ordering holds up to it (max_order_raw_size,
@@ -121,7 +121,7 @@ const CMD_RAS: u64 = 3;
 
 /// Message sizes: empty, injected, inline and past it, a bounce buffer,
 /// the eager limit and past it, pushed, the CMA limit, large rendezvous.
-const MSG_SIZES: [usize; 13] = [
+const MSG_SIZES: [usize; 15] = [
     0,
     8,
     1000,
@@ -131,6 +131,8 @@ const MSG_SIZES: [usize; 13] = [
     4097,
     32 * 1024,
     32 * 1024 + 1,
+    64 * 1024,
+    64 * 1024 + 1,
     100_000,
     256 * 1024,
     1 << 20,
