@@ -567,13 +567,16 @@ impl RxState {
     pub(crate) fn run_pushes(&mut self, sh: &EpShared, b: &Binds) -> bool {
         let mut work = false;
         let mut i = 0;
+        // A lone push is cut into pipelined chunks; several at once keep
+        // both cores busy with whole bounce buffers.
+        let alone = self.pushes.len() == 1;
         while i < self.pushes.len() {
             let Some(p) = self.pushes.get_mut(i) else {
                 break;
             };
             let mut failed = None;
             while p.off < p.end {
-                match push_chunk(sh, p) {
+                match push_chunk(sh, p, alone) {
                     Ok(()) => work = true,
                     Err(e) if e.kind() == ErrorKind::Again => break,
                     Err(e) => {
@@ -662,10 +665,31 @@ fn remote_text(k: ErrorKind, p: &Payload<'_>) -> String {
 /// Longest reason of a refusal carried back to the initiator.
 pub(crate) const REASON_MAX: usize = 256;
 
+/// A push that runs alone is cut into this many chunks, so that the
+/// receiver copies one out while the sender fills the next (see the
+/// [crate docs](crate::docs#thresholds)).
+const PIPELINE_PARTS: usize = 4;
+
+/// Smallest chunk of a push cut for pipelining.
+const PIPELINE_MIN: usize = 16 * 1024;
+
+/// The chunk size of a lone push of `total` bytes whose peer takes
+/// `room` bytes per command: a [`PIPELINE_PARTS`]th of it, on a cache
+/// line, from [`PIPELINE_MIN`] up to `room`.
+fn chunk_size(total: usize, room: usize) -> usize {
+    total
+        .div_ceil(PIPELINE_PARTS)
+        .next_multiple_of(64)
+        .max(PIPELINE_MIN)
+        .min(room)
+}
+
 /// Sends the next chunk of a push (at most one bounce buffer, within one
-/// piece of the source).
-fn push_chunk(sh: &EpShared, p: &mut Push) -> Result<()> {
+/// piece of the source; smaller when the push is `alone`, see
+/// [`chunk_size`]).
+fn push_chunk(sh: &EpShared, p: &mut Push, alone: bool) -> Result<()> {
     let room = p.to.bounce_capacity().max(p.to.inline_capacity());
+    let room = if alone { chunk_size(p.end, room) } else { room };
     let cmd = Command {
         op: op::DATA,
         flags: if p.to_tx { flag::TO_TX } else { 0 },
@@ -716,5 +740,21 @@ fn push_chunk(sh: &EpShared, p: &mut Push) -> Result<()> {
             }
             Err(Error::new(ErrorKind::Io, "shm: push beyond the ranges"))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lone_pushes_are_cut_in_four_from_16_kib_to_a_bounce_buffer() {
+        let room = 64 * 1024;
+        assert_eq!(chunk_size(40_000, room), 16 * 1024);
+        assert_eq!(chunk_size(64 * 1024, room), 16 * 1024);
+        assert_eq!(chunk_size(100_000, room), 25_024);
+        assert_eq!(chunk_size(128 * 1024, room), 32 * 1024);
+        assert_eq!(chunk_size(1 << 20, room), room);
+        assert_eq!(chunk_size(1 << 20, 1024), 1024, "never above the room");
     }
 }
