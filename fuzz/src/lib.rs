@@ -11,7 +11,8 @@ use fabric_core::matching::validate_hints;
 use fabric_core::{AddrFormat, Address, Info};
 use prov_tcp::wire::{
     CM_LEN, CmHeader, Decoder, Event, Ext, Frame, HEADER_LEN, Limits, MAX_REASON_LEN, MIN_VERSION,
-    Op, PayloadKind, Simultaneous, VERSION, Want, resolve_simultaneous,
+    Op, PayloadKind, Simultaneous, VERSION, Want, decode_header, decode_header_fast,
+    resolve_simultaneous,
 };
 
 /// A target's body: panics when its property is broken.
@@ -181,6 +182,10 @@ pub fn tcp_wire(data: &[u8]) {
         return;
     };
     let limits = limits_of(seed);
+    // The decoder's shortcut for messages decides as the full path does.
+    if let Some(h) = stream.first_chunk::<HEADER_LEN>() {
+        assert_eq!(decode_header_fast(h, &limits), decode_header(h, &limits));
+    }
     let mut dec = decoder_of(seed);
     let mut pieces = Pieces::new(seed);
     let mut pos = 0usize;

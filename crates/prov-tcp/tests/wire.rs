@@ -18,7 +18,7 @@ use prov_tcp::wire::{
     AtomicHeader, AtomicKind, CM_LEN, CmHeader, ConnKey, Decoder, Event, Ext, Flags, Frame,
     HEADER_LEN, Header, Limits, MAX_EXT_LEN, MAX_FRAME_HEADER_LEN, MAX_REASON_LEN, MAX_RMA_IOV,
     MIN_VERSION, Op, PayloadKind, RmaHeader, Simultaneous, VERSION, Want, decode_header,
-    resolve_simultaneous,
+    decode_header_fast, resolve_simultaneous,
 };
 
 // ---------------------------------------------------------------------------
@@ -1288,6 +1288,41 @@ proptest! {
             }
             Err(e) => prop_assert_eq!(e.kind(), ErrorKind::Io),
         }
+        prop_assert_eq!(decode_header_fast(&b, &limits), decode_header(&b, &limits));
+    }
+
+    #[test]
+    fn the_message_shortcut_decides_as_the_full_path(
+        tagged in any::<bool>(),
+        version in prop_oneof![Just(1u8), Just(2), any::<u8>()],
+        ext_len in prop_oneof![Just(0u8), any::<u8>()],
+        flags in prop_oneof![0u16..8, any::<u16>()],
+        status in prop_oneof![Just(0u16), any::<u16>()],
+        payload_len in prop_oneof![0u64..=20, any::<u64>()],
+        id in any::<u64>(),
+        tag in prop_oneof![Just(0u64), any::<u64>()],
+        data in prop_oneof![Just(0u64), any::<u64>()],
+        magic in prop_oneof![Just(0xFAu8), any::<u8>()],
+        small in any::<bool>(),
+    ) {
+        // Headers close to a message's (where the shortcut decides), each
+        // field sometimes off.
+        let mut b = [0u8; HEADER_LEN];
+        b[0] = magic;
+        b[1] = version;
+        b[2] = if tagged { 0x02 } else { 0x01 };
+        b[3] = ext_len;
+        b[4..6].copy_from_slice(&flags.to_le_bytes());
+        b[6..8].copy_from_slice(&status.to_le_bytes());
+        b[8..16].copy_from_slice(&payload_len.to_le_bytes());
+        b[16..24].copy_from_slice(&id.to_le_bytes());
+        b[24..32].copy_from_slice(&tag.to_le_bytes());
+        b[32..40].copy_from_slice(&data.to_le_bytes());
+        let limits = Limits {
+            max_msg_size: if small { 10 } else { 1 << 30 },
+            ..Limits::default()
+        };
+        prop_assert_eq!(decode_header_fast(&b, &limits), decode_header(&b, &limits));
     }
 }
 

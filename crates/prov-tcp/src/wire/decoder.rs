@@ -3,7 +3,7 @@
 
 use fabric_core::{Error, ErrorKind, Result};
 
-use super::header::{HEADER_LEN, Header, MIN_VERSION, VERSION, decode_header};
+use super::header::{HEADER_LEN, Header, MIN_VERSION, VERSION, decode_header_fast};
 use super::{Ext, Frame, Limits, MAX_EXT_LEN, local, proto, u64_of};
 
 /// What [`Decoder::feed`] found.
@@ -263,7 +263,7 @@ impl Decoder {
                         // decoded in place.
                         Some(b) if filled == 0 => {
                             used = used.saturating_add(HEADER_LEN);
-                            decode_header(b, &self.limits)?
+                            decode_header_fast(b, &self.limits)?
                         }
                         _ => {
                             let n = fill(self.base.get_mut(filled..).unwrap_or_default(), rest);
@@ -273,7 +273,7 @@ impl Decoder {
                                 self.state = State::Base { filled };
                                 return Ok((used, None));
                             }
-                            decode_header(&self.base, &self.limits)?
+                            decode_header_fast(&self.base, &self.limits)?
                         }
                     };
                     if header.version > self.version {

@@ -447,6 +447,61 @@ pub fn decode_header(bytes: &[u8; HEADER_LEN], limits: &Limits) -> Result<Header
     Ok(header)
 }
 
+/// The little-endian u64 at byte `at` of a base header (`at` + 8 within
+/// it: a constant in every call, so no check remains).
+#[inline(always)]
+fn le64(bytes: &[u8; HEADER_LEN], at: usize) -> u64 {
+    bytes
+        .get(at..)
+        .and_then(|s| s.first_chunk::<8>())
+        .map_or(0, |a| u64::from_le_bytes(*a))
+}
+
+/// [`decode_header`] with a shortcut for the frame streams are made of: a
+/// version 1 message or tagged message without extended header or status
+/// is recognised and checked with a few comparisons (the same checks
+/// [`check_header`] makes of it); every other header takes the full path.
+/// It accepts and refuses exactly what [`decode_header`] does, with the
+/// same errors (the tests and the fuzz targets compare the two).
+#[inline]
+pub fn decode_header_fast(bytes: &[u8; HEADER_LEN], limits: &Limits) -> Result<Header> {
+    let [magic, version, op, ext_len, f0, f1, s0, s1, ..] = *bytes;
+    let flags = u16::from_le_bytes([f0, f1]);
+    let op = match op {
+        0x01 => Op::Msg,
+        0x02 => Op::Tagged,
+        _ => return decode_header(bytes, limits),
+    };
+    let h = Header {
+        version,
+        op,
+        flags: Flags(flags),
+        ext_len,
+        status: None,
+        payload_len: le64(bytes, 8),
+        id: le64(bytes, 16),
+        tag: le64(bytes, 24),
+        data: le64(bytes, 32),
+    };
+    let acks = Flags::ACK_TRANSMIT.0 | Flags::ACK_DELIVERY.0;
+    let common = magic == MAGIC
+        && version == MIN_VERSION
+        && ext_len == 0
+        && s0 == 0
+        && s1 == 0
+        // Msg and Tagged take every defined flag, at most one ack.
+        && flags & !Flags::ALL.0 == 0
+        && flags & acks != acks
+        && (h.data == 0 || flags & Flags::REMOTE_CQ_DATA.0 != 0)
+        && (h.tag == 0 || op == Op::Tagged)
+        && h.payload_len <= limits.max_msg_size;
+    if common {
+        Ok(h)
+    } else {
+        decode_header(bytes, limits)
+    }
+}
+
 fn parse(bytes: &[u8; HEADER_LEN]) -> Result<Header> {
     let mut r = Reader::new(bytes);
     let truncated = || proto("tcp wire: truncated header");

@@ -49,7 +49,7 @@ pub use fabric_core::kit::atomic::AtomicKind;
 pub use frame::{Frame, atomic_kind, atomic_op};
 pub use header::{
     Flags, HEADER_LEN, Header, MAGIC, MAX_REASON_LEN, MIN_VERSION, Op, PayloadKind, VERSION,
-    decode_header,
+    decode_header, decode_header_fast,
 };
 
 use std::borrow::Cow;
