@@ -569,3 +569,45 @@ unsafe extern "C" fn strerror(
         buf
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fabric::objects::CompletionFlags;
+
+    /// Each layout stores its format's fields, in order, at any
+    /// alignment, and nothing past the format's size.
+    #[test]
+    fn layouts_write_their_fields_only() {
+        let e = CqEntry {
+            context: 0x1111,
+            flags: CompletionFlags::from_bits_retain(0x2222),
+            len: 0x3333,
+            buf: 0x4444,
+            data: 0x5555,
+            tag: 0x6666,
+        };
+        let all = [0x1111u64, 0x2222, 0x3333, 0x4444, 0x5555, 0x6666];
+        for (layout, fields) in [
+            (EntryLayout::Context, 1),
+            (EntryLayout::Msg, 3),
+            (EntryLayout::Data, 5),
+            (EntryLayout::Tagged, 6),
+        ] {
+            assert_eq!(layout.size(), fields * 8);
+            let mut bytes = [0xAAu8; 1 + 48 + 8];
+            // SAFETY: offset 1 leaves 56 bytes, more than any entry.
+            unsafe { layout.write(bytes.as_mut_ptr().add(1).cast(), &e) };
+            for (i, want) in all.iter().take(fields).enumerate() {
+                let at = 1 + 8 * i;
+                let got = u64::from_ne_bytes(bytes[at..at + 8].try_into().unwrap_or_default());
+                assert_eq!(got, *want, "{layout:?} field {i}");
+            }
+            assert_eq!(bytes[0], 0xAA, "{layout:?} wrote before the entry");
+            assert!(
+                bytes[1 + fields * 8..].iter().all(|&b| b == 0xAA),
+                "{layout:?} wrote past its size"
+            );
+        }
+    }
+}
