@@ -12,66 +12,17 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use fabric::objects::{IoVec, Msg};
 use fabric::prelude::*;
-use fabric::safe::AsyncEndpoint;
 
 /// Messages per block (about a millisecond), and rounds of blocks.
 const BLOCK: u32 = 2_000;
 const ROUNDS: usize = 300;
 
-fn entry(prov: &str) -> Option<Info> {
-    let mut h = Hints::new()
-        .caps(Caps::MSG)
-        .ep_type(EpType::Rdm)
-        .provider(prov);
-    if prov == "tcp" {
-        h = h.node("127.0.0.1").source();
-    }
-    h.getinfo().ok()?.into_iter().next()
-}
+mod common;
 
-/// An endpoint opened through the object traits, bound and enabled.
-struct Raw {
-    ep: Box<dyn Endpoint>,
-    cq: Box<dyn CompletionQueue>,
-    av: Box<dyn AddressVector>,
-}
-
-fn raw(domain: &dyn Domain, info: &Info) -> Raw {
-    let cq = domain
-        .cq(&CqAttr {
-            format: CqFormat::Tagged,
-            ..CqAttr::default()
-        })
-        .unwrap();
-    let av = domain.av(&AvAttr::default()).unwrap();
-    let ep = domain.endpoint(info).unwrap();
-    ep.bind(Bind::Cq {
-        cq: cq.as_ref(),
-        transmit: true,
-        recv: true,
-        selective: false,
-    })
-    .unwrap();
-    ep.bind(Bind::Av(av.as_ref())).unwrap();
-    ep.enable().unwrap();
-    Raw { ep, cq, av }
-}
-
-/// Reads `cq` until one completion comes, driving `other`.
-fn one(cq: &dyn CompletionQueue, other: &dyn CompletionQueue) -> CqEntry {
-    let mut e = [CqEntry::default()];
-    loop {
-        let _ = other.read(&mut []);
-        if let Ok(1) = cq.read(&mut e) {
-            return e[0];
-        }
-    }
-}
+use common::{RawPair, SafePair, async_pair, async_rounds, entry};
 
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -105,76 +56,21 @@ fn run(prov: &str, info: &Info) {
     let domain = safe::Domain::open(info).unwrap();
 
     // Raw.
-    let ra = raw(domain.raw(), info);
-    let rb = raw(domain.raw(), info);
-    let mut to = [FiAddr(0)];
-    ra.av
-        .insert(std::slice::from_ref(&rb.ep.getname().unwrap()), &mut to)
-        .unwrap();
-    let mut sbuf = [7u8; 1];
-    let mut rbuf = [0u8; 1];
+    let mut raw = RawPair::new(&domain, info);
     let mut raw_block = || {
         let start = Instant::now();
         for _ in 0..BLOCK {
-            let riov = [IoVec {
-                addr: rbuf.as_mut_ptr(),
-                len: 1,
-            }];
-            let siov = [IoVec {
-                addr: sbuf.as_mut_ptr(),
-                len: 1,
-            }];
-            let msg = |iov, addr, context| Msg {
-                iov,
-                desc: &[],
-                addr,
-                tag: 0,
-                ignore: 0,
-                context,
-                data: 0,
-            };
-            // SAFETY: both buffers outlive the reads below, which take
-            // both completions before the iteration ends.
-            unsafe {
-                rb.ep
-                    .recvmsg(&msg(&riov, FiAddr::UNSPEC, 1), OpFlags::empty())
-                    .unwrap();
-                ra.ep
-                    .sendmsg(&msg(&siov, to[0], 2), OpFlags::empty())
-                    .unwrap();
-            }
-            black_box(one(rb.cq.as_ref(), ra.cq.as_ref()).len);
-            black_box(one(ra.cq.as_ref(), rb.cq.as_ref()).len);
+            raw.round();
         }
         start.elapsed()
     };
 
     // Safe, synchronous busy-poll.
-    let mut a: safe::Endpoint = domain.endpoint().unwrap();
-    let mut b: safe::Endpoint = domain.endpoint().unwrap();
-    let to_b = a.insert(&b.name().unwrap()).unwrap();
-    let mut out = Some(vec![7u8; 1]);
-    let mut inbox = Some(vec![0u8; 1]);
+    let mut safe = SafePair::new(&domain);
     let mut safe_block = || {
         let start = Instant::now();
         for _ in 0..BLOCK {
-            let r = b.recv(inbox.take().unwrap()).unwrap();
-            let s = a.send(to_b, out.take().unwrap()).unwrap();
-            let got = loop {
-                a.progress().unwrap();
-                if let Some(c) = b.try_take(r).unwrap() {
-                    break c;
-                }
-            };
-            black_box(got.transferred());
-            inbox = got.into_buf();
-            let sent = loop {
-                b.progress().unwrap();
-                if let Some(c) = a.try_take(s).unwrap() {
-                    break c;
-                }
-            };
-            out = sent.into_buf();
+            safe.round();
         }
         start.elapsed()
     };
@@ -184,29 +80,15 @@ fn run(prov: &str, info: &Info) {
         .enable_all()
         .build()
         .unwrap();
-    let (ta, tb, tto_b) = rt.block_on(async {
-        let a = AsyncEndpoint::new(domain.endpoint().unwrap()).unwrap();
-        let b = AsyncEndpoint::new(domain.endpoint().unwrap()).unwrap();
-        let to_b = a.insert(&b.name().unwrap()).unwrap();
-        (a, b, to_b)
-    });
-    let pingpong = |a: AsyncEndpoint, b: AsyncEndpoint| async move {
-        let mut out = vec![7u8; 1];
-        let mut inbox = vec![0u8; 1];
-        let start = Instant::now();
-        for _ in 0..BLOCK {
-            let (got, sent) = tokio::join!(b.recv(inbox), a.send(tto_b, out));
-            let got = got.unwrap();
-            black_box(got.transferred());
-            inbox = got.into_buf().unwrap();
-            out = sent.unwrap().into_buf().unwrap();
-        }
-        start.elapsed()
-    };
-    let tokio_block = || rt.block_on(pingpong(ta.clone(), tb.clone()));
+    let (ta, tb, tto_b) = async_pair(&rt, &domain);
+    let tokio_block = || rt.block_on(async_rounds(&ta, &tb, tto_b, u64::from(BLOCK)));
     let task_block = || {
-        let f = pingpong(ta.clone(), tb.clone());
-        rt.block_on(async move { tokio::spawn(f).await.unwrap() })
+        let (a, b) = (ta.clone(), tb.clone());
+        rt.block_on(async move {
+            tokio::spawn(async move { async_rounds(&a, &b, tto_b, u64::from(BLOCK)).await })
+                .await
+                .unwrap()
+        })
     };
 
     // Warm up, then alternate.

@@ -15,23 +15,12 @@
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
-use std::hint::black_box;
-use std::time::Instant;
-
 use criterion::{Criterion, criterion_group, criterion_main};
 use fabric::prelude::*;
-use fabric::safe::AsyncEndpoint;
 
-fn entry(prov: &str) -> Option<Info> {
-    let mut h = Hints::new()
-        .caps(Caps::MSG)
-        .ep_type(EpType::Rdm)
-        .provider(prov);
-    if prov == "tcp" {
-        h = h.node("127.0.0.1").source();
-    }
-    h.getinfo().ok()?.into_iter().next()
-}
+mod common;
+
+use common::{SafePair, async_pair, async_rounds, entry};
 
 fn bench(c: &mut Criterion) {
     for prov in ["tcp", "shm"] {
@@ -41,61 +30,20 @@ fn bench(c: &mut Criterion) {
         let domain = safe::Domain::open(&info).unwrap();
 
         // The synchronous path, polling back to back.
-        let mut a: safe::Endpoint = domain.endpoint().unwrap();
-        let mut b: safe::Endpoint = domain.endpoint().unwrap();
-        let to_b = a.insert(&b.name().unwrap()).unwrap();
-        let mut out = Some(vec![7u8; 1]);
-        let mut inbox = Some(vec![0u8; 1]);
+        let mut pair = SafePair::new(&domain);
         c.bench_function(&format!("{prov}/sync busy-poll/send+recv 1 B"), |bench| {
-            bench.iter(|| {
-                let r = b.recv(inbox.take().unwrap()).unwrap();
-                let s = a.send(to_b, out.take().unwrap()).unwrap();
-                let got = loop {
-                    a.progress().unwrap();
-                    if let Some(c) = b.try_take(r).unwrap() {
-                        break c;
-                    }
-                };
-                black_box(got.transferred());
-                inbox = got.into_buf();
-                let sent = loop {
-                    b.progress().unwrap();
-                    if let Some(c) = a.try_take(s).unwrap() {
-                        break c;
-                    }
-                };
-                out = sent.into_buf();
-            })
+            bench.iter(|| pair.round())
         });
-        drop((a, b));
+        drop(pair);
 
         // The tokio path: both futures polled by one task.
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
-        let (a, b, to_b) = rt.block_on(async {
-            let a = AsyncEndpoint::new(domain.endpoint().unwrap()).unwrap();
-            let b = AsyncEndpoint::new(domain.endpoint().unwrap()).unwrap();
-            let to_b = a.insert(&b.name().unwrap()).unwrap();
-            (a, b, to_b)
-        });
+        let (a, b, to_b) = async_pair(&rt, &domain);
         c.bench_function(&format!("{prov}/tokio/send+recv 1 B"), |bench| {
-            bench.iter_custom(|iters| {
-                rt.block_on(async {
-                    let mut out = vec![7u8; 1];
-                    let mut inbox = vec![0u8; 1];
-                    let start = Instant::now();
-                    for _ in 0..iters {
-                        let (got, sent) = tokio::join!(b.recv(inbox), a.send(to_b, out));
-                        let got = got.unwrap();
-                        black_box(got.transferred());
-                        inbox = got.into_buf().unwrap();
-                        out = sent.unwrap().into_buf().unwrap();
-                    }
-                    start.elapsed()
-                })
-            })
+            bench.iter_custom(|iters| rt.block_on(async_rounds(&a, &b, to_b, iters)))
         });
 
         // The same inside a spawned task: the runtime's scheduler polls it
@@ -105,21 +53,9 @@ fn bench(c: &mut Criterion) {
             bench.iter_custom(|iters| {
                 let (a, b) = (a.clone(), b.clone());
                 rt.block_on(async move {
-                    tokio::spawn(async move {
-                        let mut out = vec![7u8; 1];
-                        let mut inbox = vec![0u8; 1];
-                        let start = Instant::now();
-                        for _ in 0..iters {
-                            let (got, sent) = tokio::join!(b.recv(inbox), a.send(to_b, out));
-                            let got = got.unwrap();
-                            black_box(got.transferred());
-                            inbox = got.into_buf().unwrap();
-                            out = sent.unwrap().into_buf().unwrap();
-                        }
-                        start.elapsed()
-                    })
-                    .await
-                    .unwrap()
+                    tokio::spawn(async move { async_rounds(&a, &b, to_b, iters).await })
+                        .await
+                        .unwrap()
                 })
             })
         });
