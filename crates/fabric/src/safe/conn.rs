@@ -65,6 +65,32 @@ pub(super) enum Handshake {
 
 /// Looks at the result of one event-queue read while a connection is set
 /// up: `Connected`, nothing yet, or why it failed.
+/// How long the next wait of a loop that ends at `deadline` (`None`:
+/// never) may sleep, or `TimedOut` with `what()` once the deadline passed.
+fn next_slice(deadline: Option<Instant>, what: impl FnOnce() -> String) -> Result<Duration> {
+    match deadline {
+        Some(at) => {
+            let now = Instant::now();
+            if now >= at {
+                return Err(Error::new(ErrorKind::TimedOut, what()));
+            }
+            Ok((at - now).min(EQ_SLICE))
+        }
+        None => Ok(EQ_SLICE),
+    }
+}
+
+/// One event of `eq`, waiting up to `slice` for it (an EQ without a wait
+/// object is read after a yield).
+fn wait_event(eq: &dyn EventQueue, slice: Duration) -> Result<EqEvent> {
+    if eq.wait_fd().is_some() {
+        eq.sread(Some(slice))
+    } else {
+        std::thread::yield_now();
+        eq.read()
+    }
+}
+
 pub(super) fn handshake_event(eq: &dyn EventQueue, r: Result<EqEvent>) -> Result<Handshake> {
     match r {
         Ok(EqEvent::Connected { data, .. }) => Ok(Handshake::Connected(data)),
@@ -250,26 +276,11 @@ impl Listener {
 
     fn request_until(&self, deadline: Option<(Instant, Duration)>) -> Result<ConnRequest> {
         loop {
-            let slice = match deadline {
-                Some((at, timeout)) => {
-                    let now = Instant::now();
-                    if now >= at {
-                        return Err(Error::new(
-                            ErrorKind::TimedOut,
-                            format!("no connection request within {timeout:?}"),
-                        ));
-                    }
-                    (at - now).min(EQ_SLICE)
-                }
-                None => EQ_SLICE,
-            };
-            let eq = self.inner.eq.as_ref();
-            let r = if eq.wait_fd().is_some() {
-                eq.sread(Some(slice))
-            } else {
-                std::thread::yield_now();
-                eq.read()
-            };
+            let slice = next_slice(deadline.map(|(at, _)| at), || {
+                let timeout = deadline.map(|(_, t)| t).unwrap_or_default();
+                format!("no connection request within {timeout:?}")
+            })?;
+            let r = wait_event(self.inner.eq.as_ref(), slice);
             if let Some(req) = self.request_from(r)? {
                 return Ok(req);
             }
@@ -408,31 +419,17 @@ impl<B: IoBufMut> Connecting<B> {
 
     fn wait_until(mut self, deadline: Option<(Instant, Duration)>) -> Result<Connection<B>> {
         loop {
-            let slice = match deadline {
-                Some((at, timeout)) => {
-                    let now = Instant::now();
-                    if now >= at {
-                        return Err(Error::new(
-                            ErrorKind::TimedOut,
-                            format!("the connection was not established within {timeout:?}"),
-                        ));
-                    }
-                    (at - now).min(EQ_SLICE)
-                }
-                None => EQ_SLICE,
-            };
+            let slice = next_slice(deadline.map(|(at, _)| at), || {
+                let timeout = deadline.map(|(_, t)| t).unwrap_or_default();
+                format!("the connection was not established within {timeout:?}")
+            })?;
             // Completion-queue reads drive the endpoint's data progress
             // (sends posted early); what completes is kept.
             self.ep.progress()?;
             let Some(eq) = self.ep.eq() else {
                 return Err(Error::inval("a connecting endpoint without an event queue"));
             };
-            let r = if eq.wait_fd().is_some() {
-                eq.sread(Some(slice))
-            } else {
-                std::thread::yield_now();
-                eq.read()
-            };
+            let r = wait_event(eq, slice);
             if let Handshake::Connected(data) = handshake_event(eq, r)? {
                 return Ok(Connection {
                     ep: self.ep,
@@ -654,30 +651,15 @@ impl<B: IoBufMut> Connection<B> {
     pub fn wait_closed(&mut self, timeout: Option<Duration>) -> Result<()> {
         let deadline = timeout.map(|t| Instant::now() + t);
         while !self.closed {
-            let slice = match deadline {
-                Some(at) => {
-                    let now = Instant::now();
-                    if now >= at {
-                        return Err(Error::new(
-                            ErrorKind::TimedOut,
-                            format!("the connection was still open after {timeout:?}"),
-                        ));
-                    }
-                    (at - now).min(EQ_SLICE)
-                }
-                None => EQ_SLICE,
-            };
+            let slice = next_slice(deadline, || {
+                format!("the connection was still open after {timeout:?}")
+            })?;
             // The completion queue moves the data (and sees the peer go).
             self.ep.progress()?;
             let Some(eq) = self.ep.eq() else {
                 return Err(Error::inval("a connection without an event queue"));
             };
-            let r = if eq.wait_fd().is_some() {
-                eq.sread(Some(slice))
-            } else {
-                std::thread::yield_now();
-                eq.read()
-            };
+            let r = wait_event(eq, slice);
             self.closed = closed_event(eq, r)?;
         }
         Ok(())
