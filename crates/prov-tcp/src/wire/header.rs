@@ -460,7 +460,7 @@ fn le64(bytes: &[u8; HEADER_LEN], at: usize) -> u64 {
 /// [`decode_header`] with a shortcut for the frame streams are made of: a
 /// version 1 message or tagged message without extended header or status
 /// is recognised and checked with a few comparisons (the same checks
-/// [`check_header`] makes of it); every other header takes the full path.
+/// `check_header` makes of it); every other header takes the full path.
 /// It accepts and refuses exactly what [`decode_header`] does, with the
 /// same errors (the tests and the fuzz targets compare the two).
 #[inline]
