@@ -10,24 +10,11 @@ use std::time::Duration;
 use fabric::prelude::*;
 use fabric::safe::{Connection, Listener};
 
+mod common;
+use common::{msg_domain, tcp_info};
+
 /// The longest any step may take before the test fails instead of hanging.
 const LONG: Duration = Duration::from_secs(30);
-
-/// A domain of the tcp provider's MSG entry on the loopback interface, if
-/// tcp is compiled in.
-fn msg_domain() -> Option<safe::Domain> {
-    let info = Hints::new()
-        .caps(Caps::MSG | Caps::TAGGED)
-        .ep_type(EpType::Msg)
-        .provider("tcp")
-        .node("127.0.0.1")
-        .source()
-        .getinfo()
-        .ok()?
-        .into_iter()
-        .next()?;
-    Some(safe::Domain::open(&info).unwrap())
-}
 
 /// A connected pair: (server side, client side).
 fn pair(domain: &safe::Domain) -> (Connection, Connection) {
@@ -211,16 +198,7 @@ fn the_endpoint_kinds_are_kept_apart() {
     let e = domain.endpoint::<Vec<u8>>().unwrap_err();
     assert_eq!(e.kind(), ErrorKind::OpNotSupp);
     assert!(e.to_string().contains("Domain::listen"), "{e}");
-    let Some(rdm) = Hints::new()
-        .caps(Caps::MSG)
-        .ep_type(EpType::Rdm)
-        .provider("tcp")
-        .node("127.0.0.1")
-        .source()
-        .getinfo()
-        .ok()
-        .and_then(|v| v.into_iter().next())
-    else {
+    let Some(rdm) = tcp_info(EpType::Rdm, Caps::MSG) else {
         return;
     };
     let rdm = safe::Domain::open(&rdm).unwrap();

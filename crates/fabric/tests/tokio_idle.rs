@@ -11,6 +11,8 @@ use std::time::Duration;
 use fabric::prelude::*;
 use fabric::safe::{AsyncEndpoint, AsyncListener};
 
+mod common;
+
 /// User plus system CPU time of the process, from `/proc/self/stat`.
 fn cpu_time() -> Duration {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
@@ -58,16 +60,7 @@ fn idle_waits_use_no_cpu() {
         });
     }
     // A listener waiting for connections (tcp: shm has no MSG endpoints).
-    let Some(info) = Hints::new()
-        .caps(Caps::MSG)
-        .ep_type(EpType::Msg)
-        .provider("tcp")
-        .node("127.0.0.1")
-        .source()
-        .getinfo()
-        .ok()
-        .and_then(|v| v.into_iter().next())
-    else {
+    let Some(info) = common::tcp_info(EpType::Msg, Caps::MSG) else {
         return;
     };
     let rt = tokio::runtime::Builder::new_current_thread()

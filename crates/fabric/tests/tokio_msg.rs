@@ -12,19 +12,8 @@ use std::time::Duration;
 use fabric::prelude::*;
 use fabric::safe::{AsyncConnection, AsyncListener};
 
-fn msg_domain() -> Option<safe::Domain> {
-    let info = Hints::new()
-        .caps(Caps::MSG | Caps::TAGGED)
-        .ep_type(EpType::Msg)
-        .provider("tcp")
-        .node("127.0.0.1")
-        .source()
-        .getinfo()
-        .ok()?
-        .into_iter()
-        .next()?;
-    Some(safe::Domain::open(&info).unwrap())
-}
+mod common;
+use common::msg_domain;
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
