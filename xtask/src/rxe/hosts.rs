@@ -34,6 +34,12 @@
 //! power going away: no shutdown, no goodbye on the wire). Once A has seen
 //! what it waits for, it asks for `<marker> power-on b`: the host starts B
 //! again with `xtask.phase=restarted`, and the restarted B connects to A.
+//! Before that start the host waits until A's QEMU has dropped the dead
+//! connection; the restarted B boots with the kernel's messages on its
+//! console. A guest that prints nothing within [`BOOT_SILENCE`] of its
+//! start fails the run, except the restarted B, which is booted once more
+//! (said on the host's output): a CI run once saw a restarted B stay silent
+//! until the timeout.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -489,6 +495,8 @@ enum Event {
     PowerOff(String),
     PowerOn(String),
     Verdict(bool),
+    /// The guest's first console line: it booted.
+    Heard,
     /// The console closed: QEMU ended.
     Ended,
 }
@@ -502,6 +510,8 @@ struct Guest {
     verdict: Option<bool>,
     ended: bool,
     waits_at: Option<String>,
+    /// When its QEMU started, until its first console line.
+    silent_since: Option<Instant>,
 }
 
 /// The link between the two QEMUs: a Unix stream socket that guest a's
@@ -512,6 +522,18 @@ struct Link {
 
 /// How long guest a's QEMU may take to listen on the link.
 const LISTEN_WAIT: Duration = Duration::from_secs(30);
+
+/// How long a guest may stay silent after its QEMU started (its init
+/// prints a line a few seconds after boot under TCG).
+const BOOT_SILENCE: Duration = Duration::from_secs(90);
+
+/// How many times the restarted guest b may be booted before the run
+/// fails: a restarted guest that stays silent is booted once more.
+const RESTART_BOOTS: usize = 2;
+
+/// How long guest a's QEMU may take to drop the connection of a killed
+/// guest b (it notices the end of the stream when it next reads it).
+const DROP_WAIT: Duration = Duration::from_secs(20);
 
 impl Link {
     /// The socket's path: in the rig's folder, or in the temporary folder
@@ -559,6 +581,44 @@ impl Link {
             let f: Vec<&str> = l.split_whitespace().collect();
             f.len() >= 8 && f[3] == "00010000" && f[7] == path
         })
+    }
+
+    /// How many connected sockets are bound to the link's path: the one
+    /// guest a's QEMU accepted, while it holds it (b's end is unnamed).
+    fn accepted(&self) -> usize {
+        let Ok(table) = fs::read_to_string("/proc/net/unix") else {
+            return 0;
+        };
+        let path = self.path.to_string_lossy();
+        table
+            .lines()
+            .filter(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                f.len() >= 8 && f[3] != "00010000" && f[7] == path
+            })
+            .count()
+    }
+
+    /// After guest b's QEMU was killed: waits until guest a's QEMU has
+    /// dropped the old connection, so that the next b is accepted as a new
+    /// peer rather than queued behind a dead one. Says how long it took.
+    fn wait_dropped(&self) {
+        let start = Instant::now();
+        while self.accepted() > 0 {
+            if start.elapsed() >= DROP_WAIT {
+                println!(
+                    "rxe: guest a's QEMU still holds the old link connection after {} s; \
+                     starting b anyway",
+                    DROP_WAIT.as_secs()
+                );
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        println!(
+            "rxe: guest a's QEMU dropped the old link connection after {:.2} s",
+            start.elapsed().as_secs_f64()
+        );
     }
 
     /// Waits until guest a's QEMU listens (b's QEMU connects once, at
@@ -619,6 +679,9 @@ fn start(
     let mut cmd = (b.qemu)()?;
     let mut append = format!("{} xtask.host={name}", b.append);
     if let Some(p) = phase {
+        // A restarted guest boots with the kernel's messages on the
+        // console: if it stalls, the log shows where.
+        append = append.replace(" quiet", "");
         let _ = write!(append, " xtask.phase={p}");
     }
     cmd.args(link.args(i))
@@ -644,6 +707,7 @@ fn start(
         verdict: None,
         ended: false,
         waits_at: None,
+        silent_since: Some(Instant::now()),
     })
 }
 
@@ -660,11 +724,16 @@ fn relay(
     let mut log = BufWriter::new(log);
     let stdout = std::io::stdout();
     let mut line = Vec::new();
+    let mut heard = false;
     loop {
         line.clear();
         match console.read_until(b'\n', &mut line) {
             Ok(0) | Err(_) => break,
             Ok(_) => {}
+        }
+        if !heard {
+            heard = true;
+            let _ = tx.send((i, Event::Heard));
         }
         let text = String::from_utf8_lossy(&line);
         let text = text.trim_end_matches(['\r', '\n']);
@@ -760,16 +829,56 @@ fn drive(
     tx: &mpsc::Sender<(usize, Event)>,
 ) -> Result<Outcome, String> {
     let deadline = Instant::now() + b.timeout;
-    // Set while a guest is being restarted: the Ended event of the killed
-    // QEMU is expected.
-    let mut restarting: Option<usize> = None;
+    // Ended events of killed QEMUs that are expected (a power-off, or a
+    // silent restarted guest booted again): one count per kill.
+    let mut expected_ends = [0usize; 2];
+    // How many times guest b was booted again after its power-off.
+    let mut restart_boots = 0usize;
     loop {
         if guests.iter().all(|g| g.ended) {
             break;
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
+            let running: Vec<&str> = guests.iter().filter(|g| !g.ended).map(|g| g.name).collect();
+            println!(
+                "rxe: still running at the timeout: guest {}",
+                running.join(", guest ")
+            );
             return Ok(Outcome::TimedOut);
+        }
+        for t in 0..guests.len() {
+            let Some(since) = guests[t].silent_since else {
+                continue;
+            };
+            if guests[t].ended || since.elapsed() < BOOT_SILENCE {
+                continue;
+            }
+            let name = guests[t].name;
+            if restart_boots == 0 || t != 1 {
+                return Ok(Outcome::Fail(format!(
+                    "guest {name} printed nothing within {} s of its QEMU's start",
+                    BOOT_SILENCE.as_secs()
+                )));
+            }
+            if restart_boots >= RESTART_BOOTS {
+                return Ok(Outcome::Fail(format!(
+                    "the restarted guest {name} printed nothing within {} s of its QEMU's \
+                     start, {restart_boots} boots in a row",
+                    BOOT_SILENCE.as_secs()
+                )));
+            }
+            println!(
+                "rxe: the restarted guest {name} printed nothing within {} s of its QEMU's \
+                 start (boot {restart_boots}); killing it and booting it once more",
+                BOOT_SILENCE.as_secs()
+            );
+            expected_ends[t] += 1;
+            guests[t].kill();
+            link.wait_dropped();
+            link.wait_listening(&mut guests[0])?;
+            guests[t] = start(b, link, t, Some("restarted"), tx)?;
+            restart_boots += 1;
         }
         let (i, event) = match rx.recv_timeout(left.min(Duration::from_secs(1))) {
             Ok(x) => x,
@@ -779,6 +888,7 @@ fn drive(
         let other = 1 - i;
         match event {
             Event::Verdict(v) => guests[i].verdict = Some(v),
+            Event::Heard => guests[i].silent_since = None,
             Event::Sync(name) => {
                 guests[i].waits_at = Some(name);
                 let (a, bb) = (&guests[0].waits_at, &guests[1].waits_at);
@@ -818,7 +928,7 @@ fn drive(
                 };
                 println!("rxe: powering off guest {target} (killing its QEMU)");
                 // Its reader's Ended event is queued by now: expected.
-                restarting = Some(t);
+                expected_ends[t] += 1;
                 guests[t].kill();
                 guests[t].waits_at = None;
                 // Off counts as ended until it is powered on: the other
@@ -840,13 +950,15 @@ fn drive(
                     )));
                 }
                 println!("rxe: starting guest {target} again");
+                link.wait_dropped();
                 link.wait_listening(&mut guests[0])?;
                 guests[t] = start(b, link, t, Some("restarted"), tx)?;
+                restart_boots += 1;
             }
             Event::Ended => {
-                if restarting == Some(i) {
-                    // The killed QEMU's reader; the new one goes on.
-                    restarting = None;
+                if expected_ends[i] > 0 {
+                    // A killed QEMU's reader; the new one goes on.
+                    expected_ends[i] -= 1;
                     continue;
                 }
                 guests[i].ended = true;
@@ -995,6 +1107,16 @@ mod tests {
         let listener =
             std::os::unix::net::UnixListener::bind(&link.path).map_err(|e| e.to_string())?;
         assert!(link.listening());
+        // The connection a accepted carries the path; b's end does not.
+        assert_eq!(link.accepted(), 0);
+        let b_end =
+            std::os::unix::net::UnixStream::connect(&link.path).map_err(|e| e.to_string())?;
+        let (a_end, _) = listener.accept().map_err(|e| e.to_string())?;
+        assert_eq!(link.accepted(), 1);
+        drop(b_end);
+        assert_eq!(link.accepted(), 1, "a holds its end until it closes it");
+        drop(a_end);
+        assert_eq!(link.accepted(), 0);
         drop(listener);
         drop(link);
         assert!(
