@@ -47,6 +47,11 @@ pub(super) fn quote(word: &str) -> String {
     format!("'{}'", word.replace('\'', r"'\''"))
 }
 
+/// What the init's `say` puts before each of its lines (the host knows
+/// the init runs when it sees it).
+pub(super) const SAY_PREFIX: &str = "rxe-guest: ";
+
+/// The start of every guest's init: mounts, PATH, and the shell helpers.
 pub(super) const PRELUDE: &str = r#"#!/bin/busybox sh
 # The init of the soft-RoCE guest, written by `cargo xtask rxe`.
 /bin/busybox mkdir -p /proc /sys /dev /tmp
@@ -341,6 +346,14 @@ fn bench(s: &mut String, probes: &[String]) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn say_prints_the_prefix_the_host_waits_for() {
+        assert!(
+            super::PRELUDE.contains(&format!("say() {{ echo \"{}$*\"; }}", super::SAY_PREFIX)),
+            "PRELUDE's say() and SAY_PREFIX differ"
+        );
+    }
+
     use super::*;
 
     #[test]
