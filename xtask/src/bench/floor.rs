@@ -154,6 +154,29 @@ pub(super) fn memcpy_mbps() -> f64 {
     (n as f64 * (1 << 20) as f64) / t.elapsed().as_secs_f64() / 1e6
 }
 
+/// The one-copy floor of a stream of `size`-byte messages with
+/// [`STREAM_WINDOW`] in flight, MB/s: one thread copies message `i` from
+/// source buffer `i % 64` into destination buffer `i % 64`, `total` bytes
+/// in all (every page touched before timing), as a protocol that moves
+/// each byte once must at least do. From 64 KiB up the two windows (8 MiB
+/// and more) no longer stay in the caches, which a single 1 MiB memcpy
+/// does.
+pub(super) fn copy_window_mbps(size: usize, total: usize) -> f64 {
+    let size = size.max(1);
+    let src: Vec<Vec<u8>> = (0..STREAM_WINDOW)
+        .map(|i| vec![i as u8 | 1; size])
+        .collect();
+    let mut dst: Vec<Vec<u8>> = (0..STREAM_WINDOW).map(|_| vec![0u8; size]).collect();
+    let n = (total / size).max(STREAM_WINDOW);
+    let t = Instant::now();
+    for i in 0..n {
+        let k = i % STREAM_WINDOW;
+        dst[k].copy_from_slice(&src[k]);
+        std::hint::black_box(&mut dst[k]);
+    }
+    (n as f64 * size as f64) / t.elapsed().as_secs_f64() / 1e6
+}
+
 /// A copy of 1 MiB that another thread has just written, so that the data
 /// comes from the other core's cache, MB/s: the floor of any protocol that
 /// moves a message between cores with one copy. Both threads spin while
