@@ -104,11 +104,17 @@ impl<R, M> Matcher<R, M> {
     /// [`push_unexpected`](Matcher::push_unexpected)).
     pub fn arrive(&mut self, tag: u64, src: FiAddr) -> Option<Posted<R>> {
         let directed = self.directed;
-        let i = self.posted.iter().position(|p| {
+        let hit = |p: &Posted<R>| {
             let want = if directed { p.src } else { FiAddr::UNSPEC };
             matches(p.tag, p.ignore, want, tag, src)
-        })?;
-        take(&mut self.posted, i)
+        };
+        // The oldest receive matches, mostly (untagged receives match any
+        // message): no search, no position to work out.
+        if hit(self.posted.front()?) {
+            return self.posted.pop_front();
+        }
+        let i = self.posted.iter().skip(1).position(hit)?;
+        self.posted.remove(i + 1)
     }
 
     /// Keeps a message that matched no receive.

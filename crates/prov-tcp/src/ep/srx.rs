@@ -391,6 +391,18 @@ impl DerefMut for Pass<'_> {
 impl Drop for Pass<'_> {
     #[inline]
     fn drop(&mut self) {
+        if self.srx.is_some() {
+            self.drop_shared();
+        }
+    }
+}
+
+impl Pass<'_> {
+    /// The end of a pass over a shared receive context's engine: out of
+    /// line, so that an endpoint's own pass ends in the guard's unlock.
+    #[cold]
+    #[inline(never)]
+    fn drop_shared(&mut self) {
         if let Some((_, g)) = self.srx.as_mut() {
             let st = &mut *self.st;
             // Work the pass left undone (it ended before `finish_pass`)
