@@ -80,11 +80,18 @@ impl<R, M> Matcher<R, M> {
 
     /// Posts a receive. If an unclaimed unexpected message matches, it is
     /// taken and returned with the receive instead of queueing it.
+    #[inline]
     pub fn post(&mut self, p: Posted<R>) -> Option<(Posted<R>, Unexpected<M>)> {
         if self.unexpected.is_empty() {
             self.posted.push_back(p);
             return None;
         }
+        self.post_search(p)
+    }
+
+    /// [`post`](Matcher::post) with unexpected messages kept: the oldest
+    /// unclaimed one that matches, if any, else the receive is queued.
+    fn post_search(&mut self, p: Posted<R>) -> Option<(Posted<R>, Unexpected<M>)> {
         let want = self.want(p.src);
         let found = self
             .unexpected

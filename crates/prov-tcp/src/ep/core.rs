@@ -269,12 +269,19 @@ impl EpInner {
     /// As [`lock`](Self::lock), unless another thread holds the state.
     #[inline]
     pub(crate) fn try_lock(&self) -> Option<Pass<'_>> {
-        let g = match self.state.try_lock() {
-            Ok(g) => g,
-            Err(std::sync::TryLockError::WouldBlock) => return None,
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-        };
-        Some(Pass::new(self, g))
+        self.try_state().map(|g| Pass::new(self, g))
+    }
+
+    /// The state's guard, unless another thread holds it; then
+    /// [`Pass::new`]. Apart, they keep a busy-polling pass from moving an
+    /// `Option<Pass>` field by field.
+    #[inline]
+    fn try_state(&self) -> Option<std::sync::MutexGuard<'_, State>> {
+        match self.state.try_lock() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        }
     }
 
     pub(crate) fn bound(&self) -> Result<&Binds> {
@@ -507,7 +514,8 @@ impl EpProgress for EpInner {
     fn progress_direct(&self) -> Option<()> {
         let b = self.bound.get()?;
         self.progressed();
-        let mut guard = self.try_lock()?;
+        let g = self.try_state()?;
+        let mut guard = Pass::new(self, g);
         let st = &mut *guard;
         if !direct_ok(st) {
             return None;

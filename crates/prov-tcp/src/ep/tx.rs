@@ -461,6 +461,7 @@ impl EpInner {
     }
 
     /// The peer key of an operation's destination.
+    #[inline]
     pub(crate) fn dest_key(&self, st: &mut State, b: &Binds, dest: FiAddr) -> Result<SocketAddr> {
         match self.kind {
             Kind::Rdm => self.rdm_dest(st, b, dest),

@@ -56,6 +56,13 @@ impl<const N: usize> Pieces<N> {
     /// Replaces the pieces with `iov`, writing only the pieces given (none
     /// when there are more than `N`).
     pub fn set(&mut self, iov: &[IoVec]) {
+        // One piece (the usual receive): a copy of 16 bytes, not a call
+        // to memcpy with a length known only at run time.
+        if let ([one], Some(dst)) = (iov, self.iov.first_mut()) {
+            *dst = *one;
+            self.n = 1;
+            return;
+        }
         match self.iov.get_mut(..iov.len()) {
             Some(dst) => {
                 dst.copy_from_slice(iov);
