@@ -139,19 +139,25 @@ fn have(program: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// Round trips of a ping-pong run at `size`. Shared memory at 4 KiB and
-/// below (`shm`) gets 40 times more: its round trips take well under a
+/// Round trips of a ping-pong run at `size`. Shared memory (`shm`) gets
+/// more (40 times at 4 KiB and below): its round trips take well under a
 /// microsecond, and its first message to a peer (mapping the peer's
 /// region, about 1 ms), which `fi_pingpong` times, would otherwise be a
 /// good part of the run.
 fn iterations(size: usize, quick: bool, shm: bool) -> usize {
-    // Large sizes get enough round trips that the first messages and
-    // shm's trials of both large-message copies (runs of 8 of each) are a
-    // small part of the timed run (100 at 256 KiB left them a sixth).
+    // Every run lasts tens of milliseconds at least: shorter ones (1,000
+    // shm round trips at 64 KiB took 4 ms) swing by 15% with an interrupt
+    // or a change of host mode. Large sizes also get enough round trips
+    // that the first messages and shm's trials of both large-message
+    // copies (runs of 8 of each) are a small part of the timed run (100
+    // at 256 KiB left them a sixth).
     let n = match size {
         0..=4096 if shm => 200_000,
         0..=4096 => 5000,
-        4097..=1048576 => 1000,
+        4097..=65536 if shm => 20_000,
+        4097..=65536 => 2000,
+        65537..=1048576 if shm => 2000,
+        65537..=1048576 => 1000,
         _ => 300,
     };
     if quick { (n / 4).max(20) } else { n }
