@@ -109,18 +109,30 @@ impl<R, M> Matcher<R, M> {
     /// A message arrived: takes the oldest matching posted receive, or
     /// `None` (then the caller keeps the message with
     /// [`push_unexpected`](Matcher::push_unexpected)).
+    #[inline]
     pub fn arrive(&mut self, tag: u64, src: FiAddr) -> Option<Posted<R>> {
-        let directed = self.directed;
-        let hit = |p: &Posted<R>| {
-            let want = if directed { p.src } else { FiAddr::UNSPEC };
-            matches(p.tag, p.ignore, want, tag, src)
-        };
         // The oldest receive matches, mostly (untagged receives match any
         // message): no search, no position to work out.
-        if hit(self.posted.front()?) {
+        if self.hit(self.posted.front()?, tag, src) {
             return self.posted.pop_front();
         }
-        let i = self.posted.iter().skip(1).position(hit)?;
+        self.arrive_search(tag, src)
+    }
+
+    /// Whether posted receive `p` takes a message with `tag` from `src`.
+    #[inline]
+    fn hit(&self, p: &Posted<R>, tag: u64, src: FiAddr) -> bool {
+        let want = if self.directed { p.src } else { FiAddr::UNSPEC };
+        matches(p.tag, p.ignore, want, tag, src)
+    }
+
+    /// [`arrive`](Matcher::arrive) past the oldest receive.
+    fn arrive_search(&mut self, tag: u64, src: FiAddr) -> Option<Posted<R>> {
+        let i = self
+            .posted
+            .iter()
+            .skip(1)
+            .position(|p| self.hit(p, tag, src))?;
         self.posted.remove(i + 1)
     }
 

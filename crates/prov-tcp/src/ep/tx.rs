@@ -140,6 +140,7 @@ impl EpInner {
         }
     }
 
+    #[inline]
     fn on_written(&self, b: &Binds, d: Done, note: &mut WriteNote) {
         match d {
             Done::None => {}

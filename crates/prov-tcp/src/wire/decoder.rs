@@ -218,6 +218,7 @@ impl Decoder {
     ///
     /// Errors (`FI_EIO`, message naming the field and value) are final: the
     /// decoder stays failed.
+    #[inline]
     pub fn feed<'a>(&mut self, input: &'a [u8]) -> Result<(usize, Option<Event<'a>>)> {
         let r = self.step(input);
         if r.is_err() {
@@ -226,6 +227,7 @@ impl Decoder {
         r
     }
 
+    #[inline]
     fn step<'a>(&mut self, input: &'a [u8]) -> Result<(usize, Option<Event<'a>>)> {
         let mut used = 0usize;
         loop {
