@@ -30,6 +30,7 @@ fn proto(detail: impl Into<std::borrow::Cow<'static, str>>) -> Error {
 
 impl EpInner {
     /// The peer key (listening address) of an AV handle.
+    #[inline(never)]
     pub(crate) fn rdm_dest(&self, st: &mut State, b: &Binds, dest: FiAddr) -> Result<SocketAddr> {
         let av =
             b.av.as_ref()

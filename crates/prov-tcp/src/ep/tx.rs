@@ -107,6 +107,16 @@ fn refused_answer(
 
 /// The header flags asking for an acknowledgement, from an operation's
 /// flags.
+/// Why a MSG endpoint has no destination: shut down, or not connected.
+#[cold]
+fn msg_dest_error(closed: bool) -> Error {
+    if closed {
+        Error::new(ErrorKind::Shutdown, "tcp: the connection is shut down")
+    } else {
+        Error::new(ErrorKind::NotConn, "tcp: the endpoint is not connected")
+    }
+}
+
 fn ack_flags(flags: OpFlags) -> Flags {
     if flags.contains(OpFlags::DELIVERY_COMPLETE) {
         Flags::ACK_DELIVERY
@@ -461,22 +471,16 @@ impl EpInner {
         Ok(b)
     }
 
-    /// The peer key of an operation's destination.
-    #[inline]
+    /// The peer key of an operation's destination: for MSG a field read
+    /// in the caller, for RDM a call to [`EpInner::rdm_dest`].
+    #[inline(always)]
     pub(crate) fn dest_key(&self, st: &mut State, b: &Binds, dest: FiAddr) -> Result<SocketAddr> {
         match self.kind {
             Kind::Rdm => self.rdm_dest(st, b, dest),
-            Kind::Msg => {
-                if st.msg.closed {
-                    return Err(Error::new(
-                        ErrorKind::Shutdown,
-                        "tcp: the connection is shut down",
-                    ));
-                }
-                st.msg.peer.ok_or_else(|| {
-                    Error::new(ErrorKind::NotConn, "tcp: the endpoint is not connected")
-                })
-            }
+            Kind::Msg => match st.msg.peer {
+                Some(peer) if !st.msg.closed => Ok(peer),
+                _ => Err(msg_dest_error(st.msg.closed)),
+            },
         }
     }
 
