@@ -517,26 +517,39 @@ impl EpProgress for EpInner {
         let g = self.try_state()?;
         let mut guard = Pass::new(self, g);
         let st = &mut *guard;
-        if !direct_ok(st) {
+        // The (at most DIRECT_CONNS) connections, gathered on the stack in
+        // the same pass that checks them (what `direct_ok` asks), ...
+        if st.conns.len() > DIRECT_CONNS || st.orphans > 0 {
             return None;
         }
-        // The (at most DIRECT_CONNS) connections, gathered on the stack,
-        // and out of the epoll set while nobody can block on it.
-        let unwatch = self.poller.may_unwatch();
         let mut ids = [0u32; DIRECT_CONNS];
         let mut n = 0;
-        for (cid, c) in st.conns.iter_mut() {
-            if unwatch && c.watched && !c.want_write {
-                c.watched = false;
-                self.unwatched.store(true, Ordering::Relaxed);
-                let _ = self.poller.remove(c.fd());
+        let mut watched = false;
+        for (cid, c) in st.conns.iter() {
+            if c.connecting || c.phase != Phase::Ready {
+                return None;
             }
+            watched |= c.watched && !c.want_write;
             if let Some(slot) = ids.get_mut(n) {
                 *slot = cid;
                 n += 1;
             }
         }
         let ids = ids.get(..n).unwrap_or_default();
+        // ... and out of the epoll set while nobody can block on it (once:
+        // then none is watched any more).
+        if watched && self.poller.may_unwatch() {
+            for cid in ids {
+                let Some(c) = st.conns.get_mut(cid) else {
+                    continue;
+                };
+                if c.watched && !c.want_write {
+                    c.watched = false;
+                    self.unwatched.store(true, Ordering::Relaxed);
+                    let _ = self.poller.remove(c.fd());
+                }
+            }
+        }
         if self.tx_waiting.load(Ordering::Acquire) && self.tx_waiting.swap(false, Ordering::AcqRel)
         {
             for cid in ids {
