@@ -105,6 +105,37 @@ pub(crate) unsafe fn recv_raw(fd: BorrowedFd<'_>, ptr: *mut u8, len: usize) -> i
     }
 }
 
+/// Reads into a byte buffer as [`recv_buf`] does, failing with the errno
+/// instead: a busy-polling read that finds nothing (EAGAIN, see
+/// [`errno_would_block`]) makes and drops no `io::Error`.
+pub(crate) fn recv_buf_errno(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Result<usize, i32> {
+    loop {
+        // SAFETY: `buf` is a live, exclusively borrowed slice.
+        let r = unsafe {
+            libc::recv(
+                fd.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if r >= 0 {
+            return Ok(r.unsigned_abs());
+        }
+        // SAFETY: `__errno_location` returns the calling thread's errno
+        // slot, valid to read for the thread's life; `recv` just set it.
+        let e = unsafe { *libc::__errno_location() };
+        if e != libc::EINTR {
+            return Err(e);
+        }
+    }
+}
+
+/// Whether an errno says the socket had nothing (as [`would_block`]).
+pub(crate) fn errno_would_block(e: i32) -> bool {
+    e == libc::EAGAIN
+}
+
 /// Reads into a byte buffer; as [`recv_raw`].
 pub(crate) fn recv_buf(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
     // SAFETY: `buf` is a live, exclusively borrowed slice.

@@ -323,15 +323,15 @@ impl EpInner {
             } else {
                 rx.buf.len()
             };
-            match sys::recv_buf(fd, rx.buf.get_mut(..want).unwrap_or_default()) {
+            match sys::recv_buf_errno(fd, rx.buf.get_mut(..want).unwrap_or_default()) {
                 Ok(0) => return Err(self.eof(rx)),
                 Ok(k) => {
                     rx.pos = 0;
                     rx.len = k;
                     drained = k < want;
                 }
-                Err(e) if sys::would_block(&e) => return Ok(()),
-                Err(e) => return Err(e.into()),
+                Err(e) if sys::errno_would_block(e) => return Ok(()),
+                Err(e) => return Err(std::io::Error::from_raw_os_error(e).into()),
             }
         }
     }
