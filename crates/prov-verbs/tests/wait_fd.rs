@@ -125,6 +125,127 @@ fn rdm_cq_and_counter_fds_wake_an_epoll_in_another_thread() {
     eprintln!("RDM: idle wake-ups in 200 ms: {wakes}");
 }
 
+/// A rendezvous send waits for a peer that never takes it, and the
+/// application sleeps in its own `epoll` on the CQ's wait fd (after
+/// `trywait`), with no thread in any call: the liveness probe's timer
+/// (every 0.5 s while such sends wait) wakes it, so that its next read
+/// makes the sweep that fails sends to a dead peer (`cross_host.rs`
+/// shows that for a thread in `sread`). Nothing else is left to wake it:
+/// the connection is made and quiet before the send.
+#[test]
+fn an_epoll_sleeper_wakes_for_the_liveness_probe_while_a_rendezvous_send_waits() {
+    let mut h = Info::default();
+    h.caps = Caps::MSG | Caps::TAGGED;
+    h.addr_format = AddrFormat::SockaddrIn;
+    let Some(list) = entries(EpType::Rdm, h) else {
+        return;
+    };
+    let info = list.into_iter().next().unwrap();
+    let a = rdm_side(&info, false);
+    let b = rdm_side(&info, false);
+    let b_at_a = insert(&a, &b.ep.getname().unwrap());
+    insert(&b, &a.ep.getname().unwrap());
+    // The connection first: an eager message that b receives.
+    let mut small = [0u8; 8];
+    let small_iov = [fabric_core::objects::IoVec {
+        addr: small.as_mut_ptr(),
+        len: small.len(),
+    }];
+    // SAFETY: `small` outlives the receive, which completes below.
+    unsafe {
+        b.ep.recvmsg(&post(&small_iov, FiAddr::UNSPEC, 1), OpFlags::empty())
+    }
+    .unwrap();
+    let end = Instant::now() + LIMIT;
+    loop {
+        match a.ep.inject(b"hello", b_at_a, None) {
+            Ok(()) => break,
+            Err(e) if e.kind() == ErrorKind::Again => {
+                let mut out = [CqEntry::default(); 4];
+                let _ = a.cq.read(&mut out);
+                assert!(Instant::now() < end, "inject kept answering Again");
+            }
+            Err(e) => panic!("inject: {e}"),
+        }
+    }
+    // Both sides progress (the connection is made on demand by both).
+    let got = loop {
+        let mut out = [CqEntry::default(); 1];
+        match a.cq.read(&mut out) {
+            Ok(k) => panic!("a's CQ reported {k} completions for an inject"),
+            Err(e) if e.kind() == ErrorKind::Again => {}
+            Err(e) => panic!("a's CQ read: {e}"),
+        }
+        match b.cq.read(&mut out) {
+            Ok(1) => break out[0],
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::Again => {}
+            Err(e) => panic!("b's CQ read: {e}"),
+        }
+        assert!(Instant::now() < end, "b did not receive the message");
+    };
+    assert_eq!((got.context, got.len), (1, 5));
+    // The rendezvous send, which b never receives: it waits for b's
+    // answer with nothing on the wire.
+    let n = 256 * 1024;
+    let mut big = vec![7u8; n];
+    let big_iov = [fabric_core::objects::IoVec {
+        addr: big.as_mut_ptr(),
+        len: n,
+    }];
+    // SAFETY: `big` outlives the send: it is cancelled by closing the
+    // endpoints below, before `big` goes.
+    unsafe { a.ep.sendmsg(&post(&big_iov, b_at_a, 2), OpFlags::empty()) }.unwrap();
+    let mut drain = || {
+        let mut out = [CqEntry::default(); 4];
+        match a.cq.read(&mut out) {
+            Ok(k) => panic!("the waiting send completed ({k} entries)"),
+            Err(e) if e.kind() == ErrorKind::Again => {}
+            Err(e) => panic!("CQ read: {e}"),
+        }
+    };
+    // Let the announcement go out and its work completion be read.
+    let quiet = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < quiet {
+        drain();
+    }
+    let fd = a.cq.wait_fd().expect("a CQ with FI_WAIT_FD has a wait fd");
+    let sleeper = Sleeper::new(&[fd]);
+    // Three sleeps in a row, each woken by the timer (0.5 s): the first
+    // tick, and the timer started again by each trywait after a wake-up.
+    for i in 0..3 {
+        sleeper.settle(&|| a.cq.trywait(), &mut drain, LIMIT);
+        let t = Instant::now();
+        let woke = sleeper.wait(Duration::from_secs(10));
+        assert!(
+            !woke.is_empty(),
+            "sleep {i}: the CQ's wait fd stayed quiet for 10 s while a rendezvous send waited"
+        );
+        eprintln!("sleep {i}: woken after {:?}", t.elapsed());
+        drain();
+    }
+    drop(a);
+    drop(b);
+    drop(big);
+}
+
+/// An untagged message of `iov` to (or from) `addr`.
+fn post(
+    iov: &[fabric_core::objects::IoVec],
+    addr: FiAddr,
+    context: u64,
+) -> fabric_core::objects::Msg<'_> {
+    fabric_core::objects::Msg {
+        iov,
+        desc: &[],
+        addr,
+        tag: 0,
+        ignore: 0,
+        context,
+        data: 0,
+    }
+}
+
 /// Drives `eq` (a peer's progress) until `done`, keeping its events.
 fn drive_eq(eq: &dyn EventQueue, done: &AtomicBool, got: &Mutex<Vec<EqEvent>>) {
     let end = Instant::now() + LIMIT;

@@ -409,6 +409,11 @@ pub(crate) struct Engine {
     srx_mail: Arc<AtomicBool>,
     /// Wakes a sleeping application for the liveness sweep ([`probe`]).
     probe: probe::ProbeTimer,
+    /// An application sleeps on the wait fds outside any call (its
+    /// `fi_trywait` answered `Ok`): it counts as one of the probe timer's
+    /// sleepers until the engine's next progress, which it makes once
+    /// awake.
+    external: AtomicBool,
 }
 
 impl Drop for Engine {
@@ -551,6 +556,7 @@ impl RdmEndpoint {
             srx: OnceLock::new(),
             srx_mail: Arc::new(AtomicBool::new(false)),
             probe: probe::ProbeTimer::new(PROBE_IDLE / 2)?,
+            external: AtomicBool::new(false),
         };
         Ok(Box::new(RdmEndpoint {
             inner: Arc::new(engine),
@@ -1107,6 +1113,11 @@ impl Progress for Engine {
             // A sleeper woke for the liveness sweep.
             self.cm_hint.store(true, Ordering::Release);
         }
+        if self.external.load(Ordering::Relaxed) {
+            // The application that slept on the fds is awake again (its
+            // next trywait counts it again).
+            self.disarm_external();
+        }
         let Ok(st) = self.state.try_lock() else {
             // Another thread is in the engine and progresses it.
             return Ok(());
@@ -1147,10 +1158,29 @@ impl Progress for Engine {
         self.probe.wake();
     }
 
+    /// An application is about to sleep on the wait fds outside any call
+    /// (after its `fi_trywait`): one sleeper for the probe timer, however
+    /// many times it says so, until the next progress.
+    fn arm_external(&self) {
+        if !self.external.swap(true, Ordering::AcqRel) {
+            self.arm();
+        }
+    }
+
+    /// The sleeper of [`Progress::arm_external`] is awake.
+    fn disarm_external(&self) {
+        if self.external.swap(false, Ordering::AcqRel) {
+            self.disarm();
+        }
+    }
+
     /// Arms the engine's CQ (when a wait fd did not already), takes the
     /// connection events, and progresses: what was there before arming
     /// is handled now, later completions and events make the fds
-    /// readable.
+    /// readable. Then counts the application, which sleeps on the fds
+    /// next, as a sleeper of the probe timer: while rendezvous sends
+    /// wait, its ticks wake the application, whose next read makes the
+    /// liveness sweep (as `sread` does).
     fn trywait(&self) -> Result<()> {
         if !self.armed.swap(true, Ordering::AcqRel) {
             if let Err(e) = self.cq.arm() {
@@ -1159,7 +1189,9 @@ impl Progress for Engine {
             }
         }
         self.cm_hint.store(true, Ordering::Release);
-        self.progress()
+        self.progress()?;
+        self.arm_external();
+        Ok(())
     }
 }
 
