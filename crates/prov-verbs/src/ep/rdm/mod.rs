@@ -412,7 +412,9 @@ pub(crate) struct Engine {
     /// An application sleeps on the wait fds outside any call (its
     /// `fi_trywait` answered `Ok`): it counts as one of the probe timer's
     /// sleepers until the engine's next progress, which it makes once
-    /// awake.
+    /// awake. Another thread's progress counts as that too: while it
+    /// polls, its own reads make the sweep, and the sleeper's next
+    /// `fi_trywait` starts the timer again.
     external: AtomicBool,
 }
 
