@@ -429,6 +429,9 @@ fn housekeeping(st: &mut State, now: Instant) {
     }
 }
 
+/// Passes over an endpoint's ring before its gone peers are forgotten.
+const DRAIN_PASSES: usize = 16;
+
 /// The periodic checks of one endpoint; `true`: a peer went away.
 fn check_ep(ep: &mut EpRx, now: Instant) -> bool {
     let mut reclaim = false;
@@ -445,6 +448,17 @@ fn check_ep(ep: &mut EpRx, now: Instant) -> bool {
                 );
                 ep.st.fail_ops_of(&sh, b, &p);
                 reclaim = true;
+            }
+        }
+        if ep.st.any_peer_gone(true) {
+            // A peer closes (or exits) after its last sends: those
+            // commands are in the ring by now, and once it is forgotten
+            // they would be dropped as from an unknown sender. Read them
+            // first (a bounded number of passes).
+            for _ in 0..DRAIN_PASSES {
+                if !ep.progress() {
+                    break;
+                }
             }
         }
         if ep.st.check_peers(&sh, b, true) {

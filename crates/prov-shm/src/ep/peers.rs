@@ -246,6 +246,11 @@ impl RxState {
         foreign.unwrap_or_else(|| crate::region::process_gone(pid))
     }
 
+    /// Whether [`check_peers`](Self::check_peers) would forget a peer now.
+    pub(crate) fn any_peer_gone(&self, deep: bool) -> bool {
+        self.peers.iter().flatten().any(|p| peer_gone(p, deep))
+    }
+
     /// Forgets peers whose endpoint closed or whose process exited.
     /// `deep`: ask the kernel about peers with something pending
     /// (otherwise only the cheap `alive` word is read). Returns whether a
@@ -254,9 +259,7 @@ impl RxState {
         let mut gone = Vec::new();
         for (i, p) in self.peers.iter().enumerate() {
             let Some(p) = p else { continue };
-            let dead =
-                !p.region.is_open() || (deep && p.region.owner_status() != OwnerStatus::Alive);
-            if dead {
+            if peer_gone(p, deep) {
                 gone.push(i as u32);
             }
         }
@@ -265,4 +268,10 @@ impl RxState {
         }
         !gone.is_empty()
     }
+}
+
+/// A peer whose endpoint closed, or (`deep`: asking the kernel) whose
+/// process is gone.
+fn peer_gone(p: &RxPeer, deep: bool) -> bool {
+    !p.region.is_open() || (deep && p.region.owner_status() != OwnerStatus::Alive)
 }
