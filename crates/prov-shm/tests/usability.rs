@@ -9,7 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use fabric_core::objects::{AvAttr, CqAttr, CqEntry, FiAddr, RmaIov};
+use fabric_core::objects::{AvAttr, CqAttr, CqEntry, FiAddr, IoVec, RmaIov};
 use fabric_core::*;
 
 #[test]
@@ -62,4 +62,41 @@ fn rma_and_atomics_need_their_capabilities() {
     let e = a.ep.inject_write(b"x", b_at_a, remote, None).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::OpNotSupp);
     assert!(e.to_string().contains("FI_RMA"), "{e}");
+}
+
+#[test]
+fn a_bad_receive_buffer_is_refused_at_once() {
+    let (a, b, b_at_a, _) = pair();
+    let mut x = [0u8; 8];
+    let good = IoVec {
+        addr: x.as_mut_ptr(),
+        len: x.len(),
+    };
+    let wraps = IoVec {
+        addr: (usize::MAX - 3) as *mut u8,
+        len: 8,
+    };
+    // SAFETY: refused calls keep no buffer.
+    unsafe {
+        let e =
+            b.ep.recvmsg(&msg(&[wraps], FiAddr::UNSPEC, 0, 0, 1), OpFlags::empty())
+                .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Inval, "{e}");
+        let e =
+            b.ep.recvmsg(&msg(&[good; 5], FiAddr::UNSPEC, 0, 0, 2), OpFlags::empty())
+                .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Inval, "{e}");
+        let e =
+            b.ep.trecvmsg(&msg(&[good], FiAddr::UNSPEC, 0, 0, 3), OpFlags::MULTI_RECV)
+                .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::BadFlags, "{e}");
+        // A receive of no bytes (no pieces) takes an empty message.
+        b.ep.recvmsg(&msg(&[], FiAddr::UNSPEC, 0, 0, 4), OpFlags::empty())
+            .unwrap();
+    }
+    a.ep.inject(b"", b_at_a, None).unwrap();
+    let e = next(&*b.cq, &[&*a.cq]).unwrap();
+    assert_eq!((e.context, e.len), (4, 0));
+    // The refused receives left nothing posted.
+    nothing(&*b.cq, &[&*a.cq]);
 }

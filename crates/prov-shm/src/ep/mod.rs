@@ -15,6 +15,7 @@ pub(crate) mod binds;
 mod choice;
 pub(crate) mod engine;
 mod flow;
+mod handoff;
 mod peers;
 // Rendezvous data into receive buffers (cross-memory attach, pushes).
 #[allow(unsafe_code)]
@@ -291,7 +292,55 @@ impl ShmEndpoint {
         Ok(())
     }
 
+    /// Posts a receive: queued for the engine ([`RxReq`]), which takes it
+    /// on its next pass. A program may post each receive between a
+    /// completion and its answer (`fi_pingpong` does), which puts this on
+    /// the round trip's path: the common case (one piece or none, no
+    /// peek, claim or discard, bound, no shared context) is kept short,
+    /// everything else goes through [`post_recv_checked`](Self::post_recv_checked).
+    #[inline]
     fn post_recv(&self, msg: &Msg<'_>, flags: OpFlags, tagged: bool) -> Result<()> {
+        let sh = &*self.shared;
+        let special = OpFlags::MULTI_RECV | OpFlags::PEEK | OpFlags::CLAIM | OpFlags::DISCARD;
+        let one = match msg.iov {
+            [] => Some(Pieces::EMPTY),
+            [v] => Pieces::one(v),
+            _ => None,
+        };
+        match one {
+            Some(buf)
+                if !(tagged && flags.intersects(special))
+                    && sh.srx.get().is_none()
+                    && sh.bound.get().is_some() =>
+            {
+                self.queue_recv(msg, flags, tagged, buf)
+            }
+            _ => self.post_recv_checked(msg, flags, tagged),
+        }
+    }
+
+    /// Queues receive `msg` with buffer `buf` for the engine.
+    #[inline]
+    fn queue_recv(&self, msg: &Msg<'_>, flags: OpFlags, tagged: bool, buf: Pieces) -> Result<()> {
+        let req = RxReq {
+            tagged,
+            tag: if tagged { msg.tag } else { 0 },
+            ignore: if tagged { msg.ignore } else { 0 },
+            src: msg.addr,
+            buf,
+            context: msg.context,
+            flags,
+        };
+        self.shared.posted.push(req).map_err(|_| Error::again())?;
+        self.engine.nudge();
+        Ok(())
+    }
+
+    /// [`post_recv`](Self::post_recv) with every check, and peeks,
+    /// claims and discards.
+    #[cold]
+    #[inline(never)]
+    fn post_recv_checked(&self, msg: &Msg<'_>, flags: OpFlags, tagged: bool) -> Result<()> {
         self.own_receives()?;
         let sh = &*self.shared;
         sh.bound()?;
@@ -314,18 +363,7 @@ impl ShmEndpoint {
                     ))
                 });
         }
-        let req = RxReq {
-            tagged,
-            tag: if tagged { msg.tag } else { 0 },
-            ignore: if tagged { msg.ignore } else { 0 },
-            src: msg.addr,
-            buf,
-            context: msg.context,
-            flags,
-        };
-        sh.posted.push(req).map_err(|_| Error::again())?;
-        self.engine.nudge();
-        Ok(())
+        self.queue_recv(msg, flags, tagged, buf)
     }
 
     /// An injected write or atomic: one command with the data, no

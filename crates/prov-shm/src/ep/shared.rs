@@ -17,6 +17,7 @@ use fabric_core::{Address, Error, ErrorKind, Info, OpFlags, Result};
 
 use super::binds::{Binds, TxDone};
 use super::choice::Choice;
+use super::handoff::Handoff;
 use crate::config::{SCHEME, region_of};
 use crate::pieces::Pieces;
 use crate::region::{OwnerStatus, PeerRegion};
@@ -276,7 +277,7 @@ pub(crate) struct EpShared {
     pub name: Address,
     pub peers: PeerTable,
     /// Receives and peeks on their way to the engine.
-    pub posted: ArrayQueue<RxReq>,
+    pub posted: Handoff<RxReq>,
     /// Operations on their way to the engine.
     pub txq: ArrayQueue<TxReq>,
     /// Operations handed to the engine and not yet started there; while
@@ -329,7 +330,7 @@ impl EpShared {
             name: Address::Str(format!("{SCHEME}{region_name}")),
             region_name,
             peers: PeerTable::new(),
-            posted: ArrayQueue::new(rx),
+            posted: Handoff::new(rx),
             txq: ArrayQueue::new(tx),
             queued: AtomicUsize::new(0),
             outstanding: AtomicUsize::new(0),
