@@ -53,6 +53,13 @@ pub fn eager_max() -> usize {
         .clamp(INJECT_SIZE, cap)
 }
 
+/// Whether a message above the eager limit that fits one bounce buffer
+/// goes eagerly when nothing else is in flight: yes unless
+/// [`EAGER_MAX_VAR`] sets the limit. See the [crate docs](crate::docs#thresholds).
+pub(crate) fn lone_eager() -> bool {
+    env_bytes(EAGER_MAX_VAR).is_none()
+}
+
 /// A size in bytes from the variable `var`, when it is set to a number.
 fn env_bytes(var: &str) -> Option<usize> {
     std::env::var(var).ok()?.trim().parse().ok()

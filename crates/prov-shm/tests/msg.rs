@@ -550,3 +550,33 @@ fn remote_cq_data_releasing_a_multi_receive_buffer_says_so() {
     );
     drop(mr);
 }
+
+/// A message above the eager limit (32 KiB) that fits a bounce buffer and
+/// goes alone travels eagerly: it reaches the receiver before any receive
+/// is posted, so it is still delivered after its sender closed, which a
+/// rendezvous (whose data stays with the sender) could not do.
+#[test]
+fn a_lone_message_above_the_eager_limit_travels_with_its_data() {
+    let (a, b, b_at_a, _) = pair();
+    let size = 48 * 1024;
+    let mut out = pattern(size, 5);
+    let oiov = iov(&mut out);
+    // SAFETY: `out` outlives the send: it is dropped after `a`.
+    unsafe {
+        a.ep.sendmsg(&msg(&oiov, b_at_a, 0, 0, 9), OpFlags::empty())
+            .unwrap();
+    }
+    // The message reaches b's engine (held as unexpected there).
+    settle(&[b.cq.as_ref(), a.cq.as_ref()], 4);
+    drop(a);
+    let mut back = vec![0u8; size];
+    let biov = iov(&mut back);
+    // SAFETY: `back` outlives the completion read below.
+    unsafe {
+        b.ep.recvmsg(&msg(&biov, FiAddr::UNSPEC, 0, 0, 7), OpFlags::empty())
+            .unwrap();
+    }
+    let e = next(b.cq.as_ref(), &[]).unwrap();
+    assert_eq!((e.context, e.len), (7, size));
+    assert!(back == out, "the data came with the message");
+}

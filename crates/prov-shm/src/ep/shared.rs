@@ -292,6 +292,10 @@ pub(crate) struct EpShared {
     pub cma: bool,
     /// Largest message sent eagerly; larger ones go by rendezvous.
     pub eager_max: usize,
+    /// A message above `eager_max` that fits one bounce buffer goes
+    /// eagerly when nothing else is in flight (off when `FI_SHM_EAGER_MAX`
+    /// sets the limit).
+    pub lone_eager: bool,
     /// Smallest rendezvous split between receiver and sender.
     pub split_min: usize,
     /// Smallest RMA transfer copied by cross-memory attach (smaller ones
@@ -339,6 +343,7 @@ impl EpShared {
             enabled: AtomicBool::new(false),
             cma,
             eager_max,
+            lone_eager: crate::config::lone_eager(),
             split_min: crate::config::split_min(),
             cma_min: crate::config::cma_min().unwrap_or(crate::config::CMA_MIN),
             adaptive: crate::config::cma_min().is_none(),

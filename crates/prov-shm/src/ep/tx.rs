@@ -296,9 +296,16 @@ impl RxState {
                     cmd.flags |= flag::TAGGED;
                     cmd.tag = tag;
                 }
-                if len <= sh.eager_max && len <= cap {
+                // Above the eager limit, a message that fits one bounce
+                // buffer still goes eagerly when it goes alone (nothing else
+                // of this endpoint in flight: a ping-pong), and asks for an
+                // `ACK`: its completion waits for it, so the next messages of
+                // a window take the rendezvous (see the crate docs, eager
+                // limit).
+                let lone = sh.lone_eager && len > sh.eager_max && self.ops.len() == 0;
+                if (len <= sh.eager_max || lone) && len <= cap {
                     cmd.op = op::MSG;
-                    let wants_ack = req.flags.contains(OpFlags::DELIVERY_COMPLETE);
+                    let wants_ack = lone || req.flags.contains(OpFlags::DELIVERY_COMPLETE);
                     let id = wants_ack.then(|| self.insert(req, Pieces::EMPTY, 0));
                     if let Some(id) = id {
                         cmd.flags |= flag::ACK_REQ;
