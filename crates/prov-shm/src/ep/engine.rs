@@ -450,19 +450,23 @@ fn check_ep(ep: &mut EpRx, now: Instant) -> bool {
                 reclaim = true;
             }
         }
-        if ep.st.any_peer_gone(true) {
-            // A peer closes (or exits) after its last sends: those
-            // commands are in the ring by now, and once it is forgotten
-            // they would be dropped as from an unknown sender. Read them
-            // first (a bounded number of passes).
+        // A peer closes (or exits) after its last sends: those commands
+        // are in the ring by the time it is seen gone, and once it is
+        // forgotten they would be dropped as from an unknown sender. So
+        // the peers seen gone now are forgotten only after the ring was
+        // read (a bounded number of passes); one that goes while it is
+        // read waits for the next check (its last commands may be in the
+        // ring after this drain).
+        let gone = ep.st.gone_peers(true);
+        if !gone.is_empty() {
             for _ in 0..DRAIN_PASSES {
                 if !ep.progress() {
                     break;
                 }
             }
-        }
-        if ep.st.check_peers(&sh, b, true) {
-            reclaim = true;
+            if ep.st.forget_peers(&sh, b, &gone) {
+                reclaim = true;
+            }
         }
         if ep.rx.head_claimed() {
             let since = *ep.st.stuck_since.get_or_insert(now);

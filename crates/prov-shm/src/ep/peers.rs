@@ -246,27 +246,32 @@ impl RxState {
         foreign.unwrap_or_else(|| crate::region::process_gone(pid))
     }
 
-    /// Whether [`check_peers`](Self::check_peers) would forget a peer now.
-    pub(crate) fn any_peer_gone(&self, deep: bool) -> bool {
-        self.peers.iter().flatten().any(|p| peer_gone(p, deep))
+    /// The peers whose endpoint closed or whose process exited (`deep`:
+    /// ask the kernel about peers with something pending; otherwise only
+    /// the cheap `alive` word is read), by index and number.
+    pub(crate) fn gone_peers(&self, deep: bool) -> Vec<(u32, u64)> {
+        self.peers
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| {
+                let p = p.as_ref().filter(|p| peer_gone(p, deep))?;
+                Some((u32::try_from(i).ok()?, p.uid))
+            })
+            .collect()
     }
 
-    /// Forgets peers whose endpoint closed or whose process exited.
-    /// `deep`: ask the kernel about peers with something pending
-    /// (otherwise only the cheap `alive` word is read). Returns whether a
-    /// peer was dropped.
-    pub(crate) fn check_peers(&mut self, sh: &EpShared, b: &Binds, deep: bool) -> bool {
-        let mut gone = Vec::new();
-        for (i, p) in self.peers.iter().enumerate() {
-            let Some(p) = p else { continue };
-            if peer_gone(p, deep) {
-                gone.push(i as u32);
+    /// Forgets the peers of `gone` ([`gone_peers`](Self::gone_peers))
+    /// still in their places (a slot freed meanwhile may hold a new peer,
+    /// with another number). Returns whether a peer was dropped.
+    pub(crate) fn forget_peers(&mut self, sh: &EpShared, b: &Binds, gone: &[(u32, u64)]) -> bool {
+        let mut dropped = false;
+        for &(pi, uid) in gone {
+            if matches!(self.peers.get(pi as usize), Some(Some(p)) if p.uid == uid) {
+                self.drop_peer(sh, b, pi);
+                dropped = true;
             }
         }
-        for &pi in &gone {
-            self.drop_peer(sh, b, pi);
-        }
-        !gone.is_empty()
+        dropped
     }
 }
 
