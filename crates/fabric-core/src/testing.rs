@@ -315,6 +315,24 @@ pub fn iov(b: &mut [u8]) -> [crate::objects::IoVec; 1] {
     }]
 }
 
+/// An untagged message of `iov` to (or, posted as a receive, from)
+/// `addr`, without descriptors or remote CQ data.
+pub fn msg_to(
+    iov: &[crate::objects::IoVec],
+    addr: crate::objects::FiAddr,
+    context: u64,
+) -> crate::objects::Msg<'_> {
+    crate::objects::Msg {
+        iov,
+        desc: &[],
+        addr,
+        tag: 0,
+        ignore: 0,
+        context,
+        data: 0,
+    }
+}
+
 /// Registers `buf` with `access` under `key`; panics on failure.
 ///
 /// # Safety

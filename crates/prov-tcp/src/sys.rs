@@ -85,40 +85,19 @@ pub(crate) fn send_buf(fd: BorrowedFd<'_>, buf: &[u8]) -> io::Result<usize> {
     }
 }
 
-/// Reads up to `len` bytes into `ptr` without blocking; `Ok(0)` is the end
-/// of the stream, `WouldBlock` when nothing is there.
+/// Reads up to `len` bytes into `ptr` without blocking, failing with the
+/// errno: `Ok(0)` is the end of the stream, `EAGAIN` when nothing is
+/// there. A busy-polling read that finds nothing (see
+/// [`errno_would_block`]) so makes and drops no `io::Error`.
 ///
 /// # Safety
 ///
 /// `ptr..ptr + len` must be valid for writes for the duration of the call.
-pub(crate) unsafe fn recv_raw(fd: BorrowedFd<'_>, ptr: *mut u8, len: usize) -> io::Result<usize> {
+#[inline]
+unsafe fn recv_errno(fd: BorrowedFd<'_>, ptr: *mut u8, len: usize) -> Result<usize, i32> {
     loop {
         // SAFETY: the caller guarantees the memory is writable.
         let r = unsafe { libc::recv(fd.as_raw_fd(), ptr.cast(), len, libc::MSG_DONTWAIT) };
-        if r >= 0 {
-            return Ok(r.unsigned_abs());
-        }
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EINTR) {
-            return Err(e);
-        }
-    }
-}
-
-/// Reads into a byte buffer as [`recv_buf`] does, failing with the errno
-/// instead: a busy-polling read that finds nothing (EAGAIN, see
-/// [`errno_would_block`]) makes and drops no `io::Error`.
-pub(crate) fn recv_buf_errno(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Result<usize, i32> {
-    loop {
-        // SAFETY: `buf` is a live, exclusively borrowed slice.
-        let r = unsafe {
-            libc::recv(
-                fd.as_raw_fd(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                libc::MSG_DONTWAIT,
-            )
-        };
         if r >= 0 {
             return Ok(r.unsigned_abs());
         }
@@ -129,6 +108,24 @@ pub(crate) fn recv_buf_errno(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Result<usize
             return Err(e);
         }
     }
+}
+
+/// [`recv_errno`] with the error as an `io::Error` (`WouldBlock` when
+/// nothing is there).
+///
+/// # Safety
+///
+/// As [`recv_errno`].
+pub(crate) unsafe fn recv_raw(fd: BorrowedFd<'_>, ptr: *mut u8, len: usize) -> io::Result<usize> {
+    // SAFETY: the caller's contract.
+    unsafe { recv_errno(fd, ptr, len) }.map_err(io::Error::from_raw_os_error)
+}
+
+/// Reads into a byte buffer as [`recv_buf`] does, failing with the errno
+/// (see [`recv_errno`]).
+pub(crate) fn recv_buf_errno(fd: BorrowedFd<'_>, buf: &mut [u8]) -> Result<usize, i32> {
+    // SAFETY: `buf` is a live, exclusively borrowed slice.
+    unsafe { recv_errno(fd, buf.as_mut_ptr(), buf.len()) }
 }
 
 /// Whether an errno says the socket had nothing (as [`would_block`]).

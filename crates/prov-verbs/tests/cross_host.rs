@@ -174,13 +174,6 @@ fn poll(cq: &dyn CompletionQueue) -> Option<std::result::Result<CqEntry, CqErrEn
     }
 }
 
-fn iov(b: &mut [u8]) -> [IoVec; 1] {
-    [IoVec {
-        addr: b.as_mut_ptr(),
-        len: b.len(),
-    }]
-}
-
 fn tmsg<'a>(iov: &'a [IoVec], addr: FiAddr, tag: u64, context: u64) -> Msg<'a> {
     Msg {
         iov,

@@ -131,13 +131,6 @@ impl World {
     }
 }
 
-fn iov(b: &mut [u8]) -> [IoVec; 1] {
-    [IoVec {
-        addr: b.as_mut_ptr(),
-        len: b.len(),
-    }]
-}
-
 fn m<'a>(iov: &'a [IoVec], addr: FiAddr, tag: u64, ignore: u64, context: u64) -> Msg<'a> {
     Msg {
         iov,

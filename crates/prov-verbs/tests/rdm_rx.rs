@@ -17,7 +17,7 @@ use common::*;
 use fabric_core::objects::Provider;
 use fabric_core::objects::{
     AddressVector, AvAttr, Bind, CompletionFlags, CompletionQueue, CqAttr, CqEntry, Domain,
-    Endpoint, Fabric, FiAddr, IoVec, Msg, RmaIov, RmaMsg,
+    Endpoint, Fabric, FiAddr, Msg, RmaIov, RmaMsg,
 };
 use fabric_core::*;
 use prov_verbs::VerbsProvider;
@@ -97,25 +97,6 @@ fn world_cq(tweak: impl FnOnce(&mut Info), cq_size: usize) -> Option<World> {
     })
 }
 
-fn iov(b: &mut [u8]) -> [IoVec; 1] {
-    [IoVec {
-        addr: b.as_mut_ptr(),
-        len: b.len(),
-    }]
-}
-
-fn m(iov: &[IoVec], addr: FiAddr, context: u64) -> Msg<'_> {
-    Msg {
-        iov,
-        desc: &[],
-        addr,
-        tag: 0,
-        ignore: 0,
-        context,
-        data: 0,
-    }
-}
-
 /// Message `k` of `len` bytes: every byte depends on the message and its
 /// offset, so misplaced bytes show.
 fn pattern(k: u64, len: usize) -> Vec<u8> {
@@ -140,7 +121,7 @@ impl World {
             match unsafe {
                 self.a
                     .ep
-                    .sendmsg(&m(&siov, self.to_b, context), OpFlags::empty())
+                    .sendmsg(&msg_to(&siov, self.to_b, context), OpFlags::empty())
             } {
                 Ok(()) => return,
                 Err(e) if e.kind() == ErrorKind::Again && Instant::now() < deadline => self.spin(),
@@ -219,7 +200,7 @@ fn multi_recv_takes_eager_and_rendezvous_messages() {
     // SAFETY: `big` outlives the buffer's last completion.
     unsafe {
         w.b.ep
-            .recvmsg(&m(&biov, FiAddr::UNSPEC, 77), OpFlags::MULTI_RECV)
+            .recvmsg(&msg_to(&biov, FiAddr::UNSPEC, 77), OpFlags::MULTI_RECV)
     }
     .unwrap();
     // 100 + 300 + 20000 (rendezvous) leave 3600; 3000 more leave 600, less
@@ -257,7 +238,7 @@ fn multi_recv_takes_unexpected_messages() {
     // SAFETY: `big` outlives the buffer's last completion.
     unsafe {
         w.b.ep
-            .recvmsg(&m(&biov, FiAddr::UNSPEC, 9), OpFlags::MULTI_RECV)
+            .recvmsg(&msg_to(&biov, FiAddr::UNSPEC, 9), OpFlags::MULTI_RECV)
     }
     .unwrap();
     let got = w.completions(w.b.cq.as_ref(), msgs.len());
@@ -292,7 +273,7 @@ fn a_flooding_peer_is_held_to_the_budget() {
         // SAFETY: `bufs` outlives every completion.
         match unsafe {
             w.a.ep
-                .sendmsg(&m(&siov, w.to_b, sent as u64), OpFlags::empty())
+                .sendmsg(&msg_to(&siov, w.to_b, sent as u64), OpFlags::empty())
         } {
             Ok(()) => {
                 sent += 1;
@@ -335,8 +316,10 @@ fn a_flooding_peer_is_held_to_the_budget() {
             let riov = iov(&mut rbufs[posted]);
             // SAFETY: `rbufs` outlives every completion.
             unsafe {
-                w.b.ep
-                    .recvmsg(&m(&riov, FiAddr::UNSPEC, posted as u64), OpFlags::empty())
+                w.b.ep.recvmsg(
+                    &msg_to(&riov, FiAddr::UNSPEC, posted as u64),
+                    OpFlags::empty(),
+                )
             }
             .unwrap();
             posted += 1;
@@ -346,7 +329,7 @@ fn a_flooding_peer_is_held_to_the_budget() {
             // SAFETY: `bufs` outlives every completion.
             match unsafe {
                 w.a.ep
-                    .sendmsg(&m(&siov, w.to_b, sent as u64), OpFlags::empty())
+                    .sendmsg(&msg_to(&siov, w.to_b, sent as u64), OpFlags::empty())
             } {
                 Ok(()) => sent += 1,
                 Err(err) if err.kind() == ErrorKind::Again => {}
@@ -391,7 +374,7 @@ fn messages_held_in_receive_buffers_match_and_give_them_back() {
         loop {
             let msg = Msg {
                 tag,
-                ..m(&siov, w.to_b, tag)
+                ..msg_to(&siov, w.to_b, tag)
             };
             // SAFETY: the caller keeps `buf` alive until the completion.
             match unsafe { w.a.ep.tsendmsg(&msg, OpFlags::empty()) } {
@@ -405,7 +388,7 @@ fn messages_held_in_receive_buffers_match_and_give_them_back() {
         let riov = iov(buf);
         let msg = Msg {
             tag,
-            ..m(&riov, FiAddr::UNSPEC, context)
+            ..msg_to(&riov, FiAddr::UNSPEC, context)
         };
         // SAFETY: the caller keeps `buf` alive until the completion.
         unsafe { w.b.ep.trecvmsg(&msg, flags) }

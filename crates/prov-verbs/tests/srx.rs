@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use fabric_core::objects::Provider;
-use fabric_core::objects::{AvAttr, Bind, CompletionQueue, CqEntry, Endpoint, FiAddr, IoVec, Msg};
+use fabric_core::objects::{AvAttr, Bind, CompletionQueue, CqEntry, Endpoint, FiAddr, IoVec};
 use fabric_core::*;
 use prov_verbs::VerbsProvider;
 
@@ -39,18 +39,6 @@ fn pattern(s: u64, k: u64, len: usize) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u64).wrapping_mul(29).wrapping_add(k * 97 + s * 13) as u8)
         .collect()
-}
-
-fn m(iov: &[IoVec], addr: FiAddr, context: u64) -> Msg<'_> {
-    Msg {
-        iov,
-        desc: &[],
-        addr,
-        tag: 0,
-        ignore: 0,
-        context,
-        data: 0,
-    }
 }
 
 fn spin(eps: &[Ep]) {
@@ -119,7 +107,11 @@ fn srx_takes_messages_held_in_receive_buffers() {
             let deadline = Instant::now() + T;
             loop {
                 // SAFETY: `d` is kept in `sent` until the send completes.
-                match unsafe { eps[from].ep.sendmsg(&m(&v, addr[to], k), OpFlags::empty()) } {
+                match unsafe {
+                    eps[from]
+                        .ep
+                        .sendmsg(&msg_to(&v, addr[to], k), OpFlags::empty())
+                } {
                     Ok(()) => break,
                     Err(e) if e.kind() == ErrorKind::Again && Instant::now() < deadline => {
                         spin(&eps);
@@ -157,7 +149,7 @@ fn srx_takes_messages_held_in_receive_buffers() {
             len: LEN,
         }];
         // SAFETY: `bufs` outlives every completion read below.
-        unsafe { srx.recvmsg(&m(&v, FiAddr::UNSPEC, k as u64), OpFlags::empty()) }.unwrap();
+        unsafe { srx.recvmsg(&msg_to(&v, FiAddr::UNSPEC, k as u64), OpFlags::empty()) }.unwrap();
     }
     let mut got: [Vec<(u64, FiAddr)>; 2] = [Vec::new(), Vec::new()];
     let deadline = Instant::now() + T;

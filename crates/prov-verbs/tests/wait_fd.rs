@@ -97,19 +97,25 @@ fn insert(s: &RdmSide, name: &Address) -> FiAddr {
     out[0]
 }
 
-#[test]
-fn rdm_cq_and_counter_fds_wake_an_epoll_in_another_thread() {
+/// Two RDM endpoints (`b` with a counter when `b_counts`) that know each
+/// other, and b's address at a; `None` (skip) without a device.
+fn rdm_pair(b_counts: bool) -> Option<(RdmSide, RdmSide, FiAddr)> {
     let mut h = Info::default();
     h.caps = Caps::MSG | Caps::TAGGED;
     h.addr_format = AddrFormat::SockaddrIn;
-    let Some(list) = entries(EpType::Rdm, h) else {
-        return;
-    };
-    let info = list.into_iter().next().unwrap();
+    let info = entries(EpType::Rdm, h)?.into_iter().next().unwrap();
     let a = rdm_side(&info, false);
-    let b = rdm_side(&info, true);
+    let b = rdm_side(&info, b_counts);
     let b_at_a = insert(&a, &b.ep.getname().unwrap());
     insert(&b, &a.ep.getname().unwrap());
+    Some((a, b, b_at_a))
+}
+
+#[test]
+fn rdm_cq_and_counter_fds_wake_an_epoll_in_another_thread() {
+    let Some((a, b, b_at_a)) = rdm_pair(true) else {
+        return;
+    };
     let wakes = rdm_wakes(
         Sender {
             ep: a.ep.as_ref(),
@@ -134,26 +140,15 @@ fn rdm_cq_and_counter_fds_wake_an_epoll_in_another_thread() {
 /// the connection is made and quiet before the send.
 #[test]
 fn an_epoll_sleeper_wakes_for_the_liveness_probe_while_a_rendezvous_send_waits() {
-    let mut h = Info::default();
-    h.caps = Caps::MSG | Caps::TAGGED;
-    h.addr_format = AddrFormat::SockaddrIn;
-    let Some(list) = entries(EpType::Rdm, h) else {
+    let Some((a, b, b_at_a)) = rdm_pair(false) else {
         return;
     };
-    let info = list.into_iter().next().unwrap();
-    let a = rdm_side(&info, false);
-    let b = rdm_side(&info, false);
-    let b_at_a = insert(&a, &b.ep.getname().unwrap());
-    insert(&b, &a.ep.getname().unwrap());
     // The connection first: an eager message that b receives.
     let mut small = [0u8; 8];
-    let small_iov = [fabric_core::objects::IoVec {
-        addr: small.as_mut_ptr(),
-        len: small.len(),
-    }];
+    let small_iov = iov(&mut small);
     // SAFETY: `small` outlives the receive, which completes below.
     unsafe {
-        b.ep.recvmsg(&post(&small_iov, FiAddr::UNSPEC, 1), OpFlags::empty())
+        b.ep.recvmsg(&msg_to(&small_iov, FiAddr::UNSPEC, 1), OpFlags::empty())
     }
     .unwrap();
     let end = Instant::now() + LIMIT;
@@ -189,13 +184,10 @@ fn an_epoll_sleeper_wakes_for_the_liveness_probe_while_a_rendezvous_send_waits()
     // answer with nothing on the wire.
     let n = 256 * 1024;
     let mut big = vec![7u8; n];
-    let big_iov = [fabric_core::objects::IoVec {
-        addr: big.as_mut_ptr(),
-        len: n,
-    }];
+    let big_iov = iov(&mut big);
     // SAFETY: `big` outlives the send: it is cancelled by closing the
     // endpoints below, before `big` goes.
-    unsafe { a.ep.sendmsg(&post(&big_iov, b_at_a, 2), OpFlags::empty()) }.unwrap();
+    unsafe { a.ep.sendmsg(&msg_to(&big_iov, b_at_a, 2), OpFlags::empty()) }.unwrap();
     let mut drain = || {
         let mut out = [CqEntry::default(); 4];
         match a.cq.read(&mut out) {
@@ -227,23 +219,6 @@ fn an_epoll_sleeper_wakes_for_the_liveness_probe_while_a_rendezvous_send_waits()
     drop(a);
     drop(b);
     drop(big);
-}
-
-/// An untagged message of `iov` to (or from) `addr`.
-fn post(
-    iov: &[fabric_core::objects::IoVec],
-    addr: FiAddr,
-    context: u64,
-) -> fabric_core::objects::Msg<'_> {
-    fabric_core::objects::Msg {
-        iov,
-        desc: &[],
-        addr,
-        tag: 0,
-        ignore: 0,
-        context,
-        data: 0,
-    }
 }
 
 /// Drives `eq` (a peer's progress) until `done`, keeping its events.

@@ -26,6 +26,9 @@ use fabric_core::objects::{
 use fabric_core::*;
 use prov_verbs::VerbsProvider;
 
+#[allow(unused_imports)]
+pub use fabric_core::testing::{iov, msg_to};
+
 /// How long any wait in the tests may take (TCG guests are slow).
 pub const T: Duration = Duration::from_secs(30);
 
