@@ -105,7 +105,7 @@ fn session(args: &BwArgs) -> fabric::Result<()> {
     let max = c.sizes.0.iter().copied().max().unwrap_or(1);
     // One buffer per slot of the window, so receives never share memory;
     // every page is touched before timing.
-    let mut buf = perf::MsgBuf::new(max * window);
+    let mut buf = perf::MsgBuf::at(max * window, usize::from(args.common.buf_offset));
     // Notices: byte 0 is received into, byte 1 sent from.
     let mut ctl = vec![0u8; 2];
     // The target's registered buffer for RMA (the server's `buf`); with

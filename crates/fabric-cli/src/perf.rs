@@ -95,6 +95,11 @@ pub(crate) struct Common {
     /// Draw no progress bar (one is drawn on a terminal for a size sweep).
     #[arg(long = "no-progress")]
     pub no_progress: bool,
+    /// Start the message buffers this many bytes past a page boundary
+    /// (0-4095; default 0, as `fi_pingpong`): buffers from `malloc` start
+    /// anywhere, and copies can depend on where.
+    #[arg(long = "buf-offset", default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..4096))]
+    pub buf_offset: u16,
     /// The server's address: given, this side is the client.
     pub address: Option<String>,
 }
@@ -124,6 +129,9 @@ impl Common {
         }
         if self.json {
             v.push("--json".to_string());
+        }
+        if self.buf_offset != 0 {
+            v.extend(["--buf-offset".to_string(), self.buf_offset.to_string()]);
         }
         // The client draws the one progress bar of a `--self` run.
         v.push("--no-progress".to_string());
@@ -809,9 +817,11 @@ struct Page([u8; PAGE]);
 /// run. An untouched zeroed allocation would map the kernel's shared zero
 /// page: a cross-memory-attach read of it reads one cached page over and
 /// over, which made shm look 8-15% faster at 1-4 MiB than with real
-/// memory.
+/// memory. With an offset (`--buf-offset`) it starts that many bytes past
+/// the boundary instead.
 pub(crate) struct MsgBuf {
     pages: Vec<Page>,
+    off: usize,
     len: usize,
 }
 
@@ -820,10 +830,18 @@ pub(crate) struct MsgBuf {
 pub(crate) const FILL: u8 = 0x5a;
 
 impl MsgBuf {
-    /// A buffer of `len` bytes, each [`FILL`].
+    /// A buffer of `len` bytes, each [`FILL`], on a page boundary.
     pub(crate) fn new(len: usize) -> MsgBuf {
+        MsgBuf::at(len, 0)
+    }
+
+    /// A buffer of `len` bytes, each [`FILL`], starting `off % PAGE` bytes
+    /// past a page boundary.
+    pub(crate) fn at(len: usize, off: usize) -> MsgBuf {
+        let off = off % PAGE;
         MsgBuf {
-            pages: vec![Page([FILL; PAGE]); len.div_ceil(PAGE)],
+            pages: vec![Page([FILL; PAGE]); (off + len).div_ceil(PAGE)],
+            off,
             len,
         }
     }
@@ -833,16 +851,23 @@ impl std::ops::Deref for MsgBuf {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
-        // SAFETY: the pages are `len.div_ceil(PAGE) * PAGE >= len`
-        // contiguous, initialised bytes, borrowed with `self`.
-        unsafe { std::slice::from_raw_parts(self.pages.as_ptr().cast::<u8>(), self.len) }
+        // SAFETY: the pages are `(off + len).div_ceil(PAGE) * PAGE >= off +
+        // len` contiguous, initialised bytes, borrowed with `self`.
+        unsafe {
+            std::slice::from_raw_parts(self.pages.as_ptr().cast::<u8>().add(self.off), self.len)
+        }
     }
 }
 
 impl std::ops::DerefMut for MsgBuf {
     fn deref_mut(&mut self) -> &mut [u8] {
         // SAFETY: as in `deref`, borrowed mutably with `self`.
-        unsafe { std::slice::from_raw_parts_mut(self.pages.as_mut_ptr().cast::<u8>(), self.len) }
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.pages.as_mut_ptr().cast::<u8>().add(self.off),
+                self.len,
+            )
+        }
     }
 }
 
@@ -1073,6 +1098,24 @@ mod tests {
             assert!(b.iter().all(|&x| x == FILL));
             b.fill(7);
             assert!(b.iter().all(|&x| x == 7));
+        }
+    }
+
+    #[test]
+    fn message_buffers_can_start_past_a_page_boundary() {
+        for (len, off) in [
+            (1, 16),
+            (4096, 16),
+            (4097, 4095),
+            (65536, 48),
+            (10, 4096 + 8),
+        ] {
+            let mut b = MsgBuf::at(len, off);
+            assert_eq!(b.len(), len);
+            assert_eq!(b.as_ptr() as usize % PAGE, off % PAGE);
+            assert!(b.iter().all(|&x| x == FILL));
+            b.fill(3);
+            assert!(b.iter().all(|&x| x == 3));
         }
     }
 

@@ -79,10 +79,11 @@ struct Buffers {
 }
 
 impl Buffers {
-    /// Buffers of `max` bytes, registered when the provider needs it.
-    fn new(side: &perf::Side, max: usize) -> fabric::Result<Buffers> {
-        let mut tx = perf::MsgBuf::new(max);
-        let mut rx = perf::MsgBuf::new(max);
+    /// Buffers of `max` bytes, registered when the provider needs it,
+    /// `off` bytes past a page boundary (`--buf-offset`).
+    fn new(side: &perf::Side, max: usize, off: usize) -> fabric::Result<Buffers> {
+        let mut tx = perf::MsgBuf::at(max, off);
+        let mut rx = perf::MsgBuf::at(max, off);
         // SAFETY: the vectors' memory neither moves nor is freed before
         // the regions are dropped: they live in the same struct, declared
         // after the regions, and are never resized.
@@ -113,7 +114,7 @@ fn session(args: &PingpongArgs) -> fabric::Result<()> {
         };
     let mut s = perf::connect(c, caps)?;
     let max = c.sizes.0.iter().copied().max().unwrap_or(1);
-    let mut bufs = Buffers::new(&s.side, max)?;
+    let mut bufs = Buffers::new(&s.side, max, usize::from(c.buf_offset))?;
     let mut track = Track::default();
     let warmup = args.warmup.unwrap_or((c.iterations / 10).max(1));
     let rounds = warmup + c.iterations;

@@ -210,6 +210,7 @@ fn common(args: &SoakArgs, max_size: usize) -> Common {
         json: false,
         self_run: false,
         no_progress: true,
+        buf_offset: 0,
         address: args.address.clone(),
     }
 }
