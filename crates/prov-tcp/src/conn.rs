@@ -678,7 +678,7 @@ impl Sink {
                         // and the registration is held while this runs;
                         // mr_reg's contract lets peers write it.
                         unsafe {
-                            std::ptr::copy_nonoverlapping(chunk.as_ptr(), dst as *mut u8, k);
+                            fabric_core::kit::copy::copy_bytes(chunk.as_ptr(), dst as *mut u8, k);
                         }
                     });
                     if let Err(e) = r {

@@ -191,7 +191,7 @@ impl UserDst {
     pub(crate) fn write(&self, src: &[u8]) {
         let n = self.len.min(src.len());
         // SAFETY: vouched writable until the completion, which this is.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.addr, n) };
+        unsafe { fabric_core::kit::copy::copy_bytes(src.as_ptr(), self.addr, n) };
     }
 }
 

@@ -439,7 +439,7 @@ impl Pool {
         let n = data.len().min(self.size - off);
         // SAFETY: inside buffer `i`; the destination is raw memory nobody
         // holds a reference to (reads copy out, see `read`).
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.buf(i).add(off), n) };
+        unsafe { fabric_core::kit::copy::copy_bytes(data.as_ptr(), self.buf(i).add(off), n) };
         n
     }
 

@@ -161,7 +161,7 @@ impl<const N: usize> Pieces<N> {
             }
             let k = (v.len - at).min(data.len());
             // SAFETY: `at + k <= v.len`; valid for writes per the contract.
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), v.addr.add(at), k) };
+            unsafe { crate::kit::copy::copy_bytes(data.as_ptr(), v.addr.add(at), k) };
             written += k;
             data = data.get(k..).unwrap_or_default();
             at = 0;
@@ -188,7 +188,7 @@ impl<const N: usize> Pieces<N> {
             if let Some(dst) = out.get_mut(done..done + k) {
                 // SAFETY: `at + k <= v.len`, readable per the contract;
                 // `dst` is a distinct Rust buffer.
-                unsafe { std::ptr::copy_nonoverlapping(v.addr.add(at), dst.as_mut_ptr(), k) };
+                unsafe { crate::kit::copy::copy_bytes(v.addr.add(at), dst.as_mut_ptr(), k) };
             }
             done += k;
             at = 0;
