@@ -140,15 +140,47 @@ fn spin_write(s: &mut TcpStream, buf: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
+/// `len` bytes, each `fill`, starting on a page boundary. The floors copy
+/// between such buffers: glibc's `memcpy` takes `rep movsb` from 4 KiB on,
+/// which on the AMD hosts ran 15-25x slower when the destination lay 1-63
+/// bytes after the source modulo 4 KiB, and heap buffers of some sizes
+/// fall there (a floor must be the fastest copy, not a lucky one).
+struct PageBuf {
+    v: Vec<u8>,
+    off: usize,
+    len: usize,
+}
+
+impl PageBuf {
+    fn new(len: usize, fill: u8) -> PageBuf {
+        let v = vec![fill; len + 4096];
+        let off = v.as_ptr().align_offset(4096).min(4096);
+        PageBuf { v, off, len }
+    }
+}
+
+impl std::ops::Deref for PageBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.v[self.off..self.off + self.len]
+    }
+}
+
+impl std::ops::DerefMut for PageBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.v[self.off..self.off + self.len]
+    }
+}
+
 /// Single-thread memcpy bandwidth at 1 MiB, MB/s.
 pub(super) fn memcpy_mbps() -> f64 {
-    let src = vec![7u8; 1 << 20];
-    let mut dst = vec![0u8; 1 << 20];
+    let src = PageBuf::new(1 << 20, 7);
+    let mut dst = PageBuf::new(1 << 20, 0);
     let n = 400;
     let t = Instant::now();
     for i in 0..n {
         dst.copy_from_slice(&src);
-        std::hint::black_box(&mut dst);
+        std::hint::black_box(&mut dst[..]);
         dst[i % 4096] = 1;
     }
     (n as f64 * (1 << 20) as f64) / t.elapsed().as_secs_f64() / 1e6
@@ -157,23 +189,23 @@ pub(super) fn memcpy_mbps() -> f64 {
 /// The one-copy floor of a stream of `size`-byte messages with
 /// [`STREAM_WINDOW`] in flight, MB/s: one thread copies message `i` from
 /// source buffer `i % 64` into destination buffer `i % 64`, `total` bytes
-/// in all (every page touched before timing), as a protocol that moves
+/// in all (page-aligned buffers, every page touched before timing), as a protocol that moves
 /// each byte once must at least do. The two windows take 8 MiB at 64 KiB
 /// (the caches hold them) and 128 MiB at 1 MiB (they do not), where a
 /// single 1 MiB memcpy always stays in the cache. One thread copies: a
 /// protocol that copies on both cores can pass it.
 pub(super) fn copy_window_mbps(size: usize, total: usize) -> f64 {
     let size = size.max(1);
-    let src: Vec<Vec<u8>> = (0..STREAM_WINDOW)
-        .map(|i| vec![i as u8 | 1; size])
+    let src: Vec<PageBuf> = (0..STREAM_WINDOW)
+        .map(|i| PageBuf::new(size, i as u8 | 1))
         .collect();
-    let mut dst: Vec<Vec<u8>> = (0..STREAM_WINDOW).map(|_| vec![0u8; size]).collect();
+    let mut dst: Vec<PageBuf> = (0..STREAM_WINDOW).map(|_| PageBuf::new(size, 0)).collect();
     let n = (total / size).max(STREAM_WINDOW);
     let t = Instant::now();
     for i in 0..n {
         let k = i % STREAM_WINDOW;
         dst[k].copy_from_slice(&src[k]);
-        std::hint::black_box(&mut dst[k]);
+        std::hint::black_box(&mut dst[k][..]);
     }
     (n as f64 * size as f64) / t.elapsed().as_secs_f64() / 1e6
 }
@@ -186,7 +218,7 @@ pub(super) fn cross_core_copy_mbps() -> f64 {
     use std::sync::Mutex;
     const LEN: usize = 1 << 20;
     let n = 300u64;
-    let buf = Arc::new(Mutex::new(vec![0u8; LEN]));
+    let buf = Arc::new(Mutex::new(PageBuf::new(LEN, 0)));
     let turn = Arc::new(AtomicU64::new(0));
     let (b2, t2) = (buf.clone(), turn.clone());
     let writer = std::thread::spawn(move || {
@@ -200,7 +232,7 @@ pub(super) fn cross_core_copy_mbps() -> f64 {
             t2.store(2 * i + 1, Ordering::Release);
         }
     });
-    let mut dst = vec![0u8; LEN];
+    let mut dst = PageBuf::new(LEN, 0);
     let mut busy = Duration::ZERO;
     for i in 0..n {
         while turn.load(Ordering::Acquire) != 2 * i + 1 {
@@ -211,7 +243,7 @@ pub(super) fn cross_core_copy_mbps() -> f64 {
             dst.copy_from_slice(&b);
             busy += t.elapsed();
         }
-        std::hint::black_box(&mut dst);
+        std::hint::black_box(&mut dst[..]);
         turn.store(2 * i + 2, Ordering::Release);
     }
     let _ = writer.join();
