@@ -796,7 +796,17 @@ fn run_config(
     if c.one_process {
         return one_process(c, size, iters, cpus, batches);
     }
-    pingpong(c, size, iters, port, cpus)
+    match pingpong(c, size, iters, port, cpus) {
+        // The server did not listen: its port (inside the kernel's
+        // ephemeral range) may be held by another connection's local end.
+        // Once more, well away from the ports the runs walk through.
+        Err(e) if e.contains("Connection refused") => {
+            let again = port.wrapping_add(5000).max(48600);
+            pingpong(c, size, iters, again, cpus)
+                .map_err(|e2| format!("{e}; again on port {again}: {e2}"))
+        }
+        r => r,
+    }
 }
 
 /// A one-process configuration (the shared-memory floor), which pins its
@@ -850,7 +860,12 @@ fn pingpong(
         .args(["-c", cpus.0])
         .args(&c.server)
         .args(["-S", &s, "-I", &i, "-B", &port_s]);
-    server.stdout(Stdio::null()).stderr(Stdio::null());
+    // The server's complaints go to a file (a pipe could fill while it
+    // runs, with a log level set), read when the client failed.
+    let err_path = std::env::temp_dir().join(format!("fabric-bench-server-{port}.err"));
+    let err_file = std::fs::File::create(&err_path)
+        .map_err(|e| format!("creating {}: {e}", err_path.display()))?;
+    server.stdout(Stdio::null()).stderr(err_file);
     server.envs(c.env.iter().map(|(k, v)| (k, v)));
     let mut srv = server
         .spawn()
@@ -877,11 +892,15 @@ fn pingpong(
     let out = out?;
     let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
+        let server_said = std::fs::read_to_string(&err_path).unwrap_or_default();
+        let _ = std::fs::remove_file(&err_path);
         return Err(format!(
-            "client failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
+            "client failed: {} (server: {})",
+            String::from_utf8_lossy(&out.stderr).trim(),
+            tail(server_said.trim())
         ));
     }
+    let _ = std::fs::remove_file(&err_path);
     if c.ours && !c.capi {
         parse_ours(&text)
     } else {
