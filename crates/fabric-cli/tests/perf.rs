@@ -12,6 +12,23 @@ fn fabric(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// Runs `fabric` with `args`, which must succeed (`what` names the run
+/// in a failure), and returns its JSON rows and its standard output.
+fn json_rows(args: &[&str], what: &str) -> (Vec<serde_json::Value>, String) {
+    let out = fabric(args);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{what}: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (rows, stdout)
+}
+
 /// The providers compiled in that offer an RDM endpoint on this machine
 /// (verbs lists none without an RDMA device; the rxe rig tests it).
 fn providers() -> Vec<String> {
@@ -41,20 +58,14 @@ fn providers_with(ep_type: &str) -> Vec<String> {
 fn pingpong_self_verifies_every_provider() {
     for p in providers() {
         for mode in ["msg", "tagged"] {
-            let out = fabric(&[
-                "pingpong", "--self", "-p", &p, "-m", mode, "-S", "all", "-I", "20", "-v", "--json",
-            ]);
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            assert!(
-                out.status.success(),
-                "{p} {mode}: {}\n{stdout}",
-                String::from_utf8_lossy(&out.stderr)
-            );
             // Both processes print every size: 24 sizes each.
-            let rows: Vec<serde_json::Value> = stdout
-                .lines()
-                .map(|l| serde_json::from_str(l).unwrap())
-                .collect();
+            let (rows, stdout) = json_rows(
+                &[
+                    "pingpong", "--self", "-p", &p, "-m", mode, "-S", "all", "-I", "20", "-v",
+                    "--json",
+                ],
+                &format!("{p} {mode}"),
+            );
             assert_eq!(rows.len(), 48, "{p} {mode}: {stdout}");
             for r in &rows {
                 assert_eq!(r["provider"], p.as_str());
@@ -71,31 +82,24 @@ fn pingpong_self_verifies_every_provider() {
 fn pingpong_late_recv_verifies_every_provider() {
     for p in providers() {
         for mode in ["msg", "tagged"] {
-            let out = fabric(&[
-                "pingpong",
-                "--self",
-                "--late-recv",
-                "-p",
-                &p,
-                "-m",
-                mode,
-                "-S",
-                "all",
-                "-I",
-                "20",
-                "-v",
-                "--json",
-            ]);
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            assert!(
-                out.status.success(),
-                "{p} {mode} --late-recv: {}\n{stdout}",
-                String::from_utf8_lossy(&out.stderr)
+            let (rows, stdout) = json_rows(
+                &[
+                    "pingpong",
+                    "--self",
+                    "--late-recv",
+                    "-p",
+                    &p,
+                    "-m",
+                    mode,
+                    "-S",
+                    "all",
+                    "-I",
+                    "20",
+                    "-v",
+                    "--json",
+                ],
+                &format!("{p} {mode} --late-recv"),
             );
-            let rows: Vec<serde_json::Value> = stdout
-                .lines()
-                .map(|l| serde_json::from_str(l).unwrap())
-                .collect();
             assert_eq!(rows.len(), 48, "{p} {mode} --late-recv: {stdout}");
             for r in &rows {
                 assert_eq!(r["provider"], p.as_str());
@@ -112,19 +116,13 @@ fn pingpong_self_verifies_msg_endpoints() {
         assert!(msg.iter().any(|p| p == "tcp"), "tcp offers MSG: {msg:?}");
     }
     for p in msg {
-        let out = fabric(&[
-            "pingpong", "--self", "-p", &p, "-e", "msg", "-S", "all", "-I", "20", "-v", "--json",
-        ]);
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{p} msg endpoints: {}\n{stdout}",
-            String::from_utf8_lossy(&out.stderr)
+        let (rows, stdout) = json_rows(
+            &[
+                "pingpong", "--self", "-p", &p, "-e", "msg", "-S", "all", "-I", "20", "-v",
+                "--json",
+            ],
+            &format!("{p} msg endpoints"),
         );
-        let rows: Vec<serde_json::Value> = stdout
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
         assert_eq!(rows.len(), 48, "{p} msg endpoints: {stdout}");
         for r in &rows {
             assert_eq!(r["provider"], p.as_str());
@@ -138,20 +136,13 @@ fn pingpong_self_verifies_msg_endpoints() {
 fn bw_self_verifies_every_provider() {
     for p in providers() {
         for op in ["send", "tagged"] {
-            let out = fabric(&[
-                "bw", "--self", "-p", &p, "-o", op, "-S", "65536", "-I", "10", "-W", "8", "-v",
-                "--json",
-            ]);
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            assert!(
-                out.status.success(),
-                "{p} {op}: {}\n{stdout}",
-                String::from_utf8_lossy(&out.stderr)
+            let (rows, stdout) = json_rows(
+                &[
+                    "bw", "--self", "-p", &p, "-o", op, "-S", "65536", "-I", "10", "-W", "8", "-v",
+                    "--json",
+                ],
+                &format!("{p} {op}"),
             );
-            let rows: Vec<serde_json::Value> = stdout
-                .lines()
-                .map(|l| serde_json::from_str(l).unwrap())
-                .collect();
             assert_eq!(rows.len(), 2, "{p} {op}: {stdout}");
             assert!(
                 rows.iter()
@@ -169,62 +160,46 @@ fn bw_self_verifies_every_provider() {
 fn buffers_off_the_page_boundary_carry_every_byte() {
     for p in providers() {
         for off in ["16", "4080"] {
-            let out = fabric(&[
-                "pingpong",
-                "--self",
-                "-p",
-                &p,
-                "-S",
-                "1:262144",
-                "-I",
-                "5",
-                "-v",
-                "--json",
-                "--buf-offset",
-                off,
-            ]);
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            assert!(
-                out.status.success(),
-                "{p} pingpong at offset {off}: {}\n{stdout}",
-                String::from_utf8_lossy(&out.stderr)
+            let (rows, stdout) = json_rows(
+                &[
+                    "pingpong",
+                    "--self",
+                    "-p",
+                    &p,
+                    "-S",
+                    "1:262144",
+                    "-I",
+                    "5",
+                    "-v",
+                    "--json",
+                    "--buf-offset",
+                    off,
+                ],
+                &format!("{p} pingpong at offset {off}"),
             );
-            let rows: Vec<serde_json::Value> = stdout
-                .lines()
-                .map(|l| serde_json::from_str(l).unwrap())
-                .collect();
             // Both sides print a row per size: 19 sizes from 1 B to 256 KiB.
             assert_eq!(rows.len(), 38, "{p} pingpong at offset {off}: {stdout}");
             assert!(rows.iter().all(|r| r["verified"] == true), "{stdout}");
-            let out = fabric(&[
-                "bw",
-                "--self",
-                "-p",
-                &p,
-                "-S",
-                "65536",
-                "-I",
-                "10",
-                "-W",
-                "8",
-                "-v",
-                "--json",
-                "--buf-offset",
-                off,
-            ]);
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            assert!(
-                out.status.success(),
-                "{p} bw at offset {off}: {}\n{stdout}",
-                String::from_utf8_lossy(&out.stderr)
+            let (rows, stdout) = json_rows(
+                &[
+                    "bw",
+                    "--self",
+                    "-p",
+                    &p,
+                    "-S",
+                    "65536",
+                    "-I",
+                    "10",
+                    "-W",
+                    "8",
+                    "-v",
+                    "--json",
+                    "--buf-offset",
+                    off,
+                ],
+                &format!("{p} bw at offset {off}"),
             );
-            assert!(
-                stdout
-                    .lines()
-                    .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-                    .all(|r| r["verified"] == true),
-                "{stdout}"
-            );
+            assert!(rows.iter().all(|r| r["verified"] == true), "{stdout}");
         }
     }
 }

@@ -52,15 +52,11 @@ fn wait(
     }
 }
 
+/// [`msg_to`] with remote CQ data.
 fn m<'a>(iov: &'a [IoVec], addr: FiAddr, context: u64, data: u64) -> Msg<'a> {
     Msg {
-        iov,
-        desc: &[],
-        addr,
-        tag: 0,
-        ignore: 0,
-        context,
         data,
+        ..msg_to(iov, addr, context)
     }
 }
 

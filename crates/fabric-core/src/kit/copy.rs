@@ -14,8 +14,17 @@
 /// Page size the distance is taken modulo.
 const PAGE: usize = 4096;
 
-/// Distances below this (other than 0) take the pieces.
-const NEAR: usize = 64;
+/// Distances below this (other than 0) are near: see [`near`].
+pub const NEAR: usize = 64;
+
+/// Whether `dst` lies 1 to [`NEAR`]` - 1` bytes after `src` modulo 4 KiB,
+/// where the CPU's string copy crawls (see the module docs). Copy
+/// routines that use `rep movsb` themselves (prov-shm's) ask this too.
+#[inline(always)]
+pub fn near(src: *const u8, dst: *const u8) -> bool {
+    let d = (dst as usize).wrapping_sub(src as usize) % PAGE;
+    d != 0 && d < NEAR
+}
 
 /// Bytes per piece: below every `memcpy` string-copy threshold of
 /// glibc's x86-64 variants (2 KiB and up).
@@ -31,16 +40,17 @@ const PIECE: usize = 1024;
 /// `dst` for writes of `n` bytes, the two ranges not overlapping.
 #[inline]
 pub unsafe fn copy_bytes(src: *const u8, dst: *mut u8, n: usize) {
-    let d = (dst as usize).wrapping_sub(src as usize) % PAGE;
-    if n <= PIECE || d == 0 || d >= NEAR {
+    if n <= PIECE || !near(src, dst) {
         // SAFETY: the caller's contract.
         unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
         return;
     }
-    near(src, dst, n);
+    // SAFETY: the caller's contract.
+    unsafe { in_pieces(src, dst, n) };
 
+    /// The copy in pieces of [`PIECE`] bytes; the contract of `copy_bytes`.
     #[cold]
-    fn near(src: *const u8, dst: *mut u8, n: usize) {
+    unsafe fn in_pieces(src: *const u8, dst: *mut u8, n: usize) {
         let mut at = 0;
         while at < n {
             let k = PIECE.min(n - at);
@@ -55,6 +65,20 @@ pub unsafe fn copy_bytes(src: *const u8, dst: *mut u8, n: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn near_is_1_to_63_bytes_ahead_modulo_a_page() {
+        let src = 0x10_0000usize as *const u8;
+        let at = |d: usize| (src as usize).wrapping_add(d) as *const u8;
+        assert!(!near(src, at(0)));
+        assert!(!near(src, at(3 * PAGE)));
+        for d in 1..NEAR {
+            assert!(near(src, at(d)), "distance {d}");
+            assert!(near(src, at(2 * PAGE + d)), "distance {d} plus pages");
+        }
+        assert!(!near(src, at(NEAR)));
+        assert!(!near(src, at(usize::MAX - 15)), "16 bytes before");
+    }
 
     #[test]
     fn copies_every_byte_at_near_and_far_distances() {

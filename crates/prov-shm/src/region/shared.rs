@@ -283,12 +283,10 @@ unsafe fn string_copy(dst: *mut u8, src: *const u8, n: usize) -> bool {
     false
 }
 
-/// Distances (destination minus source, modulo a page) below this many
-/// bytes, other than 0, make the string copy crawl; see [`string_copy_suits`].
-const STRING_COPY_NEAR: usize = 64;
-
 /// Whether the string copy suits a copy from `src` to `dst`: not when the
-/// destination lies 1 to 63 bytes after the source modulo 4 KiB. On the
+/// destination lies 1 to 63 bytes after the source modulo 4 KiB
+/// ([`fabric_core::kit::copy::near`], the rule every copy of application
+/// buffers follows). On the
 /// 2-vCPU AMD EPYC host (ERMS and FSRM) `rep movsb` then ran 15-25 times
 /// slower than at other distances, in both speed modes seen while
 /// measuring (one thread copying one pair of buffers in a loop, GB/s,
@@ -305,8 +303,7 @@ const STRING_COPY_NEAR: usize = 64;
 /// 64, whose messages of 2-4 KiB were copied out at that speed.
 #[inline(always)]
 fn string_copy_suits(dst: *mut u8, src: *const u8) -> bool {
-    let d = (dst as usize).wrapping_sub(src as usize) % crate::region::PAGE;
-    d == 0 || d >= STRING_COPY_NEAR
+    !fabric_core::kit::copy::near(src, dst)
 }
 
 /// Copy loops with 32-byte AVX2 accesses, which replace the 16-byte loops
@@ -600,14 +597,14 @@ mod tests {
         let suits = |dst: usize| string_copy_suits(dst as *mut u8, src as *const u8);
         assert!(suits(src));
         assert!(suits(src + 3 * crate::region::PAGE));
-        for d in 1..STRING_COPY_NEAR {
+        for d in 1..fabric_core::kit::copy::NEAR {
             assert!(!suits(src + d), "distance {d}");
             assert!(
                 !suits(src + 5 * crate::region::PAGE + d),
                 "distance {d} plus pages"
             );
         }
-        assert!(suits(src + STRING_COPY_NEAR));
+        assert!(suits(src + fabric_core::kit::copy::NEAR));
         assert!(suits(src + 4080));
         // A destination just before its source is far ahead modulo a page.
         assert!(suits(src - 16));
