@@ -95,6 +95,9 @@ pub struct DataPath {
     ra: Vec<u8>,
     sbuf: Vec<u8>,
     sizes: Vec<usize>,
+    /// Every how many rounds, and for how long, a round sleeps with its
+    /// send in flight ([`pausing`](Self::pausing)).
+    pause: Option<(usize, std::time::Duration)>,
 }
 
 impl DataPath {
@@ -106,7 +109,16 @@ impl DataPath {
             ra: vec![0; max],
             sbuf: vec![7; max],
             sizes: sizes.to_vec(),
+            pause: None,
         }
+    }
+
+    /// Makes every `every`-th round sleep `pause` after posting its send,
+    /// with operations in flight, so that what a provider does only now
+    /// and then (periodic liveness checks, timers) runs in the rounds too.
+    pub fn pausing(mut self, every: usize, pause: std::time::Duration) -> DataPath {
+        self.pause = Some((every.max(1), pause));
+        self
     }
 
     /// Runs `n` rounds between `a` and `b`: `a` sends to `b` (tagged every
@@ -170,6 +182,11 @@ impl DataPath {
                     a.ep.sendmsg(&msg(&si, a.other, 0, 3), none).expect("post");
                 }
             }
+            if let Some((every, pause)) = self.pause {
+                if i % every == every - 1 {
+                    std::thread::sleep(pause);
+                }
+            }
             assert_eq!(wait(b, a).context, 1, "b's receive");
             if tagged {
                 b.ep.tinject(&[1; 8], b.other, 6, None).expect("tinject");
@@ -203,13 +220,17 @@ impl DataPath {
 /// Checks that the data path between `a` and `b` allocates nothing once
 /// warmed up: registers a target in `b_domain` (key 9, as large as the
 /// largest size), runs 200 [`DataPath::rounds`], then asserts that 300 more
-/// make no allocation. The test binary's global allocator must be
-/// [`CountingAlloc`] (asserted: the warm-up must have counted some).
+/// make no allocation. Every 50th of those 500 rounds sleeps `pause` with
+/// its send in flight ([`DataPath::pausing`]; longer than the provider's
+/// period of checks, so that they run in the count too). The test
+/// binary's global allocator must be [`CountingAlloc`] (asserted: the
+/// warm-up must have counted some).
 pub fn assert_data_path_allocates_nothing(
     a: Peer<'_>,
     b: Peer<'_>,
     b_domain: &dyn crate::objects::Domain,
     sizes: &[usize],
+    pause: std::time::Duration,
 ) {
     use crate::objects::MrAccess;
     let mut target = vec![0u8; sizes.iter().copied().max().unwrap_or(0)];
@@ -222,7 +243,7 @@ pub fn assert_data_path_allocates_nothing(
             9,
         )
     };
-    let mut path = DataPath::new(sizes);
+    let mut path = DataPath::new(sizes).pausing(50, pause);
     path.rounds(a, b, 9, 200);
     let before = CountingAlloc::count();
     assert!(before > 0, "the counter counts");

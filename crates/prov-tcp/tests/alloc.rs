@@ -7,6 +7,7 @@ mod common;
 
 use common::*;
 use fabric_core::testing::{CountingAlloc, Peer, assert_data_path_allocates_nothing};
+use std::time::Duration;
 
 #[global_allocator]
 static ALLOCATOR: CountingAlloc = CountingAlloc;
@@ -19,5 +20,7 @@ fn the_data_path_does_not_allocate() {
         Peer::new(b.ep.as_ref(), b.cq.as_ref(), a_at_b),
         b.domain.as_ref(),
         &[1, 64, 4096],
+        // Past the progress thread's longest sleep (50 ms).
+        Duration::from_millis(70),
     );
 }

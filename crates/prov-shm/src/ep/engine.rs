@@ -440,7 +440,9 @@ fn check_ep(ep: &mut EpRx, now: Instant) -> bool {
         let Some(b) = sh.bound.get() else {
             return false;
         };
-        for p in ep.st.op_peers() {
+        let mut peers = std::mem::take(&mut ep.st.op_peers);
+        ep.st.op_peers_into(&mut peers);
+        for p in peers.drain(..) {
             if !p.check_alive() {
                 tracing::debug!(
                     peer = p.region.name(),
@@ -450,6 +452,7 @@ fn check_ep(ep: &mut EpRx, now: Instant) -> bool {
                 reclaim = true;
             }
         }
+        ep.st.op_peers = peers;
         // A peer closes (or exits) after its last sends: those commands
         // are in the ring by the time it is seen gone, and once it is
         // forgotten they would be dropped as from an unknown sender. So

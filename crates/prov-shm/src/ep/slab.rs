@@ -73,6 +73,11 @@ impl<T> Slab<T> {
         self.live
     }
 
+    /// The live values, in slot order.
+    pub(crate) fn values(&self) -> impl Iterator<Item = &T> {
+        self.slots.iter().filter_map(|(_, v)| v.as_ref())
+    }
+
     /// Ids of the live values for which `pred` holds.
     pub(crate) fn ids_where(&self, mut pred: impl FnMut(&T) -> bool) -> Vec<u64> {
         self.slots

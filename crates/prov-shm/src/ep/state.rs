@@ -81,6 +81,9 @@ pub(crate) struct RxState {
     pub scratch: Vec<u8>,
     pub results: Vec<u8>,
     pub stuck_since: Option<Instant>,
+    /// The liveness pass's list of peers with operations in flight
+    /// ([`op_peers_into`](Self::op_peers_into)), kept for its capacity.
+    pub op_peers: Vec<Arc<super::shared::TxPeer>>,
     /// `PUT_DONE` notices that found the receiver's ring full.
     pub put_done_backlog: VecDeque<(Arc<super::shared::TxPeer>, crate::ring::Command)>,
     /// The ring's head is a message left there (over the hard limit, or
@@ -127,6 +130,7 @@ impl EpRx {
                 scratch: Vec::with_capacity(wire::DESC_MAX),
                 results: Vec::new(),
                 stuck_since: None,
+                op_peers: Vec::with_capacity(4),
                 put_done_backlog: VecDeque::new(),
                 ring_held: false,
                 cq_held: false,

@@ -635,22 +635,17 @@ impl RxState {
         }
     }
 
-    /// The peers of operations in flight (for the liveness pass).
-    pub(crate) fn op_peers(&self) -> Vec<Arc<TxPeer>> {
-        let mut v: Vec<Arc<TxPeer>> = Vec::new();
-        for id in self.ops.ids_where(|_| true) {
-            if let Some(op) = self.ops.get(id) {
-                if !v.iter().any(|p| Arc::ptr_eq(p, &op.peer)) {
-                    v.push(op.peer.clone());
-                }
+    /// Fills `v` (emptied first) with the peers of operations in flight,
+    /// each once, for the liveness pass: a buffer kept between passes, so
+    /// that the periodic check allocates nothing once warmed up.
+    pub(crate) fn op_peers_into(&self, v: &mut Vec<Arc<TxPeer>>) {
+        v.clear();
+        let peers = self.ops.values().map(|op| &op.peer);
+        for p in peers.chain(self.pending.iter().map(|r| &r.peer)) {
+            if !v.iter().any(|q| Arc::ptr_eq(q, p)) {
+                v.push(p.clone());
             }
         }
-        for r in &self.pending {
-            if !v.iter().any(|p| Arc::ptr_eq(p, &r.peer)) {
-                v.push(r.peer.clone());
-            }
-        }
-        v
     }
 }
 

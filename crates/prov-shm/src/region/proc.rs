@@ -43,12 +43,7 @@ pub(crate) fn my_uid() -> u32 {
 /// `/proc` cannot be read.
 pub(crate) fn my_start_time() -> u64 {
     static START: OnceLock<u64> = OnceLock::new();
-    *START.get_or_init(|| {
-        std::fs::read_to_string("/proc/self/stat")
-            .ok()
-            .and_then(|s| parse_stat(&s))
-            .map_or(0, |st| st.start_time)
-    })
+    *START.get_or_init(|| read_stat_at("/proc/self/stat").map_or(0, |st| st.start_time))
 }
 
 /// The inode of this process's PID namespace (`/proc/self/ns/pid`), or 0
@@ -127,22 +122,54 @@ pub(crate) struct Stat {
     pub(crate) start_time: u64,
 }
 
-/// Parses a `/proc/<pid>/stat` line. The command name (field 2) is in
-/// parentheses and may itself hold spaces and parentheses, so fields are
+/// Parses a `/proc/<pid>/stat` line (or its first part, up to field 22
+/// at least). The command name (field 2) is in parentheses and may itself
+/// hold spaces, parentheses and bytes that are not UTF-8, so fields are
 /// counted from the last `)`: the field after it is field 3.
-pub(crate) fn parse_stat(line: &str) -> Option<Stat> {
-    let close = line.rfind(')')?;
-    let mut rest = line.get(close + 1..)?.split_ascii_whitespace();
+pub(crate) fn parse_stat(line: &[u8]) -> Option<Stat> {
+    let close = line.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(line.get(close + 1..)?).ok()?;
+    let mut rest = rest.split_ascii_whitespace();
     let state = rest.next()?.chars().next()?;
     // `rest` now starts at field 4; field 22 is 18 further on.
     let start_time = rest.nth(18)?.parse().ok()?;
     Some(Stat { state, start_time })
 }
 
+/// Room for the start of a stat line: the command name is at most 64
+/// bytes and the 20 fields after it up to 21 bytes each, so field 22
+/// always ends within it.
+const STAT_PREFIX: usize = 1024;
+
+/// Reads the stat line at `path` (its first [`STAT_PREFIX`] bytes) into
+/// a buffer on the stack, without allocating: the periodic liveness
+/// checks run on the data path.
+fn read_stat_at(path: &str) -> Option<Stat> {
+    use std::io::Read;
+    let mut f = File::open(path).ok()?;
+    let mut buf = [0u8; STAT_PREFIX];
+    let mut len = 0;
+    while len < buf.len() {
+        match f.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    parse_stat(&buf[..len])
+}
+
+/// [`read_stat_at`] for `/proc/<pid>/stat`, the path formatted on the
+/// stack.
 fn read_stat(pid: i32) -> Option<Stat> {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| parse_stat(&s))
+    use std::io::Write;
+    let mut path = [0u8; 32];
+    let room = path.len();
+    let mut w = &mut path[..];
+    write!(w, "/proc/{pid}/stat").ok()?;
+    let n = room - w.len();
+    read_stat_at(std::str::from_utf8(&path[..n]).ok()?)
 }
 
 /// `kill(pid, 0)`: `Some(true)` the pid exists (possibly another user's),
@@ -215,11 +242,15 @@ mod tests {
     fn stat_fields_count_from_the_last_paren() {
         let line =
             "1234 (a) b) c) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 200";
-        let st = parse_stat(line).expect("parses");
+        let st = parse_stat(line.as_bytes()).expect("parses");
         assert_eq!(st.state, 'S');
         assert_eq!(st.start_time, 987654);
-        assert_eq!(parse_stat("12 (x) S 1 2"), None);
-        assert_eq!(parse_stat(""), None);
+        assert_eq!(parse_stat(b"12 (x) S 1 2"), None);
+        assert_eq!(parse_stat(b""), None);
+        // A command name that is not UTF-8 (any bytes but NUL and `/`).
+        let mut raw = b"1234 (\xff\xfe)) ".to_vec();
+        raw.extend_from_slice(&line.as_bytes()[line.find(" S ").expect("state") + 1..]);
+        assert_eq!(parse_stat(&raw), Some(st));
     }
 
     #[test]
