@@ -56,6 +56,22 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// Whether a connection to loopback port `port` is established (an entry
+/// of `/proc/net/tcp` in state 01 whose local or remote end is
+/// 127.0.0.1:`port`).
+fn control_connected(port: &str) -> bool {
+    let Ok(port) = port.parse::<u16>() else {
+        return false;
+    };
+    let end = format!("0100007F:{port:04X}");
+    std::fs::read_to_string("/proc/net/tcp").is_ok_and(|t| {
+        t.lines().skip(1).any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 3 && f[3] == "01" && (f[1] == end || f[2] == end)
+        })
+    })
+}
+
 /// Waits for `child` to end, at most `limit`; its output and how long
 /// it took, or `None` (then it is killed).
 fn wait_for(mut child: Child, limit: Duration) -> Option<(Output, Duration)> {
@@ -86,6 +102,17 @@ fn kill_mid_soak(p: &str, kill_server: bool) {
     };
     let mut server = spawn(&["soak", "-p", p, "-B", &port]);
     let mut client = spawn(&["soak", "-p", p, "-P", &port, "-n", "100000000", "127.0.0.1"]);
+    // The sides have met once their control connection is up (a loaded
+    // machine may take a while to start them); then the soak runs for a
+    // moment.
+    let started = Instant::now();
+    while !control_connected(&port) {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{p}: the client did not connect to the server"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     std::thread::sleep(Duration::from_millis(1500));
     for c in [&mut server, &mut client] {
         assert!(

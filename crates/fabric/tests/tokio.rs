@@ -414,7 +414,17 @@ fn drain_cancels_receives_and_waits_for_what_is_in_flight() {
                 let b = b.clone();
                 tokio::spawn(async move { b.trecv(1, 0, vec![0; 64]).await })
             };
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            // The tagged receive is posted on the task's first poll: wait
+            // for it (a worker may be late on a loaded machine), so that
+            // the drain below finds it posted.
+            let posted = std::time::Instant::now();
+            while b.in_flight() < 9 {
+                assert!(
+                    posted.elapsed() < Duration::from_secs(10),
+                    "{prov}: the tagged receive was not posted"
+                );
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
             for i in 0..4u8 {
                 a.post_send(to_b, vec![i; 16]).unwrap();
             }

@@ -23,6 +23,16 @@ fn small() -> RegionConfig {
     }
 }
 
+/// Tests that forge files whose owner looks gone and tests that reclaim
+/// the files of gone owners (which would remove the forgeries midway)
+/// run one at a time: they hold this lock.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn path(name: &str) -> PathBuf {
     Path::new(SHM_DIR).join(name)
 }
@@ -172,6 +182,7 @@ fn bad_names_and_missing_regions() {
 
 #[test]
 fn truncated_and_empty_files() {
+    let _serial = serial();
     let f = Forged::empty();
     assert_eq!(
         kind_of(f.attach()).0,
@@ -208,6 +219,7 @@ enum Put {
 
 #[test]
 fn forged_headers_are_refused() {
+    let _serial = serial();
     use Put::*;
     let region = Region::create(&small()).expect("create");
     let end = region.layout().total_size() as u64;
@@ -358,6 +370,7 @@ fn forged_headers_are_refused() {
 
 #[test]
 fn files_open_to_others_or_not_regular_are_refused() {
+    let _serial = serial();
     let region = Region::create(&small()).expect("create");
     let f = Forged::copy_of(&region);
     f.file
@@ -381,6 +394,7 @@ fn files_open_to_others_or_not_regular_are_refused() {
 
 #[test]
 fn reclaim_spots_a_reused_pid() {
+    let _serial = serial();
     // A region whose header names this (live) pid with another start time:
     // the pid was reused, the real owner is gone.
     let region = Region::create(&small()).expect("create");
@@ -401,6 +415,7 @@ fn reclaim_spots_a_reused_pid() {
 
 #[test]
 fn reclaim_leaves_malformed_files_of_live_pids_alone() {
+    let _serial = serial();
     let f = Forged::empty();
     f.file.set_len(10).expect("len");
     region::reclaim_stale().expect("reclaim");

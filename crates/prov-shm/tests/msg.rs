@@ -422,11 +422,18 @@ fn busy_polling_an_idle_endpoint_then_blocking() {
     // Idle again, past the announcement, still polling.
     assert!(poll_for(&b, 1, idle).is_empty());
     let mut e = [CqEntry::default()];
+    let reading = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| {
         s.spawn(|| {
+            // 300 ms after the reader is about to block (a loaded machine
+            // may start either thread late): the read must have slept.
+            while !reading.load(std::sync::atomic::Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
             std::thread::sleep(Duration::from_millis(300));
             a.ep.inject(b"for!", b_at_a, None).unwrap();
         });
+        reading.store(true, std::sync::atomic::Ordering::Release);
         let cpu = thread_cpu();
         let t = std::time::Instant::now();
         let n = b.cq.sread(&mut e, Some(Duration::from_secs(20))).unwrap();

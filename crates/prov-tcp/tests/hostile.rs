@@ -19,8 +19,9 @@ use fabric_core::objects::{CompletionFlags, CqErrEntry, FiAddr, Msg};
 use fabric_core::*;
 use prov_tcp::wire::{CmHeader, Frame, HEADER_LEN, Limits, Op, decode_header};
 
-/// Tests that measure the whole process (CPU time, RSS) and tests that
-/// load it run one at a time: they hold this lock.
+/// The tests of this file run one at a time (each holds this lock): some
+/// measure the whole process (CPU time, RSS), and the work of a test
+/// running beside them would count in it.
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
     SERIAL
@@ -79,6 +80,7 @@ fn error_of(s: &Side) -> CqErrEntry {
 
 #[test]
 fn a_reply_of_the_wrong_kind_fails_the_operation_instead_of_losing_it() {
+    let _serial = serial();
     let a = side(&rdm_info());
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let fake = l.local_addr().unwrap();
@@ -103,6 +105,7 @@ fn a_reply_of_the_wrong_kind_fails_the_operation_instead_of_losing_it() {
 
 #[test]
 fn a_hello_for_a_live_peers_address_is_refused() {
+    let _serial = serial();
     let (a, b, b_at_a, a_at_b) = pair();
     // a and b talk: their connection is established.
     let mut r = [0u8; 4];
@@ -146,6 +149,7 @@ fn a_hello_for_a_live_peers_address_is_refused() {
 
 #[test]
 fn a_hello_whose_address_is_not_the_sockets_is_refused() {
+    let _serial = serial();
     let b = side(&rdm_info());
     let b_name = b.ep.getname().unwrap().socket_addr().unwrap();
     // From 127.0.0.1, claiming an address of another host.
@@ -254,6 +258,7 @@ fn a_peer_that_never_reads_its_answers_is_not_read_either() {
 
 #[test]
 fn rma_and_atomics_reach_only_endpoints_that_asked_for_them() {
+    let _serial = serial();
     use fabric_core::objects::{MrAccess, RmaIov};
     // A message-only endpoint with a registered buffer.
     let b = side(&auto_info_with(Caps::MSG));

@@ -304,20 +304,27 @@ fn sread_blocks_until_the_peer_sends() {
         b.ep.recvmsg(&msg(&riov, FiAddr::UNSPEC, 0, 0, 3, 0), OpFlags::empty())
             .unwrap()
     };
+    let done = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| {
         s.spawn(|| {
             std::thread::sleep(Duration::from_millis(50));
             a.ep.inject(b"wake", b_at_a, None).unwrap();
-            // Drive a's progress until the frame is out.
+            // Drive a's progress until b has the message: the frame waits
+            // for the connection, which b answers only from inside its
+            // sread, whenever its thread gets to run.
             let mut e = [CqEntry::default()];
-            for _ in 0..100 {
+            let start = std::time::Instant::now();
+            while !done.load(std::sync::atomic::Ordering::Acquire)
+                && start.elapsed() < Duration::from_secs(30)
+            {
                 let _ = a.cq.read(&mut e);
                 std::thread::sleep(Duration::from_millis(1));
             }
         });
         let mut e = [CqEntry::default()];
-        let n = b.cq.sread(&mut e, Some(Duration::from_secs(20))).unwrap();
-        assert_eq!((n, e[0].context, e[0].len), (1, 3, 4));
+        let got = b.cq.sread(&mut e, Some(Duration::from_secs(20)));
+        done.store(true, std::sync::atomic::Ordering::Release);
+        assert_eq!((got.unwrap(), e[0].context, e[0].len), (1, 3, 4));
     });
 }
 
