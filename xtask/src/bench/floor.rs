@@ -189,11 +189,11 @@ pub(super) fn memcpy_mbps() -> f64 {
 /// The one-copy floor of a stream of `size`-byte messages with
 /// [`STREAM_WINDOW`] in flight, MB/s: one thread copies message `i` from
 /// source buffer `i % 64` into destination buffer `i % 64`, `total` bytes
-/// in all (page-aligned buffers, every page touched before timing), as a protocol that moves
-/// each byte once must at least do. The two windows take 8 MiB at 64 KiB
-/// (the caches hold them) and 128 MiB at 1 MiB (they do not), where a
-/// single 1 MiB memcpy always stays in the cache. One thread copies: a
-/// protocol that copies on both cores can pass it.
+/// in all (page-aligned buffers, every page touched before timing), as a
+/// protocol that moves each byte once must at least do. The two windows
+/// take 8 MiB at 64 KiB (the caches hold them) and 128 MiB at 1 MiB (they
+/// do not), where a single 1 MiB memcpy always stays in the cache. One
+/// thread copies: a protocol that copies on both cores can pass it.
 pub(super) fn copy_window_mbps(size: usize, total: usize) -> f64 {
     let size = size.max(1);
     let src: Vec<PageBuf> = (0..STREAM_WINDOW)
