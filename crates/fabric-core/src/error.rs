@@ -146,6 +146,7 @@ impl Error {
 
     /// An error of `kind` whose message is the kind's own description; does
     /// not allocate.
+    #[inline]
     pub const fn from_kind(kind: ErrorKind) -> Self {
         Error {
             kind,
@@ -190,6 +191,7 @@ impl Error {
 
     /// `Again` (a queue is full or empty: retry after progress); does not
     /// allocate.
+    #[inline]
     pub const fn again() -> Self {
         Error::from_kind(ErrorKind::Again)
     }

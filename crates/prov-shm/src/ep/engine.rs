@@ -338,9 +338,13 @@ impl Engine {
             }
         } else if !st.announced {
             st.empty_calls = st.empty_calls.wrapping_add(1);
-            // The clock is read at the first and then every 64th empty
-            // call only: spinning callers look at the ring more often so.
-            if idle_now || st.empty_calls % 64 == 1 {
+            // The clock is read at every 64th empty call only: spinning
+            // callers look at the ring more often so, and a ping-pong,
+            // whose waits are a few looks long, never reads it (it did
+            // at the first empty look of every wait: about 140
+            // instructions and a clock read per round trip, where the
+            // answer may be arriving).
+            if idle_now || st.empty_calls % 64 == 0 {
                 let t = Instant::now();
                 now = Some(t);
                 let since = *st.idle_since.get_or_insert(t);
