@@ -20,7 +20,9 @@ use super::state::EpRx;
 use crate::pieces::IOV_LIMIT;
 use crate::{region, sys};
 
-/// Idle time after which progress announces that it may block.
+/// Idle time after which progress announces that it may block (counted
+/// from the 64th empty pass in a row, where the engine first reads the
+/// clock).
 pub const ANNOUNCE_AFTER: Duration = Duration::from_micros(200);
 
 /// How often the engine checks peers and rings (while it is called).
