@@ -154,6 +154,21 @@ impl ProbeTimer {
 mod tests {
     use super::*;
 
+    /// Reads the tick twice in a row. `None` when the timer may have
+    /// ticked again in between (the time to its next tick, read first,
+    /// had passed by the second read); else what the two reads found.
+    fn read_twice(t: &ProbeTimer) -> Option<(bool, bool)> {
+        let asked = std::time::Instant::now();
+        let next = rustix::time::timerfd_gettime(&t.fd).ok()?.it_value;
+        let next = Duration::new(
+            u64::try_from(next.tv_sec).ok()?,
+            u32::try_from(next.tv_nsec).ok()?,
+        );
+        let first = t.fired();
+        let second = t.fired();
+        (asked.elapsed() < next).then_some((first, second))
+    }
+
     #[test]
     fn ticks_only_while_a_sleeper_needs_it() {
         let t = ProbeTimer::new(Duration::from_millis(5)).unwrap();
@@ -163,9 +178,21 @@ mod tests {
         std::thread::sleep(Duration::from_millis(15));
         assert!(!t.fired(), "still while no rendezvous send waits");
         t.sleep(true);
-        std::thread::sleep(Duration::from_millis(15));
-        assert!(t.fired(), "ticks for a sleeper with a waiting send");
-        assert!(!t.fired(), "reading the tick makes the fd unreadable");
+        // Two reads in a row with a tick pending: the first finds it, the
+        // second nothing. A pair during which the next tick may have come
+        // proves nothing and is tried again (the CI's QEMU guest once
+        // took longer than the 5 ms period between two reads).
+        let mut pair = None;
+        for _ in 0..100 {
+            std::thread::sleep(Duration::from_millis(15));
+            pair = read_twice(&t);
+            if pair.is_some() {
+                break;
+            }
+        }
+        let (first, second) = pair.expect("a pair of reads between two ticks in 100 tries");
+        assert!(first, "ticks for a sleeper with a waiting send");
+        assert!(!second, "reading the tick makes the fd unreadable");
         t.wake();
         std::thread::sleep(Duration::from_millis(15));
         assert!(t.fired(), "another sleeper is still there");
