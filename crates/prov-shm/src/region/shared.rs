@@ -249,8 +249,10 @@ const STRING_COPY_IN_MIN: usize = 1024;
 const STRING_COPY_OUT_MIN: usize = 2048;
 
 /// Copies shorter than this go byte by byte, without the checks and the
-/// call that choose a wider loop (a 1-byte payload cost about 140
-/// instructions through them, about 10 so).
+/// call that choose a wider loop: a 1-byte inline payload costs about 40
+/// instructions less on each side (Callgrind, `fabric pingpong -p shm
+/// -S 1`: the copy out of a slot 90 -> 51 with its bounds check, the send
+/// into one 276 -> 237).
 const TINY_COPY: usize = 16;
 
 /// Copies `n` bytes from `src` to `dst` with one `rep movsb` when the
