@@ -219,6 +219,30 @@
 //!   per-round ratios 1.02, 1.02, 1.05 at 64, 128, 256 KiB). 8 chunks of
 //!   8 KiB were slower at 64 KiB (1.19 against 4 of 16 KiB).
 //!
+//!   **Where a window's time goes** (`fabric bw -p shm -W 64` at 64 KiB,
+//!   2-vCPU AMD EPYC guest, both processes timestamping their events in
+//!   memory, 3,000 windows per run): the sender's copy into the bounce
+//!   buffers bounds it. A chunk left every 7.5 us and the receiver copied
+//!   it out in 3.8 (about 5 and 3 us in the host's fast mode, 17 and 4 in
+//!   its slowest), so the receiver waited half the time; a window of 64
+//!   took 390-1,340 us, of which 30-50 us before the first chunk (the
+//!   application posting its 64 sends, the `RTS` / `CTS` round) and, since
+//!   the pass budget above, under 10 us after the last. `perf` agrees: 90%
+//!   of the sender's samples on the `rep movsb` into the pool, 38% of the
+//!   receiver's on the one out of it. A C model of the two copies (one
+//!   thread per core, a pool of 64 KiB buffers) ran the writer at half
+//!   the reader's speed too, whatever the order in which freed buffers
+//!   were reused (last freed first, as the pool does, oldest first, or
+//!   round-robin: no order won in alternating runs), with AVX2 or
+//!   non-temporal stores instead of `rep movsb` (no faster; non-temporal
+//!   slower). Two ways to give the receiver a share were tried and
+//!   dropped: it pulling the window's later messages itself by
+//!   cross-memory attach when it had nothing to copy out (a pull of
+//!   64 KiB took 20-25 us in the slow mode, against 9 us pushed), and
+//!   choosing between pushing and CMA by measurement from 32 KiB on (the
+//!   choice then still timed pushes by bunched `ACK`s; see [Progress and
+//!   locking](#progress-and-locking)).
+//!
 //! ## Commands
 //!
 //! The [`ring::Command`](crate::ring::Command) fields per op (unlisted fields are 0; `src` is
