@@ -673,12 +673,9 @@ fn remote_text(k: ErrorKind, p: &Payload<'_>) -> String {
 pub(crate) const REASON_MAX: usize = 256;
 
 /// Bytes of pushed data one progress pass copies at most (two bounce
-/// buffers): the pass then returns, so that commands that came meanwhile
-/// (the `ACK`s of earlier messages, `CTS`s) are taken and completions
-/// reach the application while a window of pushes is still being copied.
-/// Without it one pass copied every chunk the peers had room for: with 64
-/// sends of 64 KiB in flight (`fabric bw -p shm`) that was one call of
-/// 300-1,100 us, and every `ACK` of the window waited for its end.
+/// buffers): the pass then returns, so that the `ACK`s and `CTS`s that
+/// came meanwhile are taken while a window of pushes is still being
+/// copied (see the [crate docs](crate::docs#progress-and-locking)).
 const PUSH_BUDGET: usize = 128 * 1024;
 
 /// A push that runs alone is cut into this many chunks, so that the
