@@ -90,3 +90,19 @@ pub const SPLIT_MIN: usize = 32 * 1024;
 pub fn split_min() -> usize {
     env_bytes(SPLIT_MIN_VAR).unwrap_or(SPLIT_MIN).max(8192)
 }
+
+/// The variable that fixes which stores fill bounce buffers with big
+/// payloads: `0` ordinary stores only, `1` non-temporal stores (where the
+/// CPU has AVX2); unset or anything else, chosen by measurement (see the
+/// [crate docs](crate::docs#thresholds)).
+pub const STREAM_VAR: &str = "FI_SHM_STREAM";
+
+/// [`STREAM_VAR`] read: `Some(false)` for `0`, `Some(true)` for `1`, `None`
+/// (measure) otherwise.
+pub(crate) fn stream_forced() -> Option<bool> {
+    match std::env::var(STREAM_VAR).ok()?.trim() {
+        "0" => Some(false),
+        "1" => Some(true),
+        _ => None,
+    }
+}

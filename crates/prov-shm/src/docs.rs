@@ -244,6 +244,31 @@
 //!   choice then still timed pushes by bunched `ACK`s; see [Progress and
 //!   locking](#progress-and-locking)).
 //!
+//! - **Stores into bounce buffers**, from 32 KiB (`region::stores`,
+//!   `FI_SHM_STREAM`): ordinary stores, or non-temporal ones while the
+//!   host is in the state where moving a cache line between the two cores
+//!   costs 4-5 times more. The sender times its copies (one in 8, and
+//!   every 256 copies a run of 4 with the other kind) and streams once
+//!   ordinary stores cost over 2.5 times as much per byte, back below 2.
+//!   In that state the copy into a bounce buffer took 230-300 ps per byte
+//!   with ordinary stores and 45-60 with non-temporal ones; otherwise
+//!   45-100 against 35-75 (medians of runs traced with `RUST_LOG`,
+//!   `fabric pingpong` at 32 and 64 KiB).
+//!   `fabric pingpong -p shm` at 64 KiB, each round running the measured
+//!   choice, ordinary stores only, non-temporal only and Debian's
+//!   `fi_pingpong`, one-way us: in the rounds where ordinary stores fell
+//!   in that state, 13.2 / 27.8 / 13.3 / 12.6, 14.8 / 28.1 / 12.4 / 10.8,
+//!   13.3 / 22.8 / 11.4 / 13.4, 15.4 / 27.9 / 12.2 / 11.5, 12.6 / 28.1 /
+//!   12.4 / 10.3; in the others the measured choice ran with ordinary
+//!   stores (4.8-9.7 against 7.1-9.9; non-temporal stores alone
+//!   10.1-12.5, because the receiver then reads the payload from memory).
+//!   `fabric bw -p shm` at 64 KiB, 6 such rounds, GB/s: measured 7.5-9.9,
+//!   ordinary 3.3-9.8, non-temporal 7.1-7.8; at 1 MiB all three 5.1-5.8.
+//!   At 16 KiB the two costs lie close (the copy takes about a
+//!   microsecond), the timing flapped between them and the pingpong
+//!   took 2.6-3.9 us against 1.5-2.7 with ordinary stores, hence the
+//!   32 KiB floor.
+//!
 //! ## Commands
 //!
 //! The [`ring::Command`](crate::ring::Command) fields per op (unlisted fields are 0; `src` is

@@ -24,8 +24,8 @@ use std::net::{SocketAddr, UdpSocket};
 use fabric_core::resolve::{Family, Query, resolve};
 
 pub use crate::config::{
-    CMA_MIN, CMA_MIN_VAR, EAGER_MAX, EAGER_MAX_VAR, INJECT_SIZE, SPLIT_MIN, SPLIT_MIN_VAR, cma_min,
-    eager_max, split_min,
+    CMA_MIN, CMA_MIN_VAR, EAGER_MAX, EAGER_MAX_VAR, INJECT_SIZE, SPLIT_MIN, SPLIT_MIN_VAR,
+    STREAM_VAR, cma_min, eager_max, split_min,
 };
 use crate::config::{SCHEME, region_of};
 use crate::pieces::IOV_LIMIT;
@@ -64,6 +64,11 @@ pub const ENV_VARS: &[EnvVar] = &[
         name: CMA_MIN_VAR,
         kind: "Integer",
         help: "Smallest rendezvous message or RMA transfer copied with cross-memory attach; smaller ones are pushed through bounce buffers. Unset: RMA from 262144 on, and messages choose per peer and size by measured speed.",
+    },
+    EnvVar {
+        name: STREAM_VAR,
+        kind: "Integer",
+        help: "Stores that fill bounce buffers with payloads from 32768 bytes on: 0 ordinary, 1 non-temporal (with AVX2). Unset: chosen by measured speed.",
     },
 ];
 

@@ -60,6 +60,7 @@
 
 mod proc;
 pub(crate) mod shared;
+pub(crate) mod stores;
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};

@@ -144,6 +144,16 @@ impl Mapping {
         unsafe { volatile_copy_in(p, src) }
     }
 
+    /// [`copy_in`](Self::copy_in) for a bounce buffer's payload: from
+    /// [`stores::BULK_MIN`](super::stores::BULK_MIN) bytes on, the kind of
+    /// stores is chosen by measurement ([`super::stores`]).
+    #[inline]
+    pub(crate) fn copy_in_bulk(&self, off: usize, src: &[u8]) {
+        let p = self.check(off, src.len(), 1);
+        // SAFETY: as in `copy_in`.
+        unsafe { super::stores::copy_in(p, src) }
+    }
+
     /// Asks the CPU to start fetching the cache lines of `[off, off + len)`
     /// (at most [`PREFETCH_MAX`] bytes of it) without waiting for them: a
     /// receiver calls it as soon as it sees a command, so that the
@@ -328,7 +338,7 @@ fn string_copy_suits(dst: *mut u8, src: *const u8) -> bool {
 mod wide {
     use core::arch::x86_64::{__m128i, __m256i};
 
-    use super::{Side, copy_chunks};
+    use super::{Local, Shared, Side, copy_chunks};
 
     /// Whether this CPU runs the loops below.
     #[inline(always)]
@@ -352,6 +362,84 @@ mod wide {
         // they are aligned.
         unsafe { copy_chunks::<__m256i, __m128i, S, D>(src, dst, n, shared) }
     }
+
+    /// Copies `n` bytes from local `src` to shared `dst`: the ends with
+    /// volatile stores ([`copy_chunks`]), the 32-aligned middle with
+    /// `vmovntdq` (inline assembly, opaque to the compiler as a volatile
+    /// store is), then `sfence`.
+    ///
+    /// # Safety
+    ///
+    /// The CPU has AVX2; `[src, src + n)` readable, `[dst, dst + n)`
+    /// writable, no overlap.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn stream_in(src: *const u8, dst: *mut u8, n: usize) {
+        use core::arch::x86_64::_mm256_loadu_si256;
+        let head = (dst as usize).wrapping_neg() % 32;
+        let head = head.min(n);
+        // SAFETY: the first `head <= n` bytes of both ranges.
+        unsafe { copy_chunks::<__m256i, __m128i, Local, Shared>(src, dst, head, dst as usize) };
+        let mut i = head;
+        while i + 128 <= n {
+            // SAFETY: `[i, i + 128)` lies in both ranges; `dst + i` is
+            // 32-aligned (`head` brought it there, steps are multiples of
+            // 32), as `vmovntdq` requires; the loads are unaligned ones of
+            // local memory.
+            unsafe {
+                let s = src.add(i).cast::<__m256i>();
+                let (a, b) = (_mm256_loadu_si256(s), _mm256_loadu_si256(s.add(1)));
+                let (c, e) = (_mm256_loadu_si256(s.add(2)), _mm256_loadu_si256(s.add(3)));
+                core::arch::asm!(
+                    "vmovntdq [{p}], {a}",
+                    "vmovntdq [{p} + 32], {b}",
+                    "vmovntdq [{p} + 64], {c}",
+                    "vmovntdq [{p} + 96], {e}",
+                    p = in(reg) dst.add(i),
+                    a = in(ymm_reg) a,
+                    b = in(ymm_reg) b,
+                    c = in(ymm_reg) c,
+                    e = in(ymm_reg) e,
+                    options(nostack, preserves_flags),
+                );
+            }
+            i += 128;
+        }
+        // SAFETY: the rest of both ranges (`i <= n`); then the fence, which
+        // touches no memory of Rust's.
+        unsafe {
+            copy_chunks::<__m256i, __m128i, Local, Shared>(
+                src.add(i),
+                dst.add(i),
+                n - i,
+                dst as usize + i,
+            );
+            core::arch::asm!("sfence", options(nostack, preserves_flags));
+        }
+    }
+}
+
+/// Copies `src` into shared memory at `dst` with non-temporal stores,
+/// which go to memory without first taking the destination's lines from
+/// the core that read them last, and returns `true`; `false` (nothing
+/// copied) when the CPU lacks AVX2. Ends with a store fence, so the bytes
+/// are ordered before any later store, as with the other copies (a
+/// non-temporal store is not ordered by a Release store alone). See
+/// [`super::stores`] for when it pays.
+///
+/// # Safety
+///
+/// `[dst, dst + src.len())` must be mapped, writable memory that does not
+/// overlap `src`.
+#[inline]
+pub(crate) unsafe fn stream_copy_in(dst: *mut u8, src: &[u8]) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if wide::available() {
+        // SAFETY: the CPU has AVX2; the rest is the caller's contract.
+        unsafe { wide::stream_in(src.as_ptr(), dst, src.len()) };
+        return true;
+    }
+    let _ = (dst, src);
+    false
 }
 
 /// How one side of a copy is accessed.
@@ -698,6 +786,26 @@ mod tests {
                             .all(|&b| b == 0)
                     );
                 }
+            }
+        }
+    }
+
+    /// The streaming copy writes every byte once at every alignment and
+    /// length, and nothing around them.
+    #[test]
+    fn the_streaming_copy_copies_every_alignment_and_length() {
+        let src: Vec<u8> = (0..20_000u32).map(|i| (i * 17 + 9) as u8).collect();
+        for off in [0, 1, 15, 16, 31, 32, 33, 63, 64, 100] {
+            for len in [0, 1, 31, 32, 127, 128, 129, 255, 4096, 16_385, 19_000] {
+                let mut back = vec![0u8; 20_200];
+                // SAFETY: `off + len <= back.len()`, distinct vectors.
+                let done = unsafe { stream_copy_in(back.as_mut_ptr().add(off), &src[..len]) };
+                if !done {
+                    return; // no AVX2: the callers take the other copies
+                }
+                assert_eq!(&back[off..off + len], &src[..len], "off {off} len {len}");
+                assert!(back[..off].iter().all(|&b| b == 0));
+                assert!(back[off + len..].iter().all(|&b| b == 0));
             }
         }
     }

@@ -255,7 +255,7 @@ impl Sender {
         let idx = bounce::pop(map, self.pid)?;
         let mut off = l.bounce_data(idx);
         for p in parts {
-            map.copy_in(off, p);
+            map.copy_in_bulk(off, p);
             off += p.len();
         }
         let pos = match self.claim() {
@@ -285,7 +285,7 @@ impl Sender {
         // committed window, during which the receiver must wait on this
         // slot, then covers only the header writes.
         let idx = bounce::pop(map, self.pid)?;
-        map.copy_in(l.bounce_data(idx), payload);
+        map.copy_in_bulk(l.bounce_data(idx), payload);
         let pos = match self.claim() {
             Ok(pos) => pos,
             Err(e) => {
