@@ -35,7 +35,8 @@
 //!    raw pointers inside two copy routines that write into, or read from,
 //!    local memory with volatile accesses, or from 1-2 KiB on with one
 //!    `rep movsb` in inline assembly, which the compiler treats as opaque
-//!    just as it does a volatile access.
+//!    just as it does a volatile access (as it does the non-temporal
+//!    `vmovntdq` stores that may fill bounce buffers from 32 KiB on).
 //! 2. **Read once, then validate the local copy.** Every value that comes
 //!    from shared memory (a sequence number, a length, a buffer index) is
 //!    loaded once into a local variable, validated there, and only the
