@@ -249,7 +249,8 @@
 //!   host is in the state where moving a cache line between the two cores
 //!   costs 4-5 times more. The sender times its copies (one in 8, and
 //!   every 256 copies a run of 4 with the other kind) and streams once
-//!   ordinary stores cost over 2.5 times as much per byte, back below 2.
+//!   ordinary stores cost over 3 times as much per byte, back below 2
+//!   (with 2.5 the choice flapped in some runs at 40000 B).
 //!   In that state the copy into a bounce buffer took 230-300 ps per byte
 //!   with ordinary stores and 45-60 with non-temporal ones; otherwise
 //!   45-100 against 35-75 (medians of runs traced with `RUST_LOG`,

@@ -30,7 +30,7 @@
 //! copies a short run with the other kind, keeps an estimate of each
 //! kind's cost per byte (the lowest recent sample, rising slowly), and
 //! from its [`SETTLE`]th copy on streams once ordinary stores cost more
-//! than 2.5 times as much ([`STREAM_ABOVE`]), until they cost less than
+//! than 3 times as much ([`STREAM_ABOVE`]), until they cost less than
 //! twice as much ([`PLAIN_BELOW`]). In traces of the provider the ratio
 //! was 1.2-1.6 in the good state and 4 or more in the bad one; the bounds
 //! also leave room for the receiver's dearer copy out of streamed data,
@@ -72,7 +72,7 @@ const PROBE_TIMED: u32 = 2;
 
 /// Copies switch to non-temporal stores when ordinary ones cost more than
 /// this many halves as much per byte ...
-const STREAM_ABOVE: u64 = 5;
+const STREAM_ABOVE: u64 = 6;
 
 /// ... and back when they cost less than this many halves: between the
 /// two, the kind stays, so that noisy estimates near one bound do not make
@@ -201,16 +201,16 @@ mod tests {
     }
 
     #[test]
-    fn streams_from_two_and_a_half_times_the_cost_down_to_twice() {
+    fn streams_from_three_times_the_cost_down_to_twice() {
         let c = Choice::new();
         feed(&c, 4000, 90, 60);
         assert!(!c.stream.load(Relaxed), "good state: ordinary stores");
-        feed(&c, 4000, 140, 60);
-        assert!(!c.stream.load(Relaxed), "2.3x: still ordinary stores");
+        feed(&c, 4000, 170, 60);
+        assert!(!c.stream.load(Relaxed), "2.8x: still ordinary stores");
         feed(&c, 4000, 220, 60);
         assert!(c.stream.load(Relaxed), "bad state: streaming");
-        feed(&c, 4000, 140, 60);
-        assert!(c.stream.load(Relaxed), "2.3x: still streaming");
+        feed(&c, 4000, 170, 60);
+        assert!(c.stream.load(Relaxed), "2.8x: still streaming");
         feed(&c, 4000, 90, 60);
         assert!(!c.stream.load(Relaxed), "good state again: ordinary stores");
     }
