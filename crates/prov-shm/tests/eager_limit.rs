@@ -9,8 +9,6 @@
 
 mod common;
 
-use std::process::Command;
-
 use common::*;
 use fabric_core::objects::FiAddr;
 use fabric_core::*;
@@ -24,25 +22,10 @@ fn injects_with_an_eager_limit_below_the_inject_size() {
         checks();
         return;
     }
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "injects_with_an_eager_limit_below_the_inject_size",
-            "--nocapture",
-        ])
-        .env(VAR, "256")
-        .env(ROLE, "child")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "the checks failed in the child:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("1 passed"),
-        "the child ran no test"
+    rerun_in_child(
+        "injects_with_an_eager_limit_below_the_inject_size",
+        ROLE,
+        &[(VAR, "256")],
     );
 }
 

@@ -8,8 +8,6 @@
 
 mod common;
 
-use std::process::Command;
-
 use common::*;
 use fabric_core::objects::{FiAddr, IoVec};
 use fabric_core::*;
@@ -22,25 +20,10 @@ fn streamed_bounce_copies_arrive_intact() {
         checks();
         return;
     }
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "streamed_bounce_copies_arrive_intact",
-            "--nocapture",
-        ])
-        .env(prov_shm::getinfo::STREAM_VAR, "1")
-        .env(ROLE, "child")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "the checks failed in the child:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("1 passed"),
-        "the child ran no test"
+    rerun_in_child(
+        "streamed_bounce_copies_arrive_intact",
+        ROLE,
+        &[(prov_shm::getinfo::STREAM_VAR, "1")],
     );
 }
 

@@ -183,3 +183,25 @@ pub fn pattern(n: usize, seed: u8) -> Vec<u8> {
         .map(|i| (i as u32).wrapping_mul(31).wrapping_add(u32::from(seed)) as u8)
         .collect()
 }
+
+/// Runs test `name` of this test binary again in a child process, with
+/// `vars` set and `role` set to `child`, and checks that it ran and
+/// passed there: for settings a process reads once (the environment).
+pub fn rerun_in_child(name: &str, role: &str, vars: &[(&str, &str)]) {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture"])
+        .envs(vars.iter().copied())
+        .env(role, "child")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the checks failed in the child:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+        "the child ran no test"
+    );
+}
