@@ -302,20 +302,8 @@ fn checks() {
 fn bounce_path_when_cma_is_disabled() {
     match std::env::var(ROLE).as_deref() {
         Ok("grandchild") => return grandchild(),
-        Ok("checks") => return checks(),
+        Ok("child") => return checks(),
         _ => {}
     }
-    let exe = std::env::current_exe().unwrap();
-    let out = Command::new(exe)
-        .args(["--exact", "bounce_path_when_cma_is_disabled", "--nocapture"])
-        .env(VAR, "1")
-        .env(ROLE, "checks")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    rerun_in_child("bounce_path_when_cma_is_disabled", ROLE, &[(VAR, "1")]);
 }
