@@ -22,7 +22,7 @@ use fabric_core::objects::{CqEntry, FiAddr, MrAccess};
 use fabric_core::*;
 use proptest::prelude::*;
 use prov_shm::region::{PeerRegion, Region, RegionConfig};
-use prov_shm::ring::{Command as Cmd, Sender};
+use prov_shm::ring::{Command as Cmd, STEP, Sender, slot as ring_slot};
 
 const ROLE: &str = "PROV_SHM_HOSTILE_ROLE";
 
@@ -506,4 +506,149 @@ fn a_hostile_process_cannot_break_an_endpoint() {
     drain(&victim);
     still_works(&victim, &friend);
     drop(mr);
+}
+
+/// The victim's region file, mapped here to write what a hostile peer
+/// writes.
+fn map_region(victim: &Side) -> (memmap2::MmapRaw, prov_shm::region::Layout) {
+    let name = name_of(&victim.ep.getname().unwrap());
+    let layout = PeerRegion::attach(&name).unwrap().layout();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(std::path::Path::new(prov_shm::region::SHM_DIR).join(&name))
+        .unwrap();
+    let map = memmap2::MmapOptions::new()
+        .len(layout.total_size())
+        .map_raw(&file)
+        .unwrap();
+    (map, layout)
+}
+
+/// Sets the fill mark of every bounce buffer named by a committed stepped
+/// command of `len` bytes in the victim's ring to `mark`, as a sender that
+/// stopped copying would leave it. Returns how many it set.
+fn stall_stepped(victim: &Side, len: u32, mark: u32) -> usize {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let (map, l) = map_region(victim);
+    let word = |off: usize| {
+        assert!(off % 4 == 0 && off + 4 <= l.total_size());
+        // SAFETY: in bounds and aligned; the region is shared memory that
+        // both sides access atomically.
+        unsafe { AtomicU32::from_ptr(map.as_mut_ptr().add(off).cast()) }
+    };
+    let mut n = 0;
+    for i in 0..l.ring_slots() as usize {
+        let s = l.ring_offset() + i * l.slot_size();
+        let (flags, op, size, b) = (
+            word(s + ring_slot::RING_FLAGS).load(Ordering::Acquire),
+            word(s + ring_slot::OP).load(Ordering::Acquire) & 0xffff,
+            word(s + ring_slot::LEN).load(Ordering::Acquire),
+            word(s + ring_slot::BOUNCE).load(Ordering::Acquire),
+        );
+        if flags & ring_slot::STEPPED != 0 && op == u32::from(MSG) && size == len {
+            // The fill mark: the buffer's first metadata word.
+            word(l.bounce_meta_offset() + b as usize * 8).store(mark, Ordering::Release);
+            n += 1;
+        }
+    }
+    n
+}
+
+#[test]
+fn a_stalled_stepped_message_fails_its_receive_and_the_ring_moves_on() {
+    let victim = side(&info());
+    let friend = side(&info());
+    let tx = raw(&victim);
+    let friend_name = name_of(&friend.ep.getname().unwrap());
+    let hello = Cmd {
+        op: HELLO,
+        src: 7,
+        ..Cmd::default()
+    };
+    send(&tx, hello, friend_name.as_bytes(), &victim);
+    drain(&victim);
+    let len = 65_536;
+    let mut buf = vec![0u8; len];
+    let bi = iov(&mut buf);
+    // SAFETY: `buf` outlives the completion.
+    unsafe {
+        victim
+            .ep
+            .recvmsg(&msg(&bi, FiAddr::UNSPEC, 0, 0, 77), OpFlags::empty())
+            .unwrap()
+    };
+    let body = pattern(len, 9);
+    let cmd = Cmd {
+        op: MSG,
+        src: 7,
+        ..Cmd::default()
+    };
+    tx.try_send_parts_stepped(&cmd, &[&body]).unwrap();
+    // The sender stopped after two steps (it is this process, alive).
+    assert_eq!(stall_stepped(&victim, len as u32, 2 * STEP as u32), 1);
+    let start = std::time::Instant::now();
+    let err = loop {
+        let (ok, errs) = drain(&victim);
+        assert_eq!(ok, 0, "a receive completed without its message");
+        if let Some(&e) = errs.first() {
+            break e;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the stalled message was never given up"
+        );
+    };
+    assert_eq!(err, ErrorKind::Io);
+    // The steps that landed were delivered into the receive meanwhile.
+    assert!(buf[..2 * STEP] == body[..2 * STEP]);
+    // The ring moved on.
+    still_works(&victim, &friend);
+}
+
+#[test]
+fn an_unmatched_stalled_stepped_message_is_dropped() {
+    let victim = side(&info());
+    let friend = side(&info());
+    let tx = raw(&victim);
+    let friend_name = name_of(&friend.ep.getname().unwrap());
+    let hello = Cmd {
+        op: HELLO,
+        src: 7,
+        ..Cmd::default()
+    };
+    send(&tx, hello, friend_name.as_bytes(), &victim);
+    drain(&victim);
+    let len = 40_000;
+    let cmd = Cmd {
+        op: MSG,
+        src: 7,
+        ..Cmd::default()
+    };
+    tx.try_send_parts_stepped(&cmd, &[&pattern(len, 3)])
+        .unwrap();
+    assert_eq!(stall_stepped(&victim, len as u32, STEP as u32), 1);
+    let start = std::time::Instant::now();
+    // Waits (no receive is posted; a kept message is copied whole), then
+    // given up: the ring moves on, nothing is completed.
+    while start.elapsed() < Duration::from_secs(4) {
+        let (ok, errs) = drain(&victim);
+        assert_eq!((ok, errs.len()), (0, 0));
+    }
+    still_works(&victim, &friend);
+    // The dropped message is not delivered to a later receive.
+    let mut buf = vec![0u8; len];
+    let bi = iov(&mut buf);
+    // SAFETY: `buf` outlives the completion (cancelled below).
+    unsafe {
+        victim
+            .ep
+            .recvmsg(&msg(&bi, FiAddr::UNSPEC, 0, 0, 78), OpFlags::empty())
+            .unwrap()
+    };
+    let (ok, errs) = drain(&victim);
+    assert_eq!((ok, errs.len()), (0, 0));
+    victim.ep.cancel(78).unwrap();
+    let (_, errs) = drain(&victim);
+    assert_eq!(errs, vec![ErrorKind::Canceled]);
 }

@@ -32,6 +32,13 @@ pub const CHECK_EVERY: Duration = Duration::from_millis(100);
 /// claimer may have died between claim and commit).
 const STUCK_AFTER: Duration = Duration::from_millis(50);
 
+/// A stepped message at the ring's head whose fill mark has not moved for
+/// this long, while its sender lives, is given up: the receive it was
+/// matched to fails with `FI_EIO` and the ring moves on. Its sender is
+/// in the middle of one copy of at most a bounce buffer, which takes
+/// microseconds; only a stopped or misbehaving process takes this long.
+pub(crate) const FILL_PATIENCE: Duration = Duration::from_secs(2);
+
 /// Longest sleep of the auto-progress thread between looks.
 pub(crate) const AUTO_SLEEP: Duration = Duration::from_millis(50);
 
@@ -493,8 +500,49 @@ fn check_ep(ep: &mut EpRx, now: Instant) -> bool {
         } else {
             ep.st.stuck_since = None;
         }
+        check_filling(ep, b, now);
     }
     reclaim
+}
+
+/// Gives up a stepped message at the ring's head whose sender died or
+/// stopped filling it (see [`FILL_PATIENCE`]).
+fn check_filling(ep: &mut EpRx, b: &super::binds::Binds, now: Instant) {
+    let Some((bounce, mark, pid)) = ep.rx.filling_head() else {
+        ep.st.fill_seen = None;
+        return;
+    };
+    let since = match ep.st.fill_seen {
+        Some((seen, since)) if seen == (bounce, mark) => since,
+        _ => {
+            ep.st.fill_seen = Some(((bounce, mark), now));
+            now
+        }
+    };
+    let gone = ep.st.claimer_gone(pid);
+    if !gone && now.duration_since(since) < FILL_PATIENCE {
+        return;
+    }
+    let why = if gone {
+        "shm: the sender went away in the middle of the message"
+    } else {
+        "shm: the sender stopped filling the message"
+    };
+    tracing::warn!(pid, bounce, mark, "{why}; the message was dropped");
+    let st = &mut ep.st;
+    // A live sender may still write into the buffer, which therefore
+    // stays out of the pool until it is gone (forsaken).
+    let after = if gone {
+        crate::ring::After::Release
+    } else {
+        crate::ring::After::Forsake
+    };
+    let _ = ep.rx.try_recv_then(|_, _| {
+        st.fill_failed(b, why);
+        ((), after)
+    });
+    st.fill_seen = None;
+    st.ring_filling = false;
 }
 
 /// Runs `f` on endpoint `i` (an index in `st.eps`). For an endpoint bound

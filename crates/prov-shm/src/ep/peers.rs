@@ -165,6 +165,9 @@ impl RxState {
             }
         }
         self.pushes.retain(|p| p.rx_peer != Some(pi));
+        if self.filling.is_some_and(|f| f.pi == pi) {
+            self.fill_failed(b, "shm: the sender went away in the middle of the message");
+        }
         // What it held may let other senders resume.
         self.run_actions(sh, b);
         tracing::debug!(peer = %peer.addr, "shm: forgot a peer");

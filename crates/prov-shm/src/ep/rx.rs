@@ -3,9 +3,9 @@
 //! by the application reach the engine, remote CQ data is reported, and
 //! what the engine asks of the transport is done.
 
-use fabric_core::kit::rx::{Action, Entry, Held, Meta, Transport};
+use fabric_core::kit::rx::{Action, Entry, Held, Meta, RecvId, Transport};
 use fabric_core::objects::{CqEntry, FiAddr, Msg};
-use fabric_core::{ErrorKind, Mode, OpFlags};
+use fabric_core::{Error, ErrorKind, Mode, OpFlags};
 
 use super::binds::{Binds, msg_flags};
 use super::shared::{EpShared, RxReq};
@@ -43,6 +43,26 @@ pub(crate) fn owner(a: &Action<ShmWire>) -> u32 {
         Action::Ack(((_, uid), _)) | Action::Pause((_, uid)) | Action::Resume((_, uid)) => *uid,
     };
     (uid >> 32) as u32
+}
+
+/// A message matched to a receive while its sender still fills its
+/// stepped bounce buffer (see
+/// [`Sender::try_send_parts_stepped`](crate::ring::Sender::try_send_parts_stepped)):
+/// it stays the ring's head, and each look copies what landed since the
+/// last, until the last byte is in.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Filling {
+    /// The head command it belongs to, checked at every look (a peer
+    /// could rewrite the slot meanwhile).
+    pub bounce: Option<u32>,
+    pub len: usize,
+    pub pi: u32,
+    pub id: RecvId,
+    pub meta: Meta,
+    /// The sender's op id, acknowledged at the end.
+    pub ack: Option<u64>,
+    /// Bytes copied into the receive so far.
+    pub done: usize,
 }
 
 /// A rendezvous announcement: where the sender's data is.
@@ -122,6 +142,25 @@ impl RxState {
         let src = self.src_of(b, pi, sh.directed);
         let len = m.len as u64;
         if let Some(id) = self.rx.arrive(tagged, tag, src, len) {
+            if !p.is_complete() {
+                let meta = Meta {
+                    tagged,
+                    tag,
+                    len,
+                    data,
+                    src,
+                };
+                let f = Filling {
+                    bounce: m.bounce,
+                    len: m.len,
+                    pi,
+                    id,
+                    meta,
+                    ack,
+                    done: 0,
+                };
+                return self.fill_more(sh, b, m, p, f);
+            }
             if let Some(r) = self.rx.recv(id) {
                 // SAFETY: the receive contract of recvmsg / trecvmsg: the
                 // buffer is valid and ours until its completion.
@@ -139,6 +178,11 @@ impl RxState {
                 self.reply(sh, pi, Reply::ack(id, None));
             }
             return true;
+        }
+        if !p.is_complete() {
+            // A kept message is copied whole: it waits for its last byte.
+            self.ring_filling = true;
+            return false;
         }
         let peer = (pi, self.peer_uid(pi));
         if !self.rx.admit(peer, m.len) {
@@ -161,6 +205,59 @@ impl RxState {
         self.rx.keep(tagged, tag, src, entry);
         self.run_actions(sh, b);
         true
+    }
+
+    /// Copies what landed of a stepped message into its receive since the
+    /// last look, and completes the receive once every byte is in; until
+    /// then the message stays the ring's head (`false`).
+    pub(super) fn fill_more(
+        &mut self,
+        sh: &EpShared,
+        b: &Binds,
+        m: &Message,
+        p: &Payload<'_>,
+        mut f: Filling,
+    ) -> bool {
+        if m.bounce != f.bounce || m.len != f.len || m.cmd.op != crate::wire::op::MSG {
+            // Another command at the head: the slot was rewritten or
+            // dropped as malformed, which only a peer writing outside the
+            // protocol does. The receive fails; the command is taken as
+            // any other.
+            let err = Error::new(
+                ErrorKind::Io,
+                "shm: a peer rewrote a message's ring slot while it was received",
+            );
+            self.rx.fail(b, f.id, f.meta.tagged, &err);
+            return self.on_command(sh, b, m, p);
+        }
+        let ready = p.ready();
+        if ready > f.done {
+            if let Some(r) = self.rx.recv(f.id) {
+                // SAFETY: the receive contract of recvmsg / trecvmsg: the
+                // buffer is valid and ours until its completion.
+                unsafe { r.buf.fill_from(f.done, p, f.done, ready - f.done) };
+            }
+            f.done = ready;
+        }
+        if f.done < f.len {
+            self.filling = Some(f);
+            self.ring_filling = true;
+            return false;
+        }
+        self.rx.complete(b, f.id, f.meta);
+        if let Some(id) = f.ack {
+            self.reply(sh, f.pi, Reply::ack(id, None));
+        }
+        true
+    }
+
+    /// The head's stepped message will not be filled (its sender went
+    /// away or stopped): the receive it was matched to fails.
+    pub(crate) fn fill_failed(&mut self, b: &Binds, why: &'static str) {
+        if let Some(f) = self.filling.take() {
+            let err = Error::new(ErrorKind::Io, why);
+            self.rx.fail(b, f.id, f.meta.tagged, &err);
+        }
     }
 
     pub(super) fn on_rts(

@@ -90,6 +90,16 @@ pub(crate) struct RxState {
     /// remote CQ data for a full CQ): the ring is not read until a
     /// receive is posted, the budget has room or the CQ was read.
     pub(super) ring_held: bool,
+    /// The ring's head is a stepped message still being filled by its
+    /// sender: progress looks again at every pass (the sender does not
+    /// wake us for its steps).
+    pub(super) ring_filling: bool,
+    /// The message being copied out of the head as it lands, if it
+    /// matched a receive.
+    pub(super) filling: Option<super::rx::Filling>,
+    /// The head's fill mark as the liveness checks last saw it, and
+    /// since when it has not moved.
+    pub(crate) fill_seen: Option<((u32, usize), Instant)>,
     /// The ring is held for room in the receive CQ.
     pub(super) cq_held: bool,
     /// Progress looks at the receive CQ's room: senders wait for it
@@ -133,6 +143,9 @@ impl EpRx {
                 op_peers: Vec::with_capacity(4),
                 put_done_backlog: VecDeque::new(),
                 ring_held: false,
+                ring_filling: false,
+                filling: None,
+                fill_seen: None,
                 cq_held: false,
                 cq_watch: false,
                 // Numbers carry the endpoint's id (see `rx::Peer`).
@@ -156,6 +169,7 @@ impl EpRx {
             || !st.pushes.is_empty()
             || st.backlogged > 0
             || !st.put_done_backlog.is_empty()
+            || st.ring_filling
     }
 
     /// Whether anything is in flight whose peer may die while we sleep
@@ -207,11 +221,14 @@ impl EpRx {
             if st.ring_held || !self.rx.is_ready() {
                 break;
             }
+            st.ring_filling = false;
             match self
                 .rx
                 .try_recv_or_keep(|m, p| st.on_command(sh, b, m, &p).then_some(()))
             {
                 Ok(Some(())) => work = true,
+                // Still landing: looked at again at the next pass.
+                Ok(None) if st.ring_filling => break,
                 Ok(None) => {
                     // Over the hard limit: the message stays in the ring
                     // until receives take what is kept.
@@ -291,10 +308,19 @@ impl RxState {
         m: &Message,
         p: &Payload<'_>,
     ) -> bool {
+        if let Some(f) = self.filling.take() {
+            return self.fill_more(sh, b, m, p, f);
+        }
         let c = &m.cmd;
         if c.flags & !flag::ALL != 0 {
             tracing::debug!(flags = c.flags, "shm: command with unknown flags dropped");
             return true;
+        }
+        if !p.is_complete() && c.op != op::MSG {
+            // Only messages are taken as they land; anything else waits
+            // for its last byte.
+            self.ring_filling = true;
+            return false;
         }
         match c.op {
             op::MSG => return self.on_msg(sh, b, m, p),

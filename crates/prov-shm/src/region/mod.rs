@@ -90,8 +90,11 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"fabrshm1");
 /// ([`offsets::OWNER_PID_NS`]), so that liveness holds across PID
 /// namespaces, and since receivers pause senders that flood them with
 /// unexpected messages (`PAUSE` / `RESUME`, see the
-/// [crate docs](crate::docs#unexpected-messages)).
-pub const VERSION: u32 = 3;
+/// [crate docs](crate::docs#unexpected-messages)); 4 since big eager
+/// messages are committed before their bounce buffer is full (ring flag
+/// `STEPPED`, see [`crate::ring::slot::STEPPED`]),
+/// which a version 3 receiver would drop as malformed.
+pub const VERSION: u32 = 4;
 /// Size of the header area; the bounce metadata starts right after it.
 pub const HEADER_SIZE: usize = 512;
 /// A cache line on the machines we target.

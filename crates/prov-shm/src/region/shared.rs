@@ -154,6 +154,23 @@ impl Mapping {
         unsafe { super::stores::copy_in(p, src) }
     }
 
+    /// [`copy_in_bulk`](Self::copy_in_bulk) of the concatenation of
+    /// `parts` in steps of `step` bytes, calling `filled(done)` after each
+    /// until it answers `false` (see [`stores::copy_in_steps`](super::stores::copy_in_steps)).
+    #[inline]
+    pub(crate) fn copy_in_steps(
+        &self,
+        off: usize,
+        parts: &[&[u8]],
+        step: usize,
+        filled: impl FnMut(usize) -> bool,
+    ) {
+        let total = parts.iter().map(|p| p.len()).sum::<usize>();
+        let p = self.check(off, total, 1);
+        // SAFETY: as in `copy_in`, for the whole range.
+        unsafe { super::stores::copy_in_steps(p, parts, step, filled) }
+    }
+
     /// Asks the CPU to start fetching the cache lines of `[off, off + len)`
     /// (at most [`PREFETCH_MAX`] bytes of it) without waiting for them: a
     /// receiver calls it as soon as it sees a command, so that the

@@ -118,6 +118,73 @@ pub(crate) unsafe fn copy_in(dst: *mut u8, src: &[u8]) {
     }
 }
 
+/// Copies the concatenation of `parts` into shared memory at `dst` in
+/// steps of `step` bytes (the last may be shorter), all with one kind of
+/// stores chosen as [`copy_in`] chooses for the whole length, and calls
+/// `filled(done)` after each step with the bytes in place so far: the
+/// caller publishes them while the next step is copied, or answers
+/// `false` to stop there. The time spent in `filled` is not counted in
+/// the copy's sample.
+///
+/// # Safety
+///
+/// As for [`volatile_copy_in`], for `[dst, dst + total)`.
+pub(crate) unsafe fn copy_in_steps(
+    dst: *mut u8,
+    parts: &[&[u8]],
+    step: usize,
+    mut filled: impl FnMut(usize) -> bool,
+) {
+    let total = parts.iter().map(|p| p.len()).sum::<usize>();
+    let step = step.max(1);
+    let (stream, timed) = if total < BULK_MIN {
+        (false, false)
+    } else {
+        static FORCED: OnceLock<Option<bool>> = OnceLock::new();
+        match *FORCED.get_or_init(crate::config::stream_forced) {
+            Some(s) => (s, false),
+            None => CHOICE.plan(),
+        }
+    };
+    let mut took = Duration::ZERO;
+    let mut streamed = stream;
+    let mut done = 0;
+    let mut part = 0;
+    let mut at = 0;
+    while done < total {
+        let end = (done + step).min(total);
+        let start = timed.then(Instant::now);
+        while done < end {
+            let Some(src) = parts.get(part) else { break };
+            let n = (src.len() - at).min(end - done);
+            let piece = &src[at..at + n];
+            // SAFETY: `done + n <= total`: inside the caller's range.
+            let d = unsafe { dst.add(done) };
+            // SAFETY: the caller's contract, for either copy.
+            if !(streamed && unsafe { stream_copy_in(d, piece) }) {
+                streamed = false;
+                // SAFETY: the caller's contract.
+                unsafe { volatile_copy_in(d, piece) };
+            }
+            done += n;
+            at += n;
+            if at == src.len() {
+                part += 1;
+                at = 0;
+            }
+        }
+        if let Some(t) = start {
+            took += t.elapsed();
+        }
+        if !filled(done) {
+            break;
+        }
+    }
+    if timed && done > 0 {
+        CHOICE.record(streamed, done, took);
+    }
+}
+
 /// Estimates and the current pick, shared by the threads of a process
 /// (relaxed atomics: a lost update only delays the choice by a sample).
 #[derive(Debug)]
@@ -224,6 +291,54 @@ mod tests {
         }
         assert!(!c.stream.load(Relaxed));
         assert!(c.cost[0].load(Relaxed) < 130);
+    }
+
+    #[test]
+    fn stepped_copies_land_and_report_each_step() {
+        let src: Vec<u8> = (0..200_000u32).map(|i| (i * 7 + 3) as u8).collect();
+        let mut dst = vec![0u8; 200_100];
+        for (len, step, cut) in [
+            (70_000, 16_384, 1),
+            (70_000, 16_384, 16_384),
+            (40_000, 16_384, 39_999),
+            (200_000, 65_536, 100_003),
+            (1_000, 16_384, 0),
+            (BULK_MIN, BULK_MIN, 5),
+        ] {
+            dst.fill(0);
+            let (a, b) = src[..len].split_at(cut);
+            let mut marks = Vec::new();
+            // SAFETY: `2 + len <= dst.len()`, distinct vectors.
+            unsafe {
+                copy_in_steps(dst.as_mut_ptr().add(2), &[a, &[], b], step, |d| {
+                    marks.push(d);
+                    true
+                })
+            };
+            assert_eq!(&dst[2..2 + len], &src[..len], "{len} {step} {cut}");
+            assert!(dst[..2].iter().chain(&dst[2 + len..]).all(|&b| b == 0));
+            let want: Vec<usize> = (1..=len.div_ceil(step))
+                .map(|k| (k * step).min(len))
+                .collect();
+            assert_eq!(marks, want);
+        }
+    }
+
+    #[test]
+    fn a_stepped_copy_stops_when_told() {
+        let src = vec![7u8; 100_000];
+        let mut dst = vec![0u8; 100_000];
+        let mut calls = 0;
+        // SAFETY: equal lengths, distinct vectors.
+        unsafe {
+            copy_in_steps(dst.as_mut_ptr(), &[&src], 16_384, |done| {
+                calls += 1;
+                done < 30_000
+            })
+        };
+        assert_eq!(calls, 2);
+        assert!(dst[..32_768].iter().all(|&b| b == 7));
+        assert!(dst[32_768..].iter().all(|&b| b == 0));
     }
 
     #[test]

@@ -22,6 +22,8 @@ use crate::region::shared::Mapping;
 
 /// "No buffer": the empty free list, and the end of the list.
 pub(crate) const NONE: u32 = u32::MAX;
+/// The free list's link; while a sender holds the buffer, the same word
+/// is its fill mark (see [`fill_word`]).
 const NEXT: usize = 0;
 const HOLDER: usize = 4;
 /// Bound on compare-and-swap retries before giving up with `Again`.
@@ -108,6 +110,15 @@ fn push(map: &Mapping, idx: u32) -> Result<()> {
     Err(corrupt(format!(
         "could not return buffer {idx}: the free-list head never settled"
     )))
+}
+
+/// The offset of buffer `idx`'s fill mark: the `u32` that a sender
+/// filling the buffer in steps advances (with a Release store) as bytes
+/// land. It is the free list's link word, which nobody uses while the
+/// buffer is held; a popper that read the link before this buffer left
+/// the list fails its compare-and-swap on the tagged head.
+pub(crate) fn fill_word(map: &Mapping, idx: u32) -> usize {
+    map.layout().bounce_meta(idx) + NEXT
 }
 
 /// The pid recorded as holding buffer `idx` (0: free).

@@ -63,7 +63,22 @@ pub mod slot {
     pub const AUX_FROM_END: usize = 16;
     /// [`RING_FLAGS`] bit: the `aux` words are present (else they are 0).
     pub const HAS_AUX: u32 = 1;
+    /// [`RING_FLAGS`] bit: the bounce buffer was committed while its
+    /// sender still fills it; its fill mark says how many bytes are in
+    /// (see [`Payload::ready`](super::Payload::ready)).
+    pub const STEPPED: u32 = 2;
+    /// The ring flags a sender may set.
+    pub const KNOWN: u32 = HAS_AUX | STEPPED;
 }
+
+/// A bounce payload sent with [`Sender::try_send_parts_stepped`] from
+/// this size on is committed after its first [`STEP`] bytes, and the
+/// receiver copies each step out while the sender copies the next.
+pub const STEPPED_MIN: usize = 32 * 1024;
+
+/// The bytes copied between two advances of a stepped payload's fill
+/// mark.
+pub const STEP: usize = 16 * 1024;
 
 /// A slot's header fields, checked once per use (see [`Mapping::fixed`]).
 type Header<'a> = Fixed<'a, { slot::HEADER }>;
@@ -114,12 +129,35 @@ pub struct Payload<'a> {
     map: &'a Mapping,
     off: usize,
     len: usize,
+    /// The fill mark of a stepped payload (see [`slot::STEPPED`]).
+    mark: Option<usize>,
 }
 
 impl Payload<'_> {
     /// Length in bytes.
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// How many bytes, from the start, are in place: all of them, but for
+    /// a payload sent with
+    /// [`try_send_parts_stepped`](Sender::try_send_parts_stepped) whose
+    /// sender is still copying. Bytes past this may still change; the
+    /// copies below copy them all the same (never undefined behaviour).
+    #[inline]
+    pub fn ready(&self) -> usize {
+        match self.mark {
+            None => self.len,
+            // Acquire: pairs with the sender's Release after each step.
+            Some(w) => (self.map.u32(w).load(Ordering::Acquire) as usize).min(self.len),
+        }
+    }
+
+    /// Whether every byte is in place ([`ready`](Self::ready) is the
+    /// length).
+    #[inline]
+    pub fn is_complete(&self) -> bool {
+        self.mark.is_none() || self.ready() == self.len
     }
 
     /// Whether the payload is empty.
@@ -241,7 +279,7 @@ impl Sender {
             map.copy_in(off, p);
             off += p.len();
         }
-        self.write_header(s, cmd, len, bounce::NONE);
+        self.write_header(s, cmd, len, bounce::NONE, 0);
         self.commit(s, pos)
     }
 
@@ -266,8 +304,53 @@ impl Sender {
             }
         };
         let s = l.slot(pos);
-        self.write_header(s, cmd, len, idx);
+        self.write_header(s, cmd, len, idx, 0);
         self.commit(s, pos).inspect_err(|_| {
+            let _ = bounce::release(map, idx);
+        })
+    }
+
+    /// [`try_send_parts`](Self::try_send_parts) that, for a payload of
+    /// [`STEPPED_MIN`] bytes or more, commits the command once the first
+    /// [`STEP`] bytes are in the bounce buffer and copies the rest while
+    /// the receiver copies out what is in, advancing the buffer's fill
+    /// mark after each step. The receiver must then take the payload as
+    /// it lands ([`Payload::ready`]). Returns once every byte is in.
+    pub fn try_send_parts_stepped(&self, cmd: &Command, parts: &[&[u8]]) -> Result<()> {
+        let len = parts.iter().map(|p| p.len()).sum::<usize>();
+        if len < STEPPED_MIN || len > self.bounce_capacity() {
+            return self.try_send_parts(cmd, parts);
+        }
+        let map = &*self.map;
+        let l = map.layout();
+        let idx = bounce::pop(map, self.pid)?;
+        // Claimed first, so that no copy is wasted on a full ring; the
+        // receiver waits on this slot during the first step only.
+        let pos = match self.claim() {
+            Ok(pos) => pos,
+            Err(e) => {
+                let _ = bounce::release(map, idx);
+                return Err(e);
+            }
+        };
+        let s = l.slot(pos);
+        let mark = map.u32(bounce::fill_word(map, idx));
+        let mut sent: Option<Result<()>> = None;
+        map.copy_in_steps(l.bounce_data(idx), parts, STEP, |done| {
+            let done = done as u32;
+            match sent {
+                // Release: the step's bytes (and, for non-temporal
+                // stores, the fence after them) come before the mark.
+                Some(_) => mark.store(done, Ordering::Release),
+                None => {
+                    mark.store(done, Ordering::Relaxed);
+                    self.write_header(s, cmd, len, idx, slot::STEPPED);
+                    sent = Some(self.commit(s, pos));
+                }
+            }
+            matches!(sent, Some(Ok(())))
+        });
+        sent.unwrap_or(Ok(())).inspect_err(|_| {
             let _ = bounce::release(map, idx);
         })
     }
@@ -294,7 +377,7 @@ impl Sender {
             }
         };
         let s = l.slot(pos);
-        self.write_header(s, cmd, payload.len(), idx);
+        self.write_header(s, cmd, payload.len(), idx, 0);
         self.commit(s, pos).inspect_err(|_| {
             let _ = bounce::release(map, idx);
         })
@@ -341,7 +424,9 @@ impl Sender {
         Err(Error::again())
     }
 
-    fn write_header(&self, s: usize, cmd: &Command, len: usize, bounce: u32) {
+    /// Writes the command's fields into slot `s`; `ring_flags`: bits of
+    /// the ring's own flags besides [`slot::HAS_AUX`].
+    fn write_header(&self, s: usize, cmd: &Command, len: usize, bounce: u32, ring_flags: u32) {
         let m = &*self.map;
         let r = Ordering::Relaxed;
         let h: Header<'_> = m.fixed(s);
@@ -353,12 +438,13 @@ impl Sender {
         h.u64::<{ slot::TAG }>().store(cmd.tag, r);
         h.u64::<{ slot::DATA }>().store(cmd.data, r);
         if cmd.aux == [0, 0] {
-            h.u32::<{ slot::RING_FLAGS }>().store(0, r);
+            h.u32::<{ slot::RING_FLAGS }>().store(ring_flags, r);
         } else {
             let aux = s + m.layout().slot_size() - slot::AUX_FROM_END;
             m.u64(aux).store(cmd.aux[0], r);
             m.u64(aux + 8).store(cmd.aux[1], r);
-            h.u32::<{ slot::RING_FLAGS }>().store(slot::HAS_AUX, r);
+            h.u32::<{ slot::RING_FLAGS }>()
+                .store(ring_flags | slot::HAS_AUX, r);
         }
     }
 
@@ -430,6 +516,20 @@ pub struct Receiver {
     policy: WaitPolicy,
 }
 
+/// What becomes of the head command after a receive callback.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum After {
+    /// Consumed: the slot and its bounce buffer go back to the senders.
+    Release,
+    /// Not consumed: the command stays the ring's head.
+    Keep,
+    /// Consumed, but the bounce buffer is not returned to the pool: its
+    /// sender stopped filling it (a stepped payload) and may write into it
+    /// still. It stays held by that sender; [`Receiver::recover`] returns
+    /// it once the sender is gone.
+    Forsake,
+}
+
 /// Releases the head slot (and its bounce buffer) when dropped, so that a
 /// panicking callback does not wedge the ring.
 struct Release<'a> {
@@ -495,7 +595,7 @@ impl Receiver {
     /// malformed slot is consumed or repaired, and `f` is not called, so
     /// the next call moves on.
     pub fn try_recv<R>(&mut self, f: impl FnOnce(&Message, Payload<'_>) -> R) -> Result<R> {
-        self.take(|m, p| (f(m, p), false))
+        self.take(|m, p| (f(m, p), After::Release))
     }
 
     /// [`try_recv`](Self::try_recv) that may leave the command where it
@@ -509,14 +609,27 @@ impl Receiver {
     ) -> Result<Option<R>> {
         self.take(|m, p| {
             let r = f(m, p);
-            let keep = r.is_none();
-            (r, keep)
+            let after = if r.is_none() {
+                After::Keep
+            } else {
+                After::Release
+            };
+            (r, after)
         })
     }
 
-    /// The body of the receive calls: `f` says whether to keep the slot.
+    /// [`try_recv`](Self::try_recv) where `f` says what becomes of the
+    /// command ([`After`]).
+    pub fn try_recv_then<R>(
+        &mut self,
+        f: impl FnOnce(&Message, Payload<'_>) -> (R, After),
+    ) -> Result<R> {
+        self.take(f)
+    }
+
+    /// The body of the receive calls: `f` says what becomes of the slot.
     #[inline(always)]
-    fn take<R>(&mut self, f: impl FnOnce(&Message, Payload<'_>) -> (R, bool)) -> Result<R> {
+    fn take<R>(&mut self, f: impl FnOnce(&Message, Payload<'_>) -> (R, After)) -> Result<R> {
         let map: &Mapping = &self.map;
         let l = *map.layout();
         let pos = self.head;
@@ -553,13 +666,16 @@ impl Receiver {
             bounce: (bounce != bounce::NONE).then_some(bounce),
         };
         let idx = pos & u64::from(l.ring_slots() - 1);
-        let checked = if ring_flags & !slot::HAS_AUX != 0 {
+        let stepped = ring_flags & slot::STEPPED != 0;
+        let checked = if ring_flags & !slot::KNOWN != 0 {
             Err(corrupt_slot(
                 idx,
                 format!("unknown ring flags {ring_flags:#x}"),
             ))
         } else if bounce == bounce::NONE {
-            if len <= l.inline_capacity() {
+            if stepped {
+                Err(corrupt_slot(idx, "an inline payload marked stepped".into()))
+            } else if len <= l.inline_capacity() {
                 Ok(s + slot::PAYLOAD)
             } else {
                 Err(corrupt_slot(
@@ -597,17 +713,27 @@ impl Receiver {
         let head = &mut self.head;
         match checked {
             Ok(off) => {
-                map.prefetch(off, len);
-                let release = Release {
+                let mark = stepped.then(|| bounce::fill_word(map, bounce));
+                let p = Payload {
+                    map,
+                    off,
+                    len,
+                    mark,
+                };
+                // Only the lines in place: the others are being written.
+                map.prefetch(off, if stepped { p.ready() } else { len });
+                let mut release = Release {
                     map,
                     head,
                     bounce: msg.bounce,
                 };
-                let (r, keep) = f(&msg, Payload { map, off, len });
-                if keep {
+                let (r, after) = f(&msg, p);
+                match after {
+                    After::Release => {}
                     // Not consumed: the slot stays committed at the head
                     // (the guard holds only references; nothing leaks).
-                    std::mem::forget(release);
+                    After::Keep => std::mem::forget(release),
+                    After::Forsake => release.bounce = None,
                 }
                 Ok(r)
             }
@@ -764,6 +890,29 @@ impl Receiver {
         }
         let tail = self.map.u64(offsets::RING_TAIL).load(Ordering::Relaxed);
         tail.wrapping_sub(self.head) as i64 > 0
+    }
+
+    /// The bounce buffer, fill mark and sender pid of the head command
+    /// when it is a stepped payload whose sender has not filled it yet
+    /// (see [`Sender::try_send_parts_stepped`]); `None` for any other head.
+    pub fn filling_head(&self) -> Option<(u32, usize, u32)> {
+        let map: &Mapping = &self.map;
+        let l = map.layout();
+        let s = l.slot(self.head);
+        let h: Header<'_> = map.fixed(s);
+        if h.u64::<{ slot::SEQ }>().load(Ordering::Acquire) != self.head.wrapping_add(1)
+            || h.u32::<{ slot::RING_FLAGS }>().load(Ordering::Relaxed) & slot::STEPPED == 0
+        {
+            return None;
+        }
+        let b = h.u32::<{ slot::BOUNCE }>().load(Ordering::Relaxed);
+        if b >= l.bounce_count() {
+            return None;
+        }
+        let len = h.u32::<{ slot::LEN }>().load(Ordering::Relaxed) as usize;
+        let mark = map.u32(bounce::fill_word(map, b)).load(Ordering::Acquire) as usize;
+        let pid = h.u32::<{ slot::CLAIMER }>().load(Ordering::Relaxed);
+        (mark < len).then_some((b, mark, pid))
     }
 
     /// Step 3 of [`recover`](Self::recover).

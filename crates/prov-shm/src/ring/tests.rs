@@ -324,3 +324,108 @@ fn wait_times_out_and_wakes() {
     assert_eq!(p, b"wake");
     t.join().expect("sender thread");
 }
+
+fn stepped_config() -> RegionConfig {
+    RegionConfig {
+        ring_slots: 8,
+        slot_size: 128,
+        bounce_count: 4,
+        bounce_size: 256 * 1024,
+    }
+}
+
+#[test]
+fn stepped_payloads_are_taken_as_they_land() {
+    let region = Region::create(&stepped_config()).expect("create");
+    let tx = region.sender();
+    let mut rx = region.receiver().expect("receiver");
+    let sizes = [STEPPED_MIN - 1, STEPPED_MIN, 65_536, 100_001, 256 * 1024];
+    let t = std::thread::spawn(move || {
+        for (k, &len) in sizes.iter().enumerate() {
+            let body: Vec<u8> = (0..len).map(|i| (i * 13 + k) as u8).collect();
+            let (a, b) = body.split_at(len / 3);
+            let cmd = Command {
+                tag: k as u64,
+                ..Command::default()
+            };
+            while let Err(e) = tx.try_send_parts_stepped(&cmd, &[a, b]) {
+                assert_eq!(e.kind(), ErrorKind::Again);
+                std::thread::yield_now();
+            }
+        }
+    });
+    for (k, &len) in sizes.iter().enumerate() {
+        let mut got = vec![0u8; len];
+        let mut done = 0;
+        let mut looks = 0u64;
+        loop {
+            let r = rx.try_recv_or_keep(|m, p| {
+                assert_eq!((m.cmd.tag, m.len), (k as u64, len));
+                let ready = p.ready();
+                assert!(ready >= done && ready <= len);
+                p.copy_range_to(done, &mut got[done..ready]);
+                done = ready;
+                p.is_complete().then_some(())
+            });
+            match r {
+                Ok(Some(())) => break,
+                Ok(None) => looks += 1,
+                Err(e) => assert_eq!(e.kind(), ErrorKind::Again),
+            }
+        }
+        let want: Vec<u8> = (0..len).map(|i| (i * 13 + k) as u8).collect();
+        assert!(got == want, "payload {k} ({len} bytes) differs");
+        if len < STEPPED_MIN {
+            assert_eq!(looks, 0, "a payload under the minimum comes whole");
+        }
+    }
+    t.join().expect("sender");
+    // Every buffer came back.
+    let map = region.sender().map;
+    assert!((0..4).all(|i| bounce::holder(&map, i) == 0));
+}
+
+#[test]
+fn an_unfilled_stepped_payload_can_be_forsaken() {
+    let region = Region::create(&stepped_config()).expect("create");
+    let tx = region.sender();
+    let mut rx = region.receiver().expect("receiver");
+    let map = tx.map.clone();
+    assert_eq!(rx.filling_head(), None);
+    tx.try_send_parts_stepped(&Command::default(), &[&[5u8; 70_000]])
+        .expect("send");
+    // Complete: not a filling head.
+    assert_eq!(rx.filling_head(), None);
+    // The sender stopped after its second step (a peer rewrote the mark).
+    let idx = (0..4)
+        .find(|&i| bounce::holder(&map, i) != 0)
+        .expect("a held buffer");
+    map.u32(bounce::fill_word(&map, idx))
+        .store(2 * STEP as u32, Ordering::Release);
+    assert_eq!(rx.filling_head(), Some((idx, 2 * STEP, std::process::id())));
+    let seen = rx
+        .try_recv_then(|m, p| {
+            assert_eq!(m.bounce, Some(idx));
+            assert_eq!((p.ready(), p.is_complete()), (2 * STEP, false));
+            (p.ready(), After::Forsake)
+        })
+        .expect("the head");
+    assert_eq!(seen, 2 * STEP);
+    // The slot moved on; the buffer stays with its (live) sender.
+    assert_eq!(rx.filling_head(), None);
+    assert_eq!(bounce::holder(&map, idx), std::process::id());
+    assert_eq!(
+        rx.try_recv_vec().expect_err("empty").kind(),
+        ErrorKind::Again
+    );
+    // A stepped flag on an inline payload is malformed.
+    tx.try_send_inline(&Command::default(), b"tiny")
+        .expect("send");
+    let s = map.layout().slot(1);
+    map.u32(s + slot::RING_FLAGS)
+        .store(slot::STEPPED, Ordering::Relaxed);
+    assert_eq!(
+        rx.try_recv_vec().expect_err("malformed").kind(),
+        ErrorKind::Io
+    );
+}
