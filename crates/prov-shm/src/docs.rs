@@ -10,7 +10,7 @@
 //! |---|---|---|---|
 //! | message, inject | ≤ 4 KiB | `MSG`, payload inline in the slot | 2 |
 //! | message | ≤ [eager limit](crate::getinfo::EAGER_MAX) (32 KiB) | `MSG`, payload in one bounce buffer | 2 |
-//! | message, alone (nothing else in flight) | ≤ one bounce buffer (64 KiB) | `MSG` (flag `ACK_REQ`), payload in one bounce buffer, from 32 KiB committed after its first 16 KiB and received as it lands (see [Stepped messages](#stepped-messages)); `ACK` once received | 2, from 32 KiB pipelined on two cores |
+//! | message, alone (nothing else in flight) | ≤ one bounce buffer (128 KiB) | `MSG` (flag `ACK_REQ`), payload in one bounce buffer, from 32 KiB committed after its first 16 KiB and received as it lands (see [Stepped messages](#stepped-messages)); `ACK` once received | 2, from 32 KiB pipelined on two cores |
 //! | message | < [CMA limit](crate::getinfo::CMA_MIN) (256 KiB), or no CMA | `RTS` (flag PUSH); receiver answers `CTS` once matched; sender pushes `DATA` chunks of one bounce buffer each, which the receiver copies out as they come; `ACK` | 2, pipelined on two cores |
 //! | message | ≥ CMA limit | pushed as above, or by CMA as below: the sender times both and takes the faster (see the CMA limit below) | 2 or 1 |
 //! | message | ≥ CMA limit, by CMA | `RTS` with the sender's iovecs; the receiver pulls with `process_vm_readv` into the matched buffer, then `ACK` (the first such message from a peer) | 1 |
@@ -91,7 +91,7 @@
 //!   (64 KiB: 41.0 / 42.0, 37.7 / 41.3 GB/s in two rounds; 40000 B:
 //!   19.0 / 20.3 and 18.8 / 20.7 GB/s).
 //! - **CMA limit: 256 KiB** ([`getinfo::CMA_MIN`](crate::getinfo::CMA_MIN), `FI_SHM_CMA_MIN`):
-//!   a larger message below it is pushed through bounce buffers in 64 KiB
+//!   a larger message below it is pushed through bounce buffers in 128 KiB
 //!   chunks after a `CTS` (two copies, one on each core, overlapping),
 //!   from it on copied by cross-memory attach (one copy, split between the
 //!   two cores, but system calls and page pinning). Same setup, one-way
@@ -199,14 +199,30 @@
 //! - **Inject size: 4 KiB** (`tx_attr.inject_size`, as libfabric's shm):
 //!   injects travel inline to a peer with the default slot size (through
 //!   a bounce buffer to one with smaller slots).
-//! - **Chunks** of pushed data: one bounce buffer, 64 KiB. Fewer, larger
+//! - **Chunks** of pushed data: one bounce buffer, 128 KiB. Fewer, larger
 //!   chunks cost fewer commands and buffer pops per byte. Pushed only
 //!   (`FI_SHM_CMA_MIN=1073741824`), fast mode, 4-5 alternating rounds,
 //!   medians, one-way us, chunks of 16 / 32 / 64 / 128 KiB: 1 MiB 27.3 /
 //!   24.2 / 22.6 / 22.6, 4 MiB 106 / 92 / 86 / 82.5; with the measured
 //!   choice, 32 against 64 KiB: 1 MiB 25.3 / 24.8, 4 MiB 99.4 / 93.3,
-//!   16 and 32 KiB messages unchanged. 128 KiB would make the pool of 64
-//!   buffers 8 MiB per endpoint.
+//!   16 and 32 KiB messages unchanged. 128 KiB makes the pool of 64
+//!   buffers 8 MiB per endpoint; that was first judged too much, and
+//!   taken later for lone messages (see below).
+//! - **Bounce buffers: 64 of 128 KiB** ([`RegionConfig::default`](crate::region::RegionConfig::default)).
+//!   A lone message up to one buffer goes eagerly and stepped (see
+//!   [Stepped messages](#stepped-messages)); above it takes the
+//!   rendezvous (`RTS`, `CTS`, pushed chunks). With 64 KiB buffers a
+//!   128 KiB ping-pong was pushed: `fabric pingpong -p shm` at 128 KiB,
+//!   8 alternating rounds, one-way us, 64 KiB / 128 KiB buffers /
+//!   Debian's `fi_pingpong`: 14.4 / 10.6 / 19.9, 21.2 / 18.2 / 19.5,
+//!   19.0 / 16.1 / 19.1, 14.1 / 8.9 / 20.2, 18.4 / 16.7 / 19.0, 14.4 /
+//!   10.3 / 19.9, 14.5 / 10.2 / 21.5, 21.8 / 18.1 / 21.2 (against
+//!   `fi_pingpong`, 0.72-1.12 before and 0.45-0.93 after). `fabric bw`
+//!   (64 in flight, 3 alternating rounds) did not move beyond the noise
+//!   at 16 KiB to 1 MiB, nor did ping-pong at 256 KiB and 1 MiB. The
+//!   cost is memory: the region grows from 5.0 to 9.0 MiB, all of it
+//!   populated when a peer maps it (about 1.3 ms against 0.9 for 5 MiB,
+//!   timed with a Python `MAP_POPULATE` mapping of a file of each size).
 //!
 //!   A push that runs alone (the engine has no other push going: a
 //!   ping-pong) is cut into 4 chunks of at least 16 KiB instead (so only
@@ -400,7 +416,7 @@
 //! entry (an announcement, and remote CQ data kept in `FI_RX_CQ_DATA`
 //! mode, count 64). The numbers are those of tcp's budget, whose reasons
 //! hold here too (a few MiB is plenty for an application that receives
-//! what it is sent, and small next to the 5.0 MiB region):
+//! what it is sent, and small next to the 9.0 MiB region):
 //!
 //! - **Budget: 8 MiB.** Once the endpoint keeps more than that, a sender
 //!   that brings another unexpected message while it holds more than its
@@ -480,7 +496,7 @@
 //! at 64 KiB, traced). See [`progress`](crate::progress) for how blocking reads sleep and
 //! are woken.
 //!
-//! A pass copies at most two bounce buffers of pushed data (128 KiB),
+//! A pass copies at most two bounce buffers of pushed data (256 KiB),
 //! oldest push first, then returns: the commands that came meanwhile
 //! (`ACK`s, `CTS`s) are taken at the next pass, so the completions of a
 //! window reach the application as the receiver finishes each message.
@@ -505,8 +521,9 @@
 //!
 //! A peer maps the whole file with its page tables populated
 //! (`MAP_POPULATE`), so that no command faults on a page of the ring or a
-//! bounce buffer later. That costs 0.35-0.6 ms for the default 5 MiB
-//! (measured on the 2-vCPU guest, with other work on it), once per region
+//! bounce buffer later. That cost 0.35-0.6 ms for the 5 MiB of the
+//! former default (measured on the 2-vCPU guest, with other work on it);
+//! the 9 MiB of today's take about 1.4 times as long. It is paid once per region
 //! and process (one mapping is shared by all endpoints of a process). It
 //! is done when the address is inserted into an AV, when the region
 //! exists then (the AV keeps the mapping while it lives), else by the
@@ -545,8 +562,8 @@
 //! | bounce data offset (page aligned) | count x size | bounce buffers | senders fill, receiver reads |
 //!
 //! With the [default](crate::region::RegionConfig::default) sizes (256 slots of
-//! 4160 bytes, 64 bounce buffers of 64 KiB) the ring starts at 1024, the
-//! buffers at 1069056, and the file is 5263360 bytes. The consumer's head
+//! 4160 bytes, 64 bounce buffers of 128 KiB) the ring starts at 1024, the
+//! buffers at 1069056, and the file is 9457664 bytes. The consumer's head
 //! is *not* in the region: it lives in the receiver's private memory, so no
 //! peer can move it.
 //!

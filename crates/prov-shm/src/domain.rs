@@ -67,7 +67,8 @@ impl Fabric for ShmFabric {
 /// An address inserted into the AV also has its region mapped there and
 /// then (when it exists and passes [`PeerRegion::attach`]'s checks),
 /// and kept mapped while the AV lives: mapping a region populates its page
-/// tables (about 0.4-0.6 ms for the default 5 MiB region), which
+/// tables (about 0.4-0.6 ms for a 5 MiB region, 1.4 times that for the
+/// default 9 MiB), which
 /// otherwise fell on the first message to a peer, and on the peer's
 /// answer to its `HELLO` (it maps ours), about 1.1 ms in all. Sends and
 /// `HELLO`s then find the mapping in this process's cache
@@ -81,7 +82,7 @@ struct ShmBook {
     held: Mutex<HashMap<String, Arc<PeerRegion>>>,
 }
 
-/// Most regions an AV keeps mapped ahead of use (5 MiB of address space
+/// Most regions an AV keeps mapped ahead of use (9 MiB of address space
 /// each); addresses past it are mapped by their first operation.
 const HELD_MAX: usize = 1024;
 

@@ -611,8 +611,9 @@ fn read_passes(cq: &dyn fabric_core::objects::CompletionQueue, passes: usize) ->
 #[test]
 fn a_window_of_pushes_completes_message_by_message() {
     const N: usize = 12;
-    // Above one bounce buffer (never eager): pushed after a `CTS`.
-    const SIZE: usize = 100_000;
+    // Above one bounce buffer (never eager), below the CMA limit: pushed
+    // after a `CTS`.
+    const SIZE: usize = 200_000;
     let info = info_with(Caps::MSG, MrMode::empty(), Progress::Manual);
     let (a, b, b_at_a, _) = pair_of(&info);
     let src: Vec<Vec<u8>> = (0..N).map(|i| pattern(SIZE, i as u8)).collect();

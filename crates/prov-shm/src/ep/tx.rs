@@ -673,10 +673,10 @@ fn remote_text(k: ErrorKind, p: &Payload<'_>) -> String {
 pub(crate) const REASON_MAX: usize = 256;
 
 /// Bytes of pushed data one progress pass copies at most (two bounce
-/// buffers): the pass then returns, so that the `ACK`s and `CTS`s that
+/// buffers of the default size): the pass then returns, so that the `ACK`s and `CTS`s that
 /// came meanwhile are taken while a window of pushes is still being
 /// copied (see the [crate docs](crate::docs#progress-and-locking)).
-const PUSH_BUDGET: usize = 128 * 1024;
+const PUSH_BUDGET: usize = 256 * 1024;
 
 /// A push that runs alone is cut into this many chunks, so that the
 /// receiver copies one out while the sender fills the next (see the

@@ -195,14 +195,14 @@ pub struct RegionConfig {
 }
 
 impl Default for RegionConfig {
-    /// 256 slots of 4160 bytes (4 KiB inline), 64 bounce buffers of 64 KiB:
-    /// about 5.0 MiB. The [crate docs](crate::docs#slot-size) justify the sizes.
+    /// 256 slots of 4160 bytes (4 KiB inline), 64 bounce buffers of 128 KiB:
+    /// about 9.0 MiB. The [crate docs](crate::docs#slot-size) justify the sizes.
     fn default() -> Self {
         RegionConfig {
             ring_slots: 256,
             slot_size: 4160,
             bounce_count: 64,
-            bounce_size: 64 * 1024,
+            bounce_size: 128 * 1024,
         }
     }
 }

@@ -10,7 +10,8 @@ fn default_layout() {
     assert_eq!(l.inline_capacity(), 4096);
     assert_eq!(l.bounce_data_offset() % PAGE, 0);
     assert_eq!(l.bounce_data_offset(), 1024 + 256 * 4160 + 3072);
-    assert_eq!(l.total_size(), l.bounce_data_offset() + 64 * 64 * 1024);
+    assert_eq!(l.total_size(), l.bounce_data_offset() + 64 * 128 * 1024);
+    assert_eq!(l.total_size(), 9_457_664);
     assert_eq!(l.slot(257), l.slot(1));
 }
 
