@@ -210,7 +210,8 @@ impl RxState {
     /// Copies what landed of a stepped message into its receive since the
     /// last look, and completes the receive once every byte is in; until
     /// then the message stays the ring's head (`false`).
-    pub(super) fn fill_more(
+    #[cold]
+    fn fill_more(
         &mut self,
         sh: &EpShared,
         b: &Binds,
@@ -249,6 +250,21 @@ impl RxState {
             self.reply(sh, f.pi, Reply::ack(id, None));
         }
         true
+    }
+
+    /// The head is a message being filled: copies what landed since.
+    #[cold]
+    pub(super) fn resume_filling(
+        &mut self,
+        sh: &EpShared,
+        b: &Binds,
+        m: &Message,
+        p: &Payload<'_>,
+    ) -> bool {
+        match self.filling.take() {
+            Some(f) => self.fill_more(sh, b, m, p, f),
+            None => self.on_command(sh, b, m, p),
+        }
     }
 
     /// The head's stepped message will not be filled (its sender went

@@ -308,8 +308,8 @@ impl RxState {
         m: &Message,
         p: &Payload<'_>,
     ) -> bool {
-        if let Some(f) = self.filling.take() {
-            return self.fill_more(sh, b, m, p, f);
+        if self.filling.is_some() {
+            return self.resume_filling(sh, b, m, p);
         }
         let c = &m.cmd;
         if c.flags & !flag::ALL != 0 {

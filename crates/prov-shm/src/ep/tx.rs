@@ -314,7 +314,12 @@ impl RxState {
                     // SAFETY: the send contract: the buffer is readable until
                     // the operation completes.
                     let (parts, n) = unsafe { req.buf.slices() };
-                    if let Err(e) = peer.sender.try_send_parts_stepped(&cmd, &parts[..n]) {
+                    let sent = if len >= crate::ring::STEPPED_MIN {
+                        peer.sender.try_send_parts_stepped(&cmd, &parts[..n])
+                    } else {
+                        peer.sender.try_send_parts(&cmd, &parts[..n])
+                    };
+                    if let Err(e) = sent {
                         if let Some(id) = id {
                             self.ops.remove(id);
                         }
