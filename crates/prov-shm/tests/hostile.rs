@@ -555,8 +555,9 @@ fn stall_stepped(victim: &Side, len: u32, mark: u32) -> usize {
     n
 }
 
-#[test]
-fn a_stalled_stepped_message_fails_its_receive_and_the_ring_moves_on() {
+/// A victim, a friend, and a raw sender into the victim's ring that
+/// introduced itself (as sender 7) with the friend's region.
+fn introduced() -> (Side, Side, Sender) {
     let victim = side(&info());
     let friend = side(&info());
     let tx = raw(&victim);
@@ -568,6 +569,12 @@ fn a_stalled_stepped_message_fails_its_receive_and_the_ring_moves_on() {
     };
     send(&tx, hello, friend_name.as_bytes(), &victim);
     drain(&victim);
+    (victim, friend, tx)
+}
+
+#[test]
+fn a_stalled_stepped_message_fails_its_receive_and_the_ring_moves_on() {
+    let (victim, friend, tx) = introduced();
     let len = 65_536;
     let mut buf = vec![0u8; len];
     let bi = iov(&mut buf);
@@ -608,17 +615,7 @@ fn a_stalled_stepped_message_fails_its_receive_and_the_ring_moves_on() {
 
 #[test]
 fn an_unmatched_stalled_stepped_message_is_dropped() {
-    let victim = side(&info());
-    let friend = side(&info());
-    let tx = raw(&victim);
-    let friend_name = name_of(&friend.ep.getname().unwrap());
-    let hello = Cmd {
-        op: HELLO,
-        src: 7,
-        ..Cmd::default()
-    };
-    send(&tx, hello, friend_name.as_bytes(), &victim);
-    drain(&victim);
+    let (victim, friend, tx) = introduced();
     let len = 40_000;
     let cmd = Cmd {
         op: MSG,

@@ -142,30 +142,6 @@ impl RxState {
         let src = self.src_of(b, pi, sh.directed);
         let len = m.len as u64;
         if let Some(id) = self.rx.arrive(tagged, tag, src, len) {
-            if !p.is_complete() {
-                let meta = Meta {
-                    tagged,
-                    tag,
-                    len,
-                    data,
-                    src,
-                };
-                let f = Filling {
-                    bounce: m.bounce,
-                    len: m.len,
-                    pi,
-                    id,
-                    meta,
-                    ack,
-                    done: 0,
-                };
-                return self.fill_more(sh, b, m, p, f);
-            }
-            if let Some(r) = self.rx.recv(id) {
-                // SAFETY: the receive contract of recvmsg / trecvmsg: the
-                // buffer is valid and ours until its completion.
-                unsafe { r.buf.fill_from(0, p, 0, m.len) };
-            }
             let meta = Meta {
                 tagged,
                 tag,
@@ -173,6 +149,23 @@ impl RxState {
                 data,
                 src,
             };
+            if !p.is_complete() {
+                self.filling = Some(Filling {
+                    bounce: m.bounce,
+                    len: m.len,
+                    pi,
+                    id,
+                    meta,
+                    ack,
+                    done: 0,
+                });
+                return self.fill_more(sh, b, m, p);
+            }
+            if let Some(r) = self.rx.recv(id) {
+                // SAFETY: the receive contract of recvmsg / trecvmsg: the
+                // buffer is valid and ours until its completion.
+                unsafe { r.buf.fill_from(0, p, 0, m.len) };
+            }
             self.rx.complete(b, id, meta);
             if let Some(id) = ack {
                 self.reply(sh, pi, Reply::ack(id, None));
@@ -207,18 +200,21 @@ impl RxState {
         true
     }
 
-    /// Copies what landed of a stepped message into its receive since the
-    /// last look, and completes the receive once every byte is in; until
-    /// then the message stays the ring's head (`false`).
+    /// Copies what landed of the stepped message being filled (the head,
+    /// `m`) into its receive since the last look, and completes the
+    /// receive once every byte is in; until then the message stays the
+    /// ring's head (`false`).
     #[cold]
-    fn fill_more(
+    pub(super) fn fill_more(
         &mut self,
         sh: &EpShared,
         b: &Binds,
         m: &Message,
         p: &Payload<'_>,
-        mut f: Filling,
     ) -> bool {
+        let Some(mut f) = self.filling.take() else {
+            return self.on_command(sh, b, m, p);
+        };
         if m.bounce != f.bounce || m.len != f.len || m.cmd.op != crate::wire::op::MSG {
             // Another command at the head: the slot was rewritten or
             // dropped as malformed, which only a peer writing outside the
@@ -250,21 +246,6 @@ impl RxState {
             self.reply(sh, f.pi, Reply::ack(id, None));
         }
         true
-    }
-
-    /// The head is a message being filled: copies what landed since.
-    #[cold]
-    pub(super) fn resume_filling(
-        &mut self,
-        sh: &EpShared,
-        b: &Binds,
-        m: &Message,
-        p: &Payload<'_>,
-    ) -> bool {
-        match self.filling.take() {
-            Some(f) => self.fill_more(sh, b, m, p, f),
-            None => self.on_command(sh, b, m, p),
-        }
     }
 
     /// The head's stepped message will not be filled (its sender went

@@ -309,7 +309,7 @@ impl RxState {
         p: &Payload<'_>,
     ) -> bool {
         if self.filling.is_some() {
-            return self.resume_filling(sh, b, m, p);
+            return self.fill_more(sh, b, m, p);
         }
         let c = &m.cmd;
         if c.flags & !flag::ALL != 0 {

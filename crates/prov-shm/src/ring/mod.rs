@@ -296,13 +296,7 @@ impl Sender {
             map.copy_in_bulk(off, p);
             off += p.len();
         }
-        let pos = match self.claim() {
-            Ok(pos) => pos,
-            Err(e) => {
-                let _ = bounce::release(map, idx);
-                return Err(e);
-            }
-        };
+        let pos = self.claim_holding(idx)?;
         let s = l.slot(pos);
         self.write_header(s, cmd, len, idx, 0);
         self.commit(s, pos).inspect_err(|_| {
@@ -326,13 +320,7 @@ impl Sender {
         let idx = bounce::pop(map, self.pid)?;
         // Claimed first, so that no copy is wasted on a full ring; the
         // receiver waits on this slot during the first step only.
-        let pos = match self.claim() {
-            Ok(pos) => pos,
-            Err(e) => {
-                let _ = bounce::release(map, idx);
-                return Err(e);
-            }
-        };
+        let pos = self.claim_holding(idx)?;
         let s = l.slot(pos);
         let mark = map.u32(bounce::fill_word(map, idx));
         let mut sent: Option<Result<()>> = None;
@@ -369,17 +357,19 @@ impl Sender {
         // slot, then covers only the header writes.
         let idx = bounce::pop(map, self.pid)?;
         map.copy_in_bulk(l.bounce_data(idx), payload);
-        let pos = match self.claim() {
-            Ok(pos) => pos,
-            Err(e) => {
-                let _ = bounce::release(map, idx);
-                return Err(e);
-            }
-        };
+        let pos = self.claim_holding(idx)?;
         let s = l.slot(pos);
         self.write_header(s, cmd, payload.len(), idx, 0);
         self.commit(s, pos).inspect_err(|_| {
             let _ = bounce::release(map, idx);
+        })
+    }
+
+    /// [`claim`](Self::claim) while holding bounce buffer `idx`, which
+    /// goes back to the pool if no position can be claimed.
+    fn claim_holding(&self, idx: u32) -> Result<u64> {
+        self.claim().inspect_err(|_| {
+            let _ = bounce::release(&self.map, idx);
         })
     }
 
