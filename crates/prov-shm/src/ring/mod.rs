@@ -154,7 +154,8 @@ impl Payload<'_> {
     }
 
     /// Whether every byte is in place ([`ready`](Self::ready) is the
-    /// length).
+    /// length). It reads the fill mark anew: a caller that copied up to
+    /// an earlier `ready` compares that with the length instead.
     #[inline]
     pub fn is_complete(&self) -> bool {
         self.mark.is_none() || self.ready() == self.len
