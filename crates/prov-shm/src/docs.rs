@@ -364,12 +364,17 @@
 //! - A sender that dies between claiming and committing a slot blocks the
 //!   ring; the engine recovers it after 50 ms
 //!   ([`ring::Receiver::recover`](crate::ring::Receiver::recover)).
-//! - A stepped message whose sender dies before filling it, or whose fill
-//!   mark does not move for 2 s while its sender lives (a stopped or
-//!   misbehaving process), is given up: the receive it was matched to
-//!   fails with `FI_EIO`, an unmatched one is dropped, and the ring moves
-//!   on. The bounce buffer of a live sender stays out of the pool (it may
-//!   still write into it) until that sender is gone.
+//! - A stepped message whose sender dies before filling it, or that is
+//!   still unfilled 2 s after the liveness checks first saw it at the
+//!   ring's head (a stopped process: a signal, a debugger, a page fault on
+//!   a swapped-out source; or a misbehaving one), is given up: the receive
+//!   it was matched to fails with `FI_EIO`, the sender's operation gets an
+//!   `ACK` with `FI_EIO` (only sends that ask for an `ACK` are stepped),
+//!   and the ring moves on. A bounce buffer consumed before its sender
+//!   filled it (given up, or dropped with its command) stays out of the
+//!   pool while that sender may write into it, and goes back once its
+//!   fill mark reaches the length or the sender is gone
+//!   ([`ring::Receiver::reclaim_forsaken`](crate::ring::Receiver::reclaim_forsaken), at every liveness check).
 //! - Unexpected messages are kept within a budget, with flow control
 //!   instead of loss (see [Unexpected messages](#unexpected-messages)).
 //! - AV handles are resolved once per endpoint and kept while the AV
@@ -379,7 +384,9 @@
 //! ## Stepped messages
 //!
 //! An eager message of 32 KiB or more ([`ring::STEPPED_MIN`](crate::ring::STEPPED_MIN))
-//! is committed once the first 16 KiB ([`ring::STEP`](crate::ring::STEP)) are
+//! whose send asks for an `ACK` (a lone message, or `FI_DELIVERY_COMPLETE`,
+//! so that a message given up half filled fails its send too; see
+//! [Failure](#failure)) is committed once the first 16 KiB ([`ring::STEP`](crate::ring::STEP)) are
 //! in its bounce buffer, with ring flag `STEPPED`; the sender then copies
 //! the rest, advancing the buffer's fill mark (a Release store, after the
 //! fence that ends non-temporal stores) after each 16 KiB. A receiver that

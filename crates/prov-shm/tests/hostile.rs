@@ -649,3 +649,61 @@ fn an_unmatched_stalled_stepped_message_is_dropped() {
     let (_, errs) = drain(&victim);
     assert_eq!(errs, vec![ErrorKind::Canceled]);
 }
+
+#[test]
+fn a_stalled_message_of_a_real_sender_fails_on_both_sides() {
+    let victim = side(&info());
+    let friend = side(&info());
+    let v_at_f = insert(&friend, &victim.ep.getname().unwrap());
+    let len = 65_536;
+    let mut buf = vec![0u8; len];
+    let bi = iov(&mut buf);
+    // SAFETY: `buf` outlives the completion.
+    unsafe {
+        victim
+            .ep
+            .recvmsg(&msg(&bi, FiAddr::UNSPEC, 0, 0, 301), OpFlags::empty())
+            .unwrap()
+    };
+    let body = pattern(len, 5);
+    let v = [objects::IoVec {
+        addr: body.as_ptr().cast_mut(),
+        len,
+    }];
+    // SAFETY: `body` outlives the send, awaited below. Alone, the message
+    // goes eagerly and stepped, and asks for an `ACK`.
+    unsafe {
+        friend
+            .ep
+            .sendmsg(&msg(&v, v_at_f, 0, 0, 300), OpFlags::empty())
+            .unwrap()
+    };
+    // The friend's progress sends it; the victim has not looked yet.
+    let start = std::time::Instant::now();
+    while stall_stepped(&victim, len as u32, 3 * STEP as u32) == 0 {
+        let (ok, errs) = drain(&friend);
+        assert_eq!((ok, errs.len()), (0, 0));
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the message was not sent"
+        );
+    }
+    // Each side gets exactly one completion, an error.
+    let (mut recv_errs, mut send_errs) = (Vec::new(), Vec::new());
+    while recv_errs.is_empty() || send_errs.is_empty() {
+        let (ok, errs) = drain(&victim);
+        assert_eq!(ok, 0);
+        recv_errs.extend(errs);
+        let (ok, errs) = drain(&friend);
+        assert_eq!(ok, 0);
+        send_errs.extend(errs);
+        assert!(start.elapsed() < Duration::from_secs(30), "no completions");
+    }
+    let (ok_v, more_v) = drain(&victim);
+    let (ok_f, more_f) = drain(&friend);
+    assert_eq!((ok_v, ok_f, more_v.len(), more_f.len()), (0, 0, 0, 0));
+    assert_eq!(recv_errs, vec![ErrorKind::Io]);
+    assert_eq!(send_errs, vec![ErrorKind::Io]);
+    assert!(buf[..3 * STEP] == body[..3 * STEP]);
+    still_works(&victim, &friend);
+}

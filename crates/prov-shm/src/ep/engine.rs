@@ -32,11 +32,14 @@ pub const CHECK_EVERY: Duration = Duration::from_millis(100);
 /// claimer may have died between claim and commit).
 const STUCK_AFTER: Duration = Duration::from_millis(50);
 
-/// A stepped message at the ring's head whose fill mark has not moved for
-/// this long, while its sender lives, is given up: the receive it was
-/// matched to fails with `FI_EIO` and the ring moves on. Its sender is
-/// in the middle of one copy of at most a bounce buffer, which takes
-/// microseconds; only a stopped or misbehaving process takes this long.
+/// A stepped message still being filled this long after the liveness
+/// checks first saw it at the ring's head is given up, whether its sender
+/// lives or not: the receive it was matched to fails with `FI_EIO`, its
+/// sender gets an `ACK` with that error, and the ring moves on. The
+/// sender is in the middle of one copy of at most a bounce buffer, which
+/// takes microseconds; only a stopped process (a signal, a debugger, a
+/// page fault on a swapped-out source) or a misbehaving one takes this
+/// long.
 pub(crate) const FILL_PATIENCE: Duration = Duration::from_secs(2);
 
 /// Longest sleep of the auto-progress thread between looks.
@@ -500,22 +503,28 @@ fn check_ep(ep: &mut EpRx, now: Instant) -> bool {
         } else {
             ep.st.stuck_since = None;
         }
-        check_filling(ep, b, now);
+        check_filling(ep, &sh, b, now);
     }
     reclaim
 }
 
 /// Gives up a stepped message at the ring's head whose sender died or
 /// stopped filling it (see [`FILL_PATIENCE`]).
-fn check_filling(ep: &mut EpRx, b: &super::binds::Binds, now: Instant) {
-    let Some((bounce, mark, pid)) = ep.rx.filling_head() else {
+fn check_filling(ep: &mut EpRx, sh: &super::shared::EpShared, b: &Binds, now: Instant) {
+    if ep.rx.forsaken() > 0 {
+        let st = &ep.st;
+        ep.rx.reclaim_forsaken(|pid| st.claimer_gone(pid));
+    }
+    let Some((pos, pid)) = ep.rx.filling_head() else {
         ep.st.fill_seen = None;
         return;
     };
+    // Timed from the first look at this head, however its mark moves (a
+    // peer moving it back and forth must not hold the ring forever).
     let since = match ep.st.fill_seen {
-        Some((seen, since)) if seen == (bounce, mark) => since,
+        Some((seen, since)) if seen == pos => since,
         _ => {
-            ep.st.fill_seen = Some(((bounce, mark), now));
+            ep.st.fill_seen = Some((pos, now));
             now
         }
     };
@@ -528,19 +537,11 @@ fn check_filling(ep: &mut EpRx, b: &super::binds::Binds, now: Instant) {
     } else {
         "shm: the sender stopped filling the message"
     };
-    tracing::warn!(pid, bounce, mark, "{why}; the message was dropped");
+    tracing::warn!(pid, "{why}; the message was dropped");
     let st = &mut ep.st;
-    // A live sender may still write into the buffer, which therefore
-    // stays out of the pool until it is gone (forsaken).
-    let after = if gone {
-        crate::ring::After::Release
-    } else {
-        crate::ring::After::Forsake
-    };
-    let _ = ep.rx.try_recv_then(|_, _| {
-        st.fill_failed(b, why);
-        ((), after)
-    });
+    // Consumed unfilled, its bounce buffer stays out of the pool until its
+    // sender finished or is gone (`Receiver::reclaim_forsaken`).
+    let _ = ep.rx.try_recv(|m, _| st.give_up_head(sh, b, m, why));
     st.fill_seen = None;
     st.ring_filling = false;
 }

@@ -248,6 +248,24 @@ impl RxState {
         true
     }
 
+    /// The head's stepped message `m` will not be filled (its sender went
+    /// away or stopped): the receive it was matched to fails, and a
+    /// sender that waits for an `ACK` gets one with `FI_EIO`.
+    pub(crate) fn give_up_head(
+        &mut self,
+        sh: &EpShared,
+        b: &Binds,
+        m: &Message,
+        why: &'static str,
+    ) {
+        self.fill_failed(b, why);
+        if m.cmd.op == crate::wire::op::MSG && m.cmd.flags & flag::ACK_REQ != 0 {
+            if let Some(pi) = self.peer_of(m) {
+                self.reply(sh, pi, Reply::ack(m.cmd.aux[0], Some(ErrorKind::Io)));
+            }
+        }
+    }
+
     /// The head's stepped message will not be filled (its sender went
     /// away or stopped): the receive it was matched to fails.
     pub(crate) fn fill_failed(&mut self, b: &Binds, why: &'static str) {

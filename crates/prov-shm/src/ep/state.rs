@@ -97,9 +97,9 @@ pub(crate) struct RxState {
     /// The message being copied out of the head as it lands, if it
     /// matched a receive.
     pub(super) filling: Option<super::rx::Filling>,
-    /// The head's fill mark as the liveness checks last saw it, and
-    /// since when it has not moved.
-    pub(crate) fill_seen: Option<((u32, usize), Instant)>,
+    /// The ring position of a head still being filled as the liveness
+    /// checks first saw it, and when.
+    pub(crate) fill_seen: Option<(u64, Instant)>,
     /// The ring is held for room in the receive CQ.
     pub(super) cq_held: bool,
     /// Progress looks at the receive CQ's room: senders wait for it

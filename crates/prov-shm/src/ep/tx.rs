@@ -314,7 +314,10 @@ impl RxState {
                     // SAFETY: the send contract: the buffer is readable until
                     // the operation completes.
                     let (parts, n) = unsafe { req.buf.slices() };
-                    let sent = if len >= crate::ring::STEPPED_MIN {
+                    // Stepped only with an `ACK` asked for: should the
+                    // receiver give the message up half filled, the send
+                    // learns it (see the crate docs, stepped messages).
+                    let sent = if id.is_some() && len >= crate::ring::STEPPED_MIN {
                         peer.sender.try_send_parts_stepped(&cmd, &parts[..n])
                     } else {
                         peer.sender.try_send_parts(&cmd, &parts[..n])

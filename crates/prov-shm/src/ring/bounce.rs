@@ -60,7 +60,9 @@ pub(crate) fn pop(map: &Mapping, pid: u32) -> Result<u32> {
         if idx >= l.bounce_count() {
             return Err(corrupt(format!("free-list head names buffer {idx}")));
         }
-        let next = map.u32(l.bounce_meta(idx) + NEXT).load(Ordering::Relaxed);
+        // Acquire: a fill mark read here (the word of a buffer another
+        // sender popped meanwhile, see `fill_word`) comes with that pop.
+        let next = map.u32(l.bounce_meta(idx) + NEXT).load(Ordering::Acquire);
         if next != NONE && next >= l.bounce_count() {
             // Either a stale read (another sender popped `idx` meanwhile and
             // the head moved) or a corrupt link: look at the head again.

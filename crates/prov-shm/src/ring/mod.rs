@@ -332,7 +332,10 @@ impl Sender {
                 // stores, the fence after them) come before the mark.
                 Some(_) => mark.store(done, Ordering::Release),
                 None => {
-                    mark.store(done, Ordering::Relaxed);
+                    // Release too: a sender that popped the buffer list
+                    // before us and reads this word as a link then sees
+                    // the list's new head (see `bounce::pop`).
+                    mark.store(done, Ordering::Release);
                     self.write_header(s, cmd, len, idx, slot::STEPPED);
                     sent = Some(self.commit(s, pos));
                 }
@@ -505,20 +508,12 @@ pub struct Receiver {
     /// Next position to consume. Private: no peer can move it.
     head: u64,
     policy: WaitPolicy,
-}
-
-/// What becomes of the head command after a receive callback.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum After {
-    /// Consumed: the slot and its bounce buffer go back to the senders.
-    Release,
-    /// Not consumed: the command stays the ring's head.
-    Keep,
-    /// Consumed, but the bounce buffer is not returned to the pool: its
-    /// sender stopped filling it (a stepped payload) and may write into it
-    /// still. It stays held by that sender; [`Receiver::recover`] returns
-    /// it once the sender is gone.
-    Forsake,
+    /// Bounce buffers of stepped payloads consumed before their senders
+    /// filled them (`index, sender pid, length`): kept out of the pool
+    /// while those senders may still write into them (see
+    /// [`reclaim_forsaken`](Self::reclaim_forsaken)). At most one entry
+    /// per buffer.
+    forsaken: Vec<(u32, u32, u32)>,
 }
 
 /// Releases the head slot (and its bounce buffer) when dropped, so that a
@@ -558,6 +553,7 @@ impl Receiver {
             map,
             head: 0,
             policy: WaitPolicy::default(),
+            forsaken: Vec::new(),
         }
     }
 
@@ -586,7 +582,7 @@ impl Receiver {
     /// malformed slot is consumed or repaired, and `f` is not called, so
     /// the next call moves on.
     pub fn try_recv<R>(&mut self, f: impl FnOnce(&Message, Payload<'_>) -> R) -> Result<R> {
-        self.take(|m, p| (f(m, p), After::Release))
+        self.take(|m, p| (f(m, p), false))
     }
 
     /// [`try_recv`](Self::try_recv) that may leave the command where it
@@ -600,27 +596,17 @@ impl Receiver {
     ) -> Result<Option<R>> {
         self.take(|m, p| {
             let r = f(m, p);
-            let after = if r.is_none() {
-                After::Keep
-            } else {
-                After::Release
-            };
-            (r, after)
+            let keep = r.is_none();
+            (r, keep)
         })
     }
 
-    /// [`try_recv`](Self::try_recv) where `f` says what becomes of the
-    /// command ([`After`]).
-    pub fn try_recv_then<R>(
-        &mut self,
-        f: impl FnOnce(&Message, Payload<'_>) -> (R, After),
-    ) -> Result<R> {
-        self.take(f)
-    }
-
-    /// The body of the receive calls: `f` says what becomes of the slot.
+    /// The body of the receive calls: `f` says whether to keep the slot.
+    /// A stepped payload consumed before its sender filled it keeps its
+    /// bounce buffer out of the pool (see
+    /// [`reclaim_forsaken`](Self::reclaim_forsaken)).
     #[inline(always)]
-    fn take<R>(&mut self, f: impl FnOnce(&Message, Payload<'_>) -> (R, After)) -> Result<R> {
+    fn take<R>(&mut self, f: impl FnOnce(&Message, Payload<'_>) -> (R, bool)) -> Result<R> {
         let map: &Mapping = &self.map;
         let l = *map.layout();
         let pos = self.head;
@@ -718,13 +704,21 @@ impl Receiver {
                     head,
                     bounce: msg.bounce,
                 };
-                let (r, after) = f(&msg, p);
-                match after {
-                    After::Release => {}
+                let (r, keep) = f(&msg, p);
+                if keep {
                     // Not consumed: the slot stays committed at the head
                     // (the guard holds only references; nothing leaks).
-                    After::Keep => std::mem::forget(release),
-                    After::Forsake => release.bounce = None,
+                    std::mem::forget(release);
+                } else if let Some(w) = mark {
+                    if (map.u32(w).load(Ordering::Acquire) as usize) < len
+                        && self.forsaken.len() < l.bounce_count() as usize
+                        && !self.forsaken.iter().any(|e| e.0 == bounce)
+                    {
+                        // Its sender may still be copying into it.
+                        release.bounce = None;
+                        let holder = bounce::holder(map, bounce);
+                        self.forsaken.push((bounce, holder, len as u32));
+                    }
                 }
                 Ok(r)
             }
@@ -883,10 +877,38 @@ impl Receiver {
         tail.wrapping_sub(self.head) as i64 > 0
     }
 
-    /// The bounce buffer, fill mark and sender pid of the head command
-    /// when it is a stepped payload whose sender has not filled it yet
-    /// (see [`Sender::try_send_parts_stepped`]); `None` for any other head.
-    pub fn filling_head(&self) -> Option<(u32, usize, u32)> {
+    /// Returns to the pool the bounce buffers of stepped payloads that
+    /// were consumed before their senders filled them, once the sender
+    /// finished (the fill mark reached the length: it writes no more) or
+    /// is gone (`is_dead(pid)`, as for [`recover`](Self::recover)), and
+    /// forgets those another path returned already. Returns how many it
+    /// returned.
+    pub fn reclaim_forsaken(&mut self, mut is_dead: impl FnMut(u32) -> bool) -> u32 {
+        let map: &Mapping = &self.map;
+        let mut n = 0;
+        self.forsaken.retain(|&(idx, pid, len)| {
+            if bounce::holder(map, idx) != pid.max(1) {
+                return false;
+            }
+            let mark = map.u32(bounce::fill_word(map, idx)).load(Ordering::Acquire);
+            if mark < len && !is_dead(pid) {
+                return true;
+            }
+            n += u32::from(bounce::release_if_held_by(map, idx, pid.max(1)));
+            false
+        });
+        n
+    }
+
+    /// Bounce buffers waiting in [`reclaim_forsaken`](Self::reclaim_forsaken).
+    pub fn forsaken(&self) -> usize {
+        self.forsaken.len()
+    }
+
+    /// The ring position and sender pid of the head command when it is a
+    /// stepped payload whose sender has not filled it yet (see
+    /// [`Sender::try_send_parts_stepped`]); `None` for any other head.
+    pub fn filling_head(&self) -> Option<(u64, u32)> {
         let map: &Mapping = &self.map;
         let l = map.layout();
         let s = l.slot(self.head);
@@ -903,7 +925,7 @@ impl Receiver {
         let len = h.u32::<{ slot::LEN }>().load(Ordering::Relaxed) as usize;
         let mark = map.u32(bounce::fill_word(map, b)).load(Ordering::Acquire) as usize;
         let pid = h.u32::<{ slot::CLAIMER }>().load(Ordering::Relaxed);
-        (mark < len).then_some((b, mark, pid))
+        (mark < len).then_some((self.head, pid))
     }
 
     /// Step 3 of [`recover`](Self::recover).

@@ -387,34 +387,48 @@ fn stepped_payloads_are_taken_as_they_land() {
 }
 
 #[test]
-fn an_unfilled_stepped_payload_can_be_forsaken() {
+fn an_unfilled_stepped_payload_consumed_keeps_its_buffer_until_filled() {
     let region = Region::create(&stepped_config()).expect("create");
     let tx = region.sender();
     let mut rx = region.receiver().expect("receiver");
     let map = tx.map.clone();
+    let me = std::process::id();
     assert_eq!(rx.filling_head(), None);
-    tx.try_send_parts_stepped(&Command::default(), &[&[5u8; 70_000]])
-        .expect("send");
-    // Complete: not a filling head.
-    assert_eq!(rx.filling_head(), None);
-    // The sender stopped after its second step (a peer rewrote the mark).
-    let idx = (0..4)
-        .find(|&i| bounce::holder(&map, i) != 0)
-        .expect("a held buffer");
-    map.u32(bounce::fill_word(&map, idx))
-        .store(2 * STEP as u32, Ordering::Release);
-    assert_eq!(rx.filling_head(), Some((idx, 2 * STEP, std::process::id())));
-    let seen = rx
-        .try_recv_then(|m, p| {
-            assert_eq!(m.bounce, Some(idx));
-            assert_eq!((p.ready(), p.is_complete()), (2 * STEP, false));
-            (p.ready(), After::Forsake)
-        })
-        .expect("the head");
-    assert_eq!(seen, 2 * STEP);
-    // The slot moved on; the buffer stays with its (live) sender.
-    assert_eq!(rx.filling_head(), None);
-    assert_eq!(bounce::holder(&map, idx), std::process::id());
+    for (k, fill_to) in [(0u64, 70_000u32), (1, 0)] {
+        tx.try_send_parts_stepped(&Command::default(), &[&[5u8; 70_000]])
+            .expect("send");
+        // Complete: not a filling head.
+        assert_eq!(rx.filling_head(), None);
+        // The sender stopped after its second step (a peer rewrote the
+        // mark).
+        let idx = (0..4)
+            .find(|&i| bounce::holder(&map, i) != 0)
+            .expect("a held buffer");
+        let mark = map.u32(bounce::fill_word(&map, idx));
+        mark.store(2 * STEP as u32, Ordering::Release);
+        assert_eq!(rx.filling_head(), Some((k, me)));
+        let seen = rx
+            .try_recv(|m, p| {
+                assert_eq!(m.bounce, Some(idx));
+                assert_eq!((p.ready(), p.is_complete()), (2 * STEP, false));
+                p.ready()
+            })
+            .expect("the head");
+        assert_eq!(seen, 2 * STEP);
+        // Consumed; the buffer stays with its (live) sender.
+        assert_eq!(rx.filling_head(), None);
+        assert_eq!(bounce::holder(&map, idx), me);
+        assert_eq!((rx.forsaken(), rx.reclaim_forsaken(|_| false)), (1, 0));
+        if fill_to > 0 {
+            // The sender finished: the buffer comes back.
+            mark.store(fill_to, Ordering::Release);
+            assert_eq!(rx.reclaim_forsaken(|_| false), 1);
+        } else {
+            // Still unfilled, but its sender is gone.
+            assert_eq!(rx.reclaim_forsaken(|pid| pid == me), 1);
+        }
+        assert_eq!((rx.forsaken(), bounce::holder(&map, idx)), (0, 0));
+    }
     assert_eq!(
         rx.try_recv_vec().expect_err("empty").kind(),
         ErrorKind::Again
@@ -422,7 +436,7 @@ fn an_unfilled_stepped_payload_can_be_forsaken() {
     // A stepped flag on an inline payload is malformed.
     tx.try_send_inline(&Command::default(), b"tiny")
         .expect("send");
-    let s = map.layout().slot(1);
+    let s = map.layout().slot(2);
     map.u32(s + slot::RING_FLAGS)
         .store(slot::STEPPED, Ordering::Relaxed);
     assert_eq!(
