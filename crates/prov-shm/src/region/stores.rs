@@ -123,8 +123,11 @@ pub(crate) unsafe fn copy_in(dst: *mut u8, src: &[u8]) {
 /// stores chosen as [`copy_in`] chooses for the whole length, and calls
 /// `filled(done)` after each step with the bytes in place so far: the
 /// caller publishes them while the next step is copied, or answers
-/// `false` to stop there. The time spent in `filled` is not counted in
-/// the copy's sample.
+/// `false` to stop there. Only the first step is timed for the choice:
+/// the later ones run while the receiver copies out the earlier ones,
+/// which slowed ordinary stores more than non-temporal ones (a 40000 B
+/// ping-pong in the host's fast state then switched to streaming and
+/// back, where whole copies kept ordinary stores).
 ///
 /// # Safety
 ///
@@ -146,14 +149,14 @@ pub(crate) unsafe fn copy_in_steps(
             None => CHOICE.plan(),
         }
     };
-    let mut took = Duration::ZERO;
+    let mut sample = None;
     let mut streamed = stream;
     let mut done = 0;
     let mut part = 0;
     let mut at = 0;
     while done < total {
         let end = (done + step).min(total);
-        let start = timed.then(Instant::now);
+        let start = (timed && done == 0).then(Instant::now);
         while done < end {
             let Some(src) = parts.get(part) else { break };
             let n = (src.len() - at).min(end - done);
@@ -174,14 +177,14 @@ pub(crate) unsafe fn copy_in_steps(
             }
         }
         if let Some(t) = start {
-            took += t.elapsed();
+            sample = Some((done, t.elapsed()));
         }
         if !filled(done) {
             break;
         }
     }
-    if timed && done > 0 {
-        CHOICE.record(streamed, done, took);
+    if let Some((len, took)) = sample.filter(|s| s.0 > 0) {
+        CHOICE.record(streamed, len, took);
     }
 }
 
