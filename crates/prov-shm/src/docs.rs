@@ -400,6 +400,12 @@
 //! then the endpoint counts as having work that waits for a peer, so a
 //! blocking read polls rather than sleeps.
 //!
+//! The kind of stores (see [Thresholds](#thresholds)) is chosen once per
+//! message, and a timed message counts its first step only: the later
+//! steps overlap the receiver's copy out, which slowed ordinary stores
+//! more than non-temporal ones and made a 40000 B ping-pong in the host's
+//! fast state switch to streaming and back.
+//!
 //! `fabric pingpong -p shm`, one-way µs, medians of 10 rounds in which the
 //! same build ran with steps of 64 KiB (no overlap), 16, 8 and 4 KiB one
 //! after the other: 40000 B 5.68 / 4.99 / 5.86 / -, 64 KiB 8.35 / 7.09 /
