@@ -555,6 +555,20 @@ fn stall_stepped(victim: &Side, len: u32, mark: u32) -> usize {
     n
 }
 
+/// Posts an untagged receive of `buf` with context `ctx` on `s`.
+///
+/// # Safety
+///
+/// `buf` must outlive the receive's completion (or its cancellation).
+unsafe fn post_recv(s: &Side, buf: &mut [u8], ctx: u64) {
+    let bi = iov(buf);
+    // SAFETY: the caller's contract.
+    unsafe {
+        s.ep.recvmsg(&msg(&bi, FiAddr::UNSPEC, 0, 0, ctx), OpFlags::empty())
+            .unwrap()
+    };
+}
+
 /// A victim, a friend, and a raw sender into the victim's ring that
 /// introduced itself (as sender 7) with the friend's region.
 fn introduced() -> (Side, Side, Sender) {
@@ -577,14 +591,8 @@ fn a_stalled_stepped_message_fails_its_receive_and_the_ring_moves_on() {
     let (victim, friend, tx) = introduced();
     let len = 65_536;
     let mut buf = vec![0u8; len];
-    let bi = iov(&mut buf);
     // SAFETY: `buf` outlives the completion.
-    unsafe {
-        victim
-            .ep
-            .recvmsg(&msg(&bi, FiAddr::UNSPEC, 0, 0, 77), OpFlags::empty())
-            .unwrap()
-    };
+    unsafe { post_recv(&victim, &mut buf, 77) };
     let body = pattern(len, 9);
     let cmd = Cmd {
         op: MSG,
@@ -635,14 +643,8 @@ fn an_unmatched_stalled_stepped_message_is_dropped() {
     still_works(&victim, &friend);
     // The dropped message is not delivered to a later receive.
     let mut buf = vec![0u8; len];
-    let bi = iov(&mut buf);
-    // SAFETY: `buf` outlives the completion (cancelled below).
-    unsafe {
-        victim
-            .ep
-            .recvmsg(&msg(&bi, FiAddr::UNSPEC, 0, 0, 78), OpFlags::empty())
-            .unwrap()
-    };
+    // SAFETY: `buf` outlives the completion.
+    unsafe { post_recv(&victim, &mut buf, 78) };
     let (ok, errs) = drain(&victim);
     assert_eq!((ok, errs.len()), (0, 0));
     victim.ep.cancel(78).unwrap();
@@ -657,14 +659,8 @@ fn a_stalled_message_of_a_real_sender_fails_on_both_sides() {
     let v_at_f = insert(&friend, &victim.ep.getname().unwrap());
     let len = 65_536;
     let mut buf = vec![0u8; len];
-    let bi = iov(&mut buf);
     // SAFETY: `buf` outlives the completion.
-    unsafe {
-        victim
-            .ep
-            .recvmsg(&msg(&bi, FiAddr::UNSPEC, 0, 0, 301), OpFlags::empty())
-            .unwrap()
-    };
+    unsafe { post_recv(&victim, &mut buf, 301) };
     let body = pattern(len, 5);
     let v = [objects::IoVec {
         addr: body.as_ptr().cast_mut(),
