@@ -18,14 +18,11 @@ const ROLE: &str = "PROV_SHM_EAGER_LIMIT_ROLE";
 
 #[test]
 fn injects_with_an_eager_limit_below_the_inject_size() {
-    if std::env::var_os(ROLE).is_some() {
-        checks();
-        return;
-    }
-    rerun_in_child(
+    checks_in_child(
         "injects_with_an_eager_limit_below_the_inject_size",
         ROLE,
         &[(VAR, "256")],
+        checks,
     );
 }
 

@@ -300,10 +300,13 @@ fn checks() {
 
 #[test]
 fn bounce_path_when_cma_is_disabled() {
-    match std::env::var(ROLE).as_deref() {
-        Ok("grandchild") => return grandchild(),
-        Ok("child") => return checks(),
-        _ => {}
+    if std::env::var(ROLE).as_deref() == Ok("grandchild") {
+        return grandchild();
     }
-    rerun_in_child("bounce_path_when_cma_is_disabled", ROLE, &[(VAR, "1")]);
+    checks_in_child(
+        "bounce_path_when_cma_is_disabled",
+        ROLE,
+        &[(VAR, "1")],
+        checks,
+    );
 }

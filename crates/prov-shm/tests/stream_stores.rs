@@ -16,14 +16,11 @@ const ROLE: &str = "PROV_SHM_STREAM_ROLE";
 
 #[test]
 fn streamed_bounce_copies_arrive_intact() {
-    if std::env::var_os(ROLE).is_some() {
-        checks();
-        return;
-    }
-    rerun_in_child(
+    checks_in_child(
         "streamed_bounce_copies_arrive_intact",
         ROLE,
         &[(prov_shm::getinfo::STREAM_VAR, "1")],
+        checks,
     );
 }
 
@@ -34,6 +31,8 @@ fn checks() {
         40_000,
         64 * 1024,
         64 * 1024 + 1,
+        128 * 1024,
+        128 * 1024 + 1,
         200_000,
         1 << 20,
     ];

@@ -144,19 +144,12 @@ impl Mapping {
         unsafe { volatile_copy_in(p, src) }
     }
 
-    /// [`copy_in`](Self::copy_in) for a bounce buffer's payload: from
-    /// [`stores::BULK_MIN`](super::stores::BULK_MIN) bytes on, the kind of
-    /// stores is chosen by measurement ([`super::stores`]).
-    #[inline]
-    pub(crate) fn copy_in_bulk(&self, off: usize, src: &[u8]) {
-        let p = self.check(off, src.len(), 1);
-        // SAFETY: as in `copy_in`.
-        unsafe { super::stores::copy_in(p, src) }
-    }
-
-    /// [`copy_in_bulk`](Self::copy_in_bulk) of the concatenation of
-    /// `parts` in steps of `step` bytes, calling `filled(done)` after each
-    /// until it answers `false` (see [`stores::copy_in_steps`](super::stores::copy_in_steps)).
+    /// [`copy_in`](Self::copy_in) of the concatenation of `parts`, a
+    /// bounce buffer's payload, in steps of `step` bytes (`usize::MAX`:
+    /// one), calling `filled(done)` after each until it answers `false`.
+    /// From [`stores::BULK_MIN`](super::stores::BULK_MIN) bytes on, the kind
+    /// of stores is chosen by measurement (see
+    /// [`stores::copy_in_steps`](super::stores::copy_in_steps)).
     #[inline]
     pub(crate) fn copy_in_steps(
         &self,

@@ -89,38 +89,10 @@ const RISE_MAX: u32 = 8;
 /// state it follows.
 static CHOICE: Choice = Choice::new();
 
-/// Copies `src` into shared memory at `dst`: ordinary stores below
-/// [`BULK_MIN`], else the chosen kind.
-///
-/// # Safety
-///
-/// As for [`volatile_copy_in`].
-#[inline]
-pub(crate) unsafe fn copy_in(dst: *mut u8, src: &[u8]) {
-    if src.len() < BULK_MIN {
-        // SAFETY: the caller's contract.
-        return unsafe { volatile_copy_in(dst, src) };
-    }
-    static FORCED: OnceLock<Option<bool>> = OnceLock::new();
-    let (stream, timed) = match *FORCED.get_or_init(crate::config::stream_forced) {
-        Some(s) => (s, false),
-        None => CHOICE.plan(),
-    };
-    let start = timed.then(Instant::now);
-    // SAFETY: the caller's contract, for either copy.
-    let streamed = stream && unsafe { stream_copy_in(dst, src) };
-    if !streamed {
-        // SAFETY: the caller's contract.
-        unsafe { volatile_copy_in(dst, src) };
-    }
-    if let Some(t) = start {
-        CHOICE.record(streamed, src.len(), t.elapsed());
-    }
-}
-
 /// Copies the concatenation of `parts` into shared memory at `dst` in
-/// steps of `step` bytes (the last may be shorter), all with one kind of
-/// stores chosen as [`copy_in`] chooses for the whole length, and calls
+/// steps of `step` bytes (the last may be shorter; `usize::MAX`: one
+/// step), all with one kind of stores: ordinary ones below [`BULK_MIN`]
+/// bytes in all, else the chosen kind. It calls
 /// `filled(done)` after each step with the bytes in place so far: the
 /// caller publishes them while the next step is copied, or answers
 /// `false` to stop there. Only the first step is timed for the choice:
@@ -155,7 +127,7 @@ pub(crate) unsafe fn copy_in_steps(
     let mut part = 0;
     let mut at = 0;
     while done < total {
-        let end = (done + step).min(total);
+        let end = done.saturating_add(step).min(total);
         let start = (timed && done == 0).then(Instant::now);
         while done < end {
             let Some(src) = parts.get(part) else { break };
@@ -352,7 +324,11 @@ mod tests {
             dst.fill(0);
             let len = BULK_MIN + round * 401;
             // SAFETY: `3 + len <= dst.len()`, distinct vectors.
-            unsafe { copy_in(dst.as_mut_ptr().add(3), &src[..len]) };
+            unsafe {
+                copy_in_steps(dst.as_mut_ptr().add(3), &[&src[..len]], usize::MAX, |_| {
+                    true
+                })
+            };
             assert_eq!(&dst[3..3 + len], &src[..len]);
             assert!(dst[..3].iter().chain(&dst[3 + len..]).all(|&b| b == 0));
         }

@@ -240,11 +240,7 @@ impl Sender {
     /// through a bounce buffer. Never blocks: `Again` when the ring (or the
     /// pool) is full, `MsgSize` when the payload exceeds a bounce buffer.
     pub fn try_send(&self, cmd: &Command, payload: &[u8]) -> Result<()> {
-        if payload.len() <= self.inline_capacity() {
-            self.try_send_inline(cmd, payload)
-        } else {
-            self.try_send_bounce(cmd, payload)
-        }
+        self.try_send_parts(cmd, &[payload])
     }
 
     /// Sends with the payload in the slot. `MsgSize` if it does not fit.
@@ -291,12 +287,12 @@ impl Sender {
         if len > l.bounce_size() {
             return Err(too_big(len, "bounce-buffer", l.bounce_size()));
         }
+        // Fill the buffer before claiming a slot: the claimed-but-not-
+        // committed window, during which the receiver must wait on this
+        // slot, then covers only the header writes. One kind of stores
+        // for the whole payload, however many pieces it comes in.
         let idx = bounce::pop(map, self.pid)?;
-        let mut off = l.bounce_data(idx);
-        for p in parts {
-            map.copy_in_bulk(off, p);
-            off += p.len();
-        }
+        map.copy_in_steps(l.bounce_data(idx), parts, usize::MAX, |_| true);
         let pos = self.claim_holding(idx)?;
         let s = l.slot(pos);
         self.write_header(s, cmd, len, idx, 0);
@@ -351,22 +347,7 @@ impl Sender {
     /// `Again` when no buffer is free or the ring is full; `MsgSize` when
     /// the payload exceeds a buffer.
     pub fn try_send_bounce(&self, cmd: &Command, payload: &[u8]) -> Result<()> {
-        let map = &*self.map;
-        let l = map.layout();
-        if payload.len() > l.bounce_size() {
-            return Err(too_big(payload.len(), "bounce-buffer", l.bounce_size()));
-        }
-        // Fill the buffer before claiming a slot: the claimed-but-not-
-        // committed window, during which the receiver must wait on this
-        // slot, then covers only the header writes.
-        let idx = bounce::pop(map, self.pid)?;
-        map.copy_in_bulk(l.bounce_data(idx), payload);
-        let pos = self.claim_holding(idx)?;
-        let s = l.slot(pos);
-        self.write_header(s, cmd, payload.len(), idx, 0);
-        self.commit(s, pos).inspect_err(|_| {
-            let _ = bounce::release(map, idx);
-        })
+        self.try_send_parts_bounce(cmd, &[payload])
     }
 
     /// [`claim`](Self::claim) while holding bounce buffer `idx`, which

@@ -184,6 +184,17 @@ pub fn pattern(n: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
+/// Runs `checks` with `vars` set, for settings a process reads once (the
+/// environment): in the child process that [`rerun_in_child`] starts for
+/// test `name` (`role` set to `child`) it runs them; here it starts that
+/// child.
+pub fn checks_in_child(name: &str, role: &str, vars: &[(&str, &str)], checks: impl FnOnce()) {
+    if std::env::var(role).as_deref() == Ok("child") {
+        return checks();
+    }
+    rerun_in_child(name, role, vars);
+}
+
 /// Runs test `name` of this test binary again in a child process, with
 /// `vars` set and `role` set to `child`, and checks that it ran and
 /// passed there: for settings a process reads once (the environment).
