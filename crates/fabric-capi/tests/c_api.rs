@@ -354,18 +354,9 @@ fn params_program(test: &str, valgrind: bool) {
     };
     let exe = stage.compile("params", PARAMS);
     let mut cmd = if valgrind {
-        if !common::have("valgrind") {
-            common::skip(test, "valgrind is not installed (apt-get install valgrind)");
+        let Some(c) = common::valgrind(test, &exe) else {
             return;
-        }
-        let mut c = std::process::Command::new("valgrind");
-        c.args([
-            "--leak-check=full",
-            "--errors-for-leak-kinds=definite,possible",
-            "--error-exitcode=1",
-            "--quiet",
-        ])
-        .arg(&exe);
+        };
         c
     } else {
         std::process::Command::new(&exe)

@@ -145,24 +145,36 @@ impl Stage {
         args: &[&str],
         preload: bool,
     ) -> Option<Output> {
-        if !have("valgrind") {
-            skip(test, "valgrind is not installed (apt-get install valgrind)");
-            return None;
-        }
-        let mut cmd = Command::new("valgrind");
-        cmd.args([
-            "--leak-check=full",
-            "--errors-for-leak-kinds=definite,possible",
-            "--error-exitcode=1",
-            "--quiet",
-        ])
-        .arg(exe)
-        .args(args);
+        let mut cmd = valgrind(test, exe)?;
+        cmd.args(args);
         if preload {
             cmd.env("LD_LIBRARY_PATH", &self.dir);
         }
         Some(cmd.output().expect("run valgrind"))
     }
+}
+
+/// `exe` under valgrind's leak check (any leak or memory error exits 1),
+/// with this crate's suppressions (`tests/valgrind.supp`); `None` (after
+/// printing why) when valgrind is missing.
+pub(crate) fn valgrind(test: &str, exe: &Path) -> Option<Command> {
+    if !have("valgrind") {
+        skip(test, "valgrind is not installed (apt-get install valgrind)");
+        return None;
+    }
+    let mut cmd = Command::new("valgrind");
+    cmd.args([
+        "--leak-check=full",
+        "--errors-for-leak-kinds=definite,possible",
+        "--error-exitcode=1",
+        "--quiet",
+    ])
+    .arg(format!(
+        "--suppressions={}/tests/valgrind.supp",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .arg(exe);
+    Some(cmd)
 }
 
 /// The installed libfabric (Debian's `libfabric.so.1`), if the C compiler
