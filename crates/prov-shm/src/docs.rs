@@ -375,6 +375,13 @@
 //!   pool while that sender may write into it, and goes back once its
 //!   fill mark reaches the length or the sender is gone
 //!   ([`ring::Receiver::reclaim_forsaken`](crate::ring::Receiver::reclaim_forsaken), at every liveness check).
+//!   A receive matched to a stepped message whose slot a peer rewrote
+//!   fails with `FI_EIO` when the slot is dropped as malformed.
+//! - A peer that closed or exited is forgotten only after its last
+//!   commands were read: the ring is drained first, and while its head
+//!   waits for a sender (a stepped message still landing, a slot claimed
+//!   and not committed) the peer is kept until a later liveness check,
+//!   so that messages it sent before it went are still delivered.
 //! - Unexpected messages are kept within a budget, with flow control
 //!   instead of loss (see [Unexpected messages](#unexpected-messages)).
 //! - AV handles are resolved once per endpoint and kept while the AV
@@ -387,7 +394,9 @@
 //! whose send asks for an `ACK` (a lone message, or `FI_DELIVERY_COMPLETE`,
 //! so that a message given up half filled fails its send too; see
 //! [Failure](#failure)) is committed once the first 16 KiB ([`ring::STEP`](crate::ring::STEP)) are
-//! in its bounce buffer, with ring flag `STEPPED`; the sender then copies
+//! in its bounce buffer (copied before the slot is claimed, so that a
+//! sender stopped in that step holds its buffer, not the ring), with ring
+//! flag `STEPPED`; the sender then copies
 //! the rest, advancing the buffer's fill mark (a Release store, after the
 //! fence that ends non-temporal stores) after each 16 KiB. A receiver that
 //! matches the message copies what is in, leaves the command at the

@@ -703,3 +703,111 @@ fn a_stalled_message_of_a_real_sender_fails_on_both_sides() {
     assert!(buf[..3 * STEP] == body[..3 * STEP]);
     still_works(&victim, &friend);
 }
+
+/// Posts a receive of `buf` for tag `tag` with context `ctx` on `s`.
+///
+/// # Safety
+///
+/// `buf` must outlive the receive's completion (or its cancellation).
+unsafe fn post_trecv(s: &Side, buf: &mut [u8], tag: u64, ctx: u64) {
+    let bi = iov(buf);
+    // SAFETY: the caller's contract.
+    unsafe {
+        s.ep.trecvmsg(&msg(&bi, FiAddr::UNSPEC, tag, 0, ctx), OpFlags::empty())
+            .unwrap()
+    };
+}
+
+#[test]
+fn a_closed_peers_last_messages_behind_a_stalled_message_are_delivered() {
+    const TAG: u64 = 0x7e57_c105;
+    let (victim, _friend, tx) = introduced();
+    let closer = side(&info());
+    let v_at_c = insert(&closer, &victim.ep.getname().unwrap());
+    let mut bufs = [[0u8; 4]; 3];
+    for (i, b) in bufs.iter_mut().enumerate() {
+        // SAFETY: `bufs` outlives the completions, awaited below.
+        unsafe { post_trecv(&victim, b, TAG, 600 + i as u64) };
+    }
+    // The victim learns the closer from a first message.
+    closer.ep.tinject(b"one!", v_at_c, TAG, None).unwrap();
+    let (ok, errs) = drain(&victim);
+    assert_eq!((ok, errs.len()), (1, 0));
+    // A stepped message that no receive matches stalls at the ring's head
+    // (its sender, this process, stopped after the first step) ...
+    let len = 40_000;
+    let cmd = Cmd {
+        op: MSG,
+        src: 7,
+        ..Cmd::default()
+    };
+    tx.try_send_parts_stepped(&cmd, &[&pattern(len, 3)])
+        .unwrap();
+    assert_eq!(stall_stepped(&victim, len as u32, STEP as u32), 1);
+    // ... the closer's last two messages land behind it, and it closes.
+    closer.ep.tinject(b"two!", v_at_c, TAG, None).unwrap();
+    closer.ep.tinject(b"3333", v_at_c, TAG, None).unwrap();
+    drop(closer);
+    // The liveness checks see the closer gone while the head still waits;
+    // once the stalled message is given up, its messages are delivered.
+    let start = std::time::Instant::now();
+    let mut got = 0;
+    while got < 2 {
+        let (ok, errs) = drain(&victim);
+        assert_eq!(errs.len(), 0);
+        got += ok;
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the closed peer's last messages were lost ({got} of 2 delivered)"
+        );
+    }
+    assert_eq!(got, 2);
+    assert_eq!(bufs, [*b"one!", *b"two!", *b"3333"]);
+}
+
+#[test]
+fn a_receive_being_filled_fails_when_a_peer_rewrites_its_slot() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    let (victim, friend, tx) = introduced();
+    let len = 65_536;
+    let mut buf = vec![0u8; len];
+    // SAFETY: `buf` outlives the completion.
+    unsafe { post_recv(&victim, &mut buf, 88) };
+    let cmd = Cmd {
+        op: MSG,
+        src: 7,
+        ..Cmd::default()
+    };
+    tx.try_send_parts_stepped(&cmd, &[&pattern(len, 4)])
+        .unwrap();
+    assert_eq!(stall_stepped(&victim, len as u32, 2 * STEP as u32), 1);
+    // The victim matches it and copies the two steps in.
+    let (ok, errs) = drain(&victim);
+    assert_eq!((ok, errs.len()), (0, 0));
+    // A peer sets an unknown ring flag on the slot: the next look drops it
+    // as malformed, and the receive fails at once (not at the next
+    // command, nor never).
+    let (map, l) = map_region(&victim);
+    let mut rewritten = 0;
+    for i in 0..l.ring_slots() as usize {
+        let at = l.ring_offset() + i * l.slot_size() + ring_slot::RING_FLAGS;
+        // SAFETY: in bounds and aligned; shared memory accessed atomically.
+        let flags = unsafe { AtomicU32::from_ptr(map.as_mut_ptr().add(at).cast()) };
+        if flags.load(Ordering::Acquire) & ring_slot::STEPPED != 0 {
+            flags.fetch_or(1 << 31, Ordering::AcqRel);
+            rewritten += 1;
+        }
+    }
+    assert_eq!(rewritten, 1);
+    let start = std::time::Instant::now();
+    let mut errs = Vec::new();
+    while errs.is_empty() && start.elapsed() < Duration::from_secs(1) {
+        let (ok, e) = drain(&victim);
+        assert_eq!(ok, 0);
+        errs.extend(e);
+    }
+    assert_eq!(errs, vec![ErrorKind::Io]);
+    let (ok, more) = drain(&victim);
+    assert_eq!((ok, more.len()), (0, 0));
+    still_works(&victim, &friend);
+}

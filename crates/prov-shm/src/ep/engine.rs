@@ -483,7 +483,11 @@ fn check_ep(ep: &mut EpRx, now: Instant) -> bool {
                     break;
                 }
             }
-            if ep.st.forget_peers(&sh, b, &gone) {
+            // A head that waits for its sender (a stepped message still
+            // landing, a slot claimed and not committed) hides the
+            // commands behind it, which may be the gone peers' last ones:
+            // they are forgotten at a later check, once the head moved.
+            if !ep.head_waits() && ep.st.forget_peers(&sh, b, &gone) {
                 reclaim = true;
             }
         }

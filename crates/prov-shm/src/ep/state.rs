@@ -180,6 +180,17 @@ impl EpRx {
         self.st.ops.len() > 0 || self.st.xfers.len() > 0 || self.rx.head_claimed() || self.stalled()
     }
 
+    /// Whether the ring's head waits for its sender: a stepped message
+    /// still landing, or a slot claimed and not committed. Either ends by
+    /// the sender's hand or by a liveness check ([`FILL_PATIENCE`],
+    /// [`Receiver::recover`](crate::ring::Receiver::recover)); a head held
+    /// by flow control is not counted, as only receives end that.
+    ///
+    /// [`FILL_PATIENCE`]: super::engine::FILL_PATIENCE
+    pub(crate) fn head_waits(&self) -> bool {
+        self.st.ring_filling || self.rx.head_claimed()
+    }
+
     /// Whether the ring holds a command the engine would take now (not one
     /// left at the head by flow control).
     pub(crate) fn ring_ready(&self) -> bool {
@@ -239,6 +250,12 @@ impl EpRx {
                 Err(e) => {
                     work = true;
                     tracing::debug!(error = %e, "shm: dropped a malformed command");
+                    // A message being filled is always the head: a peer
+                    // wrote over its slot, and it will not come.
+                    st.fill_failed(
+                        b,
+                        "shm: a peer rewrote a message's ring slot while it was received",
+                    );
                 }
             }
         }

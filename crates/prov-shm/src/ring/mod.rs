@@ -314,33 +314,46 @@ impl Sender {
         }
         let map = &*self.map;
         let l = map.layout();
+        // The first step is copied before a slot is claimed, as the other
+        // bounce sends copy their payload first: a claimed slot holds the
+        // receiver until it is committed, and that window then covers the
+        // header writes only (a sender stopped in a later step is given
+        // up, see the crate docs). A full ring is seen before any copy.
+        if !self.tail_free() {
+            return Err(Error::again());
+        }
         let idx = bounce::pop(map, self.pid)?;
-        // Claimed first, so that no copy is wasted on a full ring; the
-        // receiver waits on this slot during the first step only.
-        let pos = self.claim_holding(idx)?;
-        let s = l.slot(pos);
         let mark = map.u32(bounce::fill_word(map, idx));
         let mut sent: Option<Result<()>> = None;
         map.copy_in_steps(l.bounce_data(idx), parts, STEP, |done| {
             let done = done as u32;
-            match sent {
-                // Release: the step's bytes (and, for non-temporal
-                // stores, the fence after them) come before the mark.
-                Some(_) => mark.store(done, Ordering::Release),
-                None => {
-                    // Release too: a sender that popped the buffer list
-                    // before us and reads this word as a link then sees
-                    // the list's new head (see `bounce::pop`).
-                    mark.store(done, Ordering::Release);
+            // Release: the step's bytes (and, for non-temporal stores, the
+            // fence after them) come before the mark. The first store is
+            // Release too: a sender that popped the buffer list before us
+            // and reads this word as a link then sees the list's new head
+            // (see `bounce::pop`).
+            mark.store(done, Ordering::Release);
+            if sent.is_none() {
+                sent = Some(self.claim().and_then(|pos| {
+                    let s = l.slot(pos);
                     self.write_header(s, cmd, len, idx, slot::STEPPED);
-                    sent = Some(self.commit(s, pos));
-                }
+                    self.commit(s, pos)
+                }));
             }
             matches!(sent, Some(Ok(())))
         });
         sent.unwrap_or(Ok(())).inspect_err(|_| {
             let _ = bounce::release(map, idx);
         })
+    }
+
+    /// Whether the slot at the ring's tail is free (a claim would find it
+    /// so now; another sender may still take it first).
+    fn tail_free(&self) -> bool {
+        let map = &*self.map;
+        let pos = map.u64(offsets::RING_TAIL).load(Ordering::Relaxed);
+        let h: Header<'_> = map.fixed(map.layout().slot(pos));
+        h.u64::<{ slot::SEQ }>().load(Ordering::Relaxed) == pos
     }
 
     /// Sends with the payload in a bounce buffer (even a small one).
