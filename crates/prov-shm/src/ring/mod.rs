@@ -296,9 +296,7 @@ impl Sender {
         let pos = self.claim_holding(idx)?;
         let s = l.slot(pos);
         self.write_header(s, cmd, len, idx, 0);
-        self.commit(s, pos).inspect_err(|_| {
-            let _ = bounce::release(map, idx);
-        })
+        self.commit(s, pos).inspect_err(|_| self.give_back(idx))
     }
 
     /// [`try_send_parts`](Self::try_send_parts) that, for a payload of
@@ -342,9 +340,7 @@ impl Sender {
             }
             matches!(sent, Some(Ok(())))
         });
-        sent.unwrap_or(Ok(())).inspect_err(|_| {
-            let _ = bounce::release(map, idx);
-        })
+        sent.unwrap_or(Ok(())).inspect_err(|_| self.give_back(idx))
     }
 
     /// Whether the slot at the ring's tail is free (a claim would find it
@@ -366,9 +362,15 @@ impl Sender {
     /// [`claim`](Self::claim) while holding bounce buffer `idx`, which
     /// goes back to the pool if no position can be claimed.
     fn claim_holding(&self, idx: u32) -> Result<u64> {
-        self.claim().inspect_err(|_| {
-            let _ = bounce::release(&self.map, idx);
-        })
+        self.claim().inspect_err(|_| self.give_back(idx))
+    }
+
+    /// Returns bounce buffer `idx`, popped by this sender and not sent, to
+    /// the pool, unless the receiver already did: a receiver that took
+    /// this process for dead frees its buffers ([`Receiver::recover`]),
+    /// and one of them may be another sender's by now.
+    fn give_back(&self, idx: u32) {
+        let _ = bounce::release_if_held_by(&self.map, idx, self.pid.max(1));
     }
 
     /// Claims the next position: `Ok(pos)` makes this sender the only one

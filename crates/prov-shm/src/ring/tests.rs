@@ -232,6 +232,27 @@ fn recover_skips_a_dead_claimer_and_frees_its_buffers() {
 }
 
 #[test]
+fn a_sender_taken_for_dead_keeps_its_hands_off_a_reused_buffer() {
+    let region = Region::create(&small()).expect("create");
+    let tx = region.sender();
+    let map = &*tx.map;
+    const OTHER: u32 = 0x7fff_fff1;
+    // The sender pops a buffer; the receiver, taking it for dead, frees it
+    // (as `recover` does) and another sender pops it.
+    let b = bounce::pop(map, tx.pid).expect("buffer");
+    assert!(bounce::release_if_held_by(map, b, tx.pid.max(1)));
+    assert_eq!(bounce::pop(map, OTHER).expect("buffer"), b);
+    // The first sender's send fails (its commit was refused): giving its
+    // buffer back must leave the other sender's alone.
+    tx.give_back(b);
+    assert_eq!(bounce::holder(map, b), OTHER);
+    // Its own buffer it gives back.
+    let mine = bounce::pop(map, tx.pid).expect("buffer");
+    tx.give_back(mine);
+    assert_eq!(bounce::holder(map, mine), 0);
+}
+
+#[test]
 fn recover_repairs_scribbled_control_words() {
     let region = Region::create(&small()).expect("create");
     let tx = region.sender();
