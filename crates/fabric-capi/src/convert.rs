@@ -152,8 +152,12 @@ unsafe fn read_key(p: *const u8, len: usize, what: &str) -> Result<Option<Vec<u8
     Ok(Some(unsafe { std::slice::from_raw_parts(p, len) }.to_vec()))
 }
 
+/// The handle an `fi_info`'s `handle` stands for: the provider's, for a
+/// connection request of this library; else the pointer itself.
 fn handle_of<T>(p: *mut T) -> Option<Handle> {
-    (!p.is_null()).then(|| Handle(p.expose_provenance() as u64))
+    (!p.is_null()).then(|| {
+        crate::obj::connreq::handle_of(p.cast()).unwrap_or(Handle(p.expose_provenance() as u64))
+    })
 }
 
 fn ptr_of<T>(h: Option<Handle>) -> *mut T {

@@ -350,6 +350,14 @@ unsafe fn post(ep: Ep, o: Op) -> isize {
     unsafe { e.inner.atomicmsg(&msg, flags) }.map_or_else(sz, |()| 0)
 }
 
+/// A result or compare buffer, which fetching and comparing atomics must
+/// have: `None` (the call fails with `-FI_EINVAL`) when it has no piece or
+/// a piece at a null address. (Operands may be absent: `FI_ATOMIC_READ`
+/// ignores them.)
+fn needed(l: Option<Local>) -> Option<Local> {
+    l.filter(|l| !l.iov().is_empty() && !l.iov().iter().any(|v| v.addr.is_null() && v.len > 0))
+}
+
 /// The operation of a `fi_msg_atomic` (operands, ranges).
 ///
 /// # Safety
@@ -488,7 +496,7 @@ unsafe extern "C" fn readwrite(
         };
         let mut o = Op::new(dt, op, dest, ctx, 0, None).range(addr, count, key);
         o.operands = Local::one(buf, count, desc, size);
-        o.result = Local::one(result, count, result_desc, size);
+        o.result = needed(Local::one(result, count, result_desc, size));
         // SAFETY: fi_fetch_atomic's arguments.
         unsafe { post(ep, o) }
     })
@@ -526,7 +534,7 @@ unsafe extern "C" fn readwritev(
             .map_or(0, |l| l.iov().iter().map(|v| v.len / size).sum());
         let mut o = Op::new(dt, op, dest, ctx, 0, None).range(addr, total, key);
         o.operands = operands;
-        o.result = result;
+        o.result = needed(result);
         // SAFETY: as above.
         unsafe { post(ep, o) }
     })
@@ -547,7 +555,7 @@ unsafe extern "C" fn readwritemsg(
         };
         let size = elem(o.dt).unwrap_or(1);
         // SAFETY: as above.
-        o.result = unsafe { Local::from_c(resultv, result_desc, result_count, size) };
+        o.result = needed(unsafe { Local::from_c(resultv, result_desc, result_count, size) });
         // SAFETY: as above.
         unsafe { post(ep, o) }
     })
@@ -576,8 +584,8 @@ unsafe extern "C" fn compwrite(
         };
         let mut o = Op::new(dt, op, dest, ctx, 0, None).range(addr, count, key);
         o.operands = Local::one(buf, count, desc, size);
-        o.compare = Local::one(compare, count, compare_desc, size);
-        o.result = Local::one(result, count, result_desc, size);
+        o.compare = needed(Local::one(compare, count, compare_desc, size));
+        o.result = needed(Local::one(result, count, result_desc, size));
         // SAFETY: fi_compare_atomic's arguments.
         unsafe { post(ep, o) }
     })
@@ -619,8 +627,8 @@ unsafe extern "C" fn compwritev(
             .map_or(0, |l| l.iov().iter().map(|v| v.len / size).sum());
         let mut o = Op::new(dt, op, dest, ctx, 0, None).range(addr, total, key);
         o.operands = operands;
-        o.compare = compare;
-        o.result = result;
+        o.compare = needed(compare);
+        o.result = needed(result);
         // SAFETY: as above.
         unsafe { post(ep, o) }
     })
@@ -646,8 +654,8 @@ unsafe extern "C" fn compwritemsg(
         let size = elem(o.dt).unwrap_or(1);
         // SAFETY: as above.
         unsafe {
-            o.compare = Local::from_c(comparev, compare_desc, compare_count, size);
-            o.result = Local::from_c(resultv, result_desc, result_count, size);
+            o.compare = needed(Local::from_c(comparev, compare_desc, compare_count, size));
+            o.result = needed(Local::from_c(resultv, result_desc, result_count, size));
             post(ep, o)
         }
     })

@@ -408,10 +408,13 @@ unsafe extern "C" fn remove(av: *mut FidAv, fi_addr: *mut u64, count: usize, _: 
         if fi_addr.is_null() && count > 0 {
             return EINVAL;
         }
-        let handles: Vec<FiAddr> = (0..count)
-            // SAFETY: `count` handles at `fi_addr`.
-            .map(|i| FiAddr(unsafe { *fi_addr.add(i) }))
-            .collect();
+        // A count no memory can hold is an error, not an abort.
+        let mut handles: Vec<FiAddr> = Vec::new();
+        if handles.try_reserve_exact(count).is_err() {
+            return ErrorKind::NoMem.code();
+        }
+        // SAFETY: `count` handles at `fi_addr`.
+        handles.extend((0..count).map(|i| FiAddr(unsafe { *fi_addr.add(i) })));
         a.inner.remove(&handles).map_or_else(|e| e.code(), |()| 0)
     })
 }

@@ -19,6 +19,7 @@ use std::time::Duration;
 use fabric::ErrorKind;
 use fabric::objects::{EqAttr, EqEvent, EventQueue, WaitObj};
 
+use super::connreq::ConnReq;
 use super::fabric::{self as fab, FabricObj, FidFabric};
 use super::{
     EINVAL, ENOSYS, FiOps, Fid, Refs, class, close_child, fi_ops, guard_int, guard_sz, object, put,
@@ -123,6 +124,9 @@ pub struct EqObj {
     /// Events taken from `inner` but not yet handed over (peeked, or read
     /// into a too small buffer), oldest first.
     pub held: Mutex<std::collections::VecDeque<Held>>,
+    /// The `handle`s of the connection requests it reported (see
+    /// [`ConnReq`]).
+    pub connreqs: Mutex<Vec<Box<ConnReq>>>,
 }
 
 static OPS: FiOps = fi_ops!(close, super::no_bind, control);
@@ -197,6 +201,7 @@ pub(crate) unsafe extern "C" fn open(
             refs: Refs::default(),
             err_text: Mutex::new(CString::default()),
             held: Mutex::new(std::collections::VecDeque::new()),
+            connreqs: Mutex::new(Vec::new()),
         });
         // SAFETY: non-null and writable.
         unsafe { *out = Box::into_raw(obj).cast() };
@@ -257,8 +262,8 @@ impl Drop for Held {
     }
 }
 
-/// Renders `ev` in its C layout.
-fn render(ev: EqEvent) -> Result<Held, isize> {
+/// Renders `ev`, an event of `q`, in its C layout.
+fn render(q: &EqObj, ev: EqEvent) -> Result<Held, isize> {
     let cm = size_of::<FiEqCmEntry>();
     let entry = |fid: u64, context: u64, data: u64| {
         let e = FiEqEntry {
@@ -291,6 +296,12 @@ fn render(ev: EqEvent) -> Result<Held, isize> {
             let Ok(i) = convert::info_to_c(&info) else {
                 return Err(ErrorKind::NoMem.code() as isize);
             };
+            if let Some(h) = info.handle {
+                let mut c = ConnReq::new(h);
+                // SAFETY: `i` is the fresh fi_info from info_to_c.
+                unsafe { (*i).handle = c.fid().cast() };
+                q.connreqs.lock().unwrap_or_else(|p| p.into_inner()).push(c);
+            }
             Held {
                 event: event::CONNREQ,
                 bytes: connection(fid, i, &data),
@@ -404,7 +415,7 @@ unsafe fn read_with(
         }
     }
     // Not under the lock: `op` may block (sread).
-    let h = match op(e).map_err(sz).and_then(render) {
+    let h = match op(e).map_err(sz).and_then(|ev| render(e, ev)) {
         Ok(h) => h,
         Err(code) => return code,
     };

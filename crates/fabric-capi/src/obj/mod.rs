@@ -38,6 +38,7 @@
 pub mod atomic;
 pub mod av;
 pub mod cntr;
+pub mod connreq;
 pub mod cq;
 pub mod domain;
 pub mod ep;

@@ -179,7 +179,8 @@ impl Pieces {
         }
     }
 
-    /// `count` pieces of a C iovec array with optional descriptors.
+    /// `count` pieces of a C iovec array with optional descriptors; `None`
+    /// when there are too many, or a piece at a null address has bytes.
     ///
     /// # Safety
     ///
@@ -193,6 +194,9 @@ impl Pieces {
         for i in 0..count {
             // SAFETY: `count` elements, per the contract.
             let v = unsafe { &*iov.add(i) };
+            if v.iov_base.is_null() && v.iov_len > 0 {
+                return None;
+            }
             p.iov[i] = IoVec {
                 addr: v.iov_base.cast(),
                 len: v.iov_len,
@@ -240,16 +244,20 @@ pub(crate) struct One {
 }
 
 impl One {
-    /// `buf` of `len` bytes with descriptor `desc` (NULL: none).
+    /// `buf` of `len` bytes with descriptor `desc` (NULL: none); `None`
+    /// (the call fails with `-FI_EINVAL`) for a null `buf` with bytes.
     #[inline(always)]
-    pub(crate) fn new(buf: *const c_void, len: usize, desc: *mut c_void) -> One {
-        One {
+    pub(crate) fn new(buf: *const c_void, len: usize, desc: *mut c_void) -> Option<One> {
+        if buf.is_null() && len > 0 {
+            return None;
+        }
+        Some(One {
             iov: [IoVec {
                 addr: buf.cast_mut().cast(),
                 len,
             }],
             desc: [MrDesc(desc as u64)],
-        }
+        })
     }
 }
 
@@ -453,7 +461,7 @@ unsafe extern "C" fn recv(
     src: u64,
     ctx: Ctx,
 ) -> isize {
-    let p = Some(One::new(buf, len, desc));
+    let p = One::new(buf, len, desc);
     // SAFETY: fi_recv's arguments.
     guard_sz(|| unsafe { post(ep, Op::Recv, p, src, 0, 0, ctx, 0, NO_FLAGS) })
 }
@@ -492,7 +500,7 @@ unsafe extern "C" fn send(
     dest: u64,
     ctx: Ctx,
 ) -> isize {
-    let p = Some(One::new(buf, len, desc));
+    let p = One::new(buf, len, desc);
     // SAFETY: fi_send's arguments.
     guard_sz(|| unsafe { post(ep, Op::Send, p, dest, 0, 0, ctx, 0, NO_FLAGS) })
 }
@@ -549,7 +557,7 @@ unsafe extern "C" fn senddata(
     dest: u64,
     ctx: Ctx,
 ) -> isize {
-    let p = Some(One::new(buf, len, desc));
+    let p = One::new(buf, len, desc);
     // SAFETY: fi_senddata's arguments.
     guard_sz(|| unsafe {
         let f = data_flags(ep, true);
@@ -579,7 +587,7 @@ unsafe extern "C" fn trecv(
     ignore: u64,
     ctx: Ctx,
 ) -> isize {
-    let p = Some(One::new(buf, len, desc));
+    let p = One::new(buf, len, desc);
     // SAFETY: fi_trecv's arguments.
     guard_sz(|| unsafe { post(ep, Op::TRecv, p, src, tag, ignore, ctx, 0, NO_FLAGS) })
 }
@@ -632,7 +640,7 @@ unsafe extern "C" fn tsend(
     tag: u64,
     ctx: Ctx,
 ) -> isize {
-    let p = Some(One::new(buf, len, desc));
+    let p = One::new(buf, len, desc);
     // SAFETY: fi_tsend's arguments.
     guard_sz(|| unsafe { post(ep, Op::TSend, p, dest, tag, 0, ctx, 0, NO_FLAGS) })
 }
@@ -680,7 +688,7 @@ unsafe extern "C" fn tsenddata(
     tag: u64,
     ctx: Ctx,
 ) -> isize {
-    let p = Some(One::new(buf, len, desc));
+    let p = One::new(buf, len, desc);
     // SAFETY: fi_tsenddata's arguments.
     guard_sz(|| unsafe {
         let f = data_flags(ep, true);

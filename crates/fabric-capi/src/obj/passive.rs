@@ -182,7 +182,8 @@ pub(crate) unsafe extern "C" fn reject(
             // SAFETY: `plen` readable bytes, per fi_cm(3).
             unsafe { std::slice::from_raw_parts(param.cast(), plen) }
         };
-        let h = Handle(handle.expose_provenance() as u64);
+        let h =
+            super::connreq::handle_of(handle).unwrap_or(Handle(handle.expose_provenance() as u64));
         p.inner.reject(h, data).map_or_else(|e| e.code(), |()| 0)
     })
 }

@@ -164,18 +164,7 @@ unsafe extern "C" fn read(
 ) -> isize {
     let r = one_range(addr, len, key);
     // SAFETY: fi_read's arguments.
-    guard_sz(|| unsafe {
-        post(
-            ep,
-            false,
-            Some(One::new(buf, len, desc)),
-            src,
-            &r,
-            ctx,
-            0,
-            None,
-        )
-    })
+    guard_sz(|| unsafe { post(ep, false, One::new(buf, len, desc), src, &r, ctx, 0, None) })
 }
 
 /// The sum of the lengths of a C iovec array.
@@ -281,18 +270,7 @@ unsafe extern "C" fn write(
 ) -> isize {
     let r = one_range(addr, len, key);
     // SAFETY: fi_write's arguments.
-    guard_sz(|| unsafe {
-        post(
-            ep,
-            true,
-            Some(One::new(buf, len, desc)),
-            dest,
-            &r,
-            ctx,
-            0,
-            None,
-        )
-    })
+    guard_sz(|| unsafe { post(ep, true, One::new(buf, len, desc), dest, &r, ctx, 0, None) })
 }
 
 unsafe extern "C" fn writev(
@@ -342,16 +320,7 @@ unsafe extern "C" fn writedata(
     // SAFETY: fi_writedata's arguments.
     guard_sz(|| unsafe {
         let f = data_flags(ep);
-        post(
-            ep,
-            true,
-            Some(One::new(buf, len, desc)),
-            dest,
-            &r,
-            ctx,
-            data,
-            f,
-        )
+        post(ep, true, One::new(buf, len, desc), dest, &r, ctx, data, f)
     })
 }
 

@@ -276,6 +276,12 @@ static void msg_endpoints(int ours)
 	CHECK(req.cm.info == peeked.cm.info && req.cm.fid == &pep->fid);
 	CHECK(!strcmp((char *)req.cm.data, "hello"));
 	CHECK(req.cm.info && req.cm.info->ep_attr->type == FI_EP_MSG && req.cm.info->handle);
+	/* The request's handle is an object, which fi_tostr may print. */
+	CHECK(req.cm.info->handle->fclass == FI_CLASS_CONNREQ);
+	CHECK(fi_tostr(req.cm.info, FI_TYPE_INFO) != NULL);
+	struct fi_info *dup = fi_dupinfo(req.cm.info);
+	CHECK(dup && dup->handle == req.cm.info->handle);
+	fi_freeinfo(dup);
 	CHECK(fi_eq_read(server_eq, &event, &req, sizeof(req), FI_PEEK) == -FI_EAGAIN);
 	printf("connreq: peeked, read, data \"%s\"\n", (char *)req.cm.data);
 

@@ -512,6 +512,19 @@ int main(int argc, char **argv)
 		CHECK(fi_recvmsg(ep[1], NULL, 0) == -FI_EINVAL);
 		CHECK(fi_sendv(ep[0], iov, NULL, 1000, addr[1], NULL) == -FI_EINVAL);
 		CHECK(fi_domain(fabric, NULL, NULL, NULL) == -FI_EINVAL);
+		/* A null buffer with bytes, in every form. */
+		struct iovec nulliov[2] = { { src, 1 }, { NULL, 8 } };
+		CHECK(fi_recv(ep[1], NULL, 64, NULL, 0, NULL) == -FI_EINVAL);
+		CHECK(fi_send(ep[0], NULL, 64, NULL, addr[1], NULL) == -FI_EINVAL);
+		CHECK(fi_trecv(ep[1], NULL, 64, NULL, 0, 1, 0, NULL) == -FI_EINVAL);
+		CHECK(fi_tsend(ep[0], NULL, 64, NULL, addr[1], 1, NULL) == -FI_EINVAL);
+		CHECK(fi_sendv(ep[0], nulliov, NULL, 2, addr[1], NULL) == -FI_EINVAL);
+		CHECK(fi_recvv(ep[1], nulliov, NULL, 2, 0, NULL) == -FI_EINVAL);
+		CHECK(fi_write(ep[0], NULL, 8, NULL, addr[1], 0, 0, NULL) == -FI_EINVAL);
+		CHECK(fi_read(ep[0], NULL, 8, NULL, addr[1], 0, 0, NULL) == -FI_EINVAL);
+		/* A count no memory holds: an error, not an abort. */
+		fi_addr_t one = addr[1];
+		CHECK(fi_av_remove(av, &one, (size_t)1 << 60, 0) == -FI_ENOMEM);
 		printf("null arguments refused\n");
 	}
 
@@ -556,6 +569,15 @@ int main(int argc, char **argv)
 		CHECK(wait_cq(&e) == 1 && e.op_context == &sctx);
 		CHECK(result == 20 && *target == 99);
 		CHECK(fi_atomicvalid(ep[0], 1000, FI_SUM, &count) == -FI_EINVAL);
+		/* Fetching and comparing need their result (and compare)
+		 * buffers: without, an error, not a plain atomic. */
+		CHECK(fi_fetch_atomic(ep[0], &operand, 1, NULL, NULL, NULL, addr[1], taddr, rkey,
+				      FI_UINT64, FI_SUM, &sctx) == -FI_EINVAL);
+		CHECK(fi_compare_atomic(ep[0], &operand, 1, NULL, NULL, NULL, &result, NULL, addr[1],
+					taddr, rkey, FI_UINT64, FI_CSWAP, &sctx) == -FI_EINVAL);
+		CHECK(fi_compare_atomic(ep[0], &operand, 1, NULL, &cmp, NULL, NULL, NULL, addr[1],
+					taddr, rkey, FI_UINT64, FI_CSWAP, &sctx) == -FI_EINVAL);
+		CHECK(*target == 99);
 		printf("atomic: sum, fetch, cswap\n");
 	}
 
