@@ -18,7 +18,9 @@
 //! of one process), NULL arguments, most of which
 //! Debian's libfabric dereferences, a too small `fi_getopt` length (Debian's
 //! answers 0) and setting `FI_OPT_CM_DATA_SIZE` (Debian's tcp refuses the
-//! option; here up to 256 bytes, `-FI_EINVAL` above).
+//! option; here up to 256 bytes, `-FI_EINVAL` above), and closed objects
+//! used again (`-FI_EINVAL`, no use of freed memory: that run is repeated
+//! under valgrind).
 
 mod common;
 
@@ -51,5 +53,13 @@ fn objects_behave_as_on_debian_libfabric() {
     );
     let more = stage.run_on(&exe, &["ours"], true);
     common::assert_ok("objects ours on this library", &more);
-    assert!(common::text(&more.stdout).contains("null arguments refused"));
+    let text = common::text(&more.stdout);
+    assert!(text.contains("null arguments refused"));
+    assert!(text.contains("closed objects refused"));
+    // The same under valgrind: no read or write of freed memory, closed
+    // objects used again included, and no leak.
+    let Some(checked) = stage.valgrind(TEST, &exe, &["ours"], true) else {
+        return;
+    };
+    common::assert_ok("objects ours on this library under valgrind", &checked);
 }

@@ -250,7 +250,7 @@ unsafe extern "C" fn close(fid: *mut Fid) -> c_int {
         // SAFETY: ours, from Box::into_raw in `open`; closed once. The
         // provider's endpoint goes first, then what it was bound to is
         // released.
-        drop(unsafe { Box::from_raw(fid.cast::<EpObj>()) });
+        unsafe { super::retire::<EpObj>(fid) };
         for r in bound {
             // SAFETY: a bound object stays open while it counts us.
             unsafe { (*r).release() };

@@ -99,7 +99,7 @@ unsafe extern "C" fn close(fid: *mut Fid) -> c_int {
             return EBUSY;
         }
         // SAFETY: ours (checked), from Box::into_raw in fi_fabric; closed once.
-        drop(unsafe { Box::from_raw(fid.cast::<FabricObj>()) });
+        unsafe { super::retire::<FabricObj>(fid) };
         0
     })
 }

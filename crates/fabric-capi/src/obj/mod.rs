@@ -172,9 +172,71 @@ impl Refs {
     }
 }
 
+/// How many closed objects keep their memory as tombstones (see
+/// [`retire`]).
+const TOMBSTONES: usize = 1024;
+
+/// A closed object's memory, kept for a while (see [`retire`]).
+struct Tomb(*mut u8, std::alloc::Layout);
+
+// SAFETY: only an address and a layout, used to free the memory once.
+unsafe impl Send for Tomb {}
+
+static TOMBS: std::sync::Mutex<std::collections::VecDeque<Tomb>> =
+    std::sync::Mutex::new(std::collections::VecDeque::new());
+
+/// The `fi_ops` of a closed object: `fi_close` again is `-FI_EINVAL`, and
+/// so is every other call (its class matches none of ours, so each
+/// object's own tables refuse it too).
+static CLOSED_OPS: FiOps = fi_ops!(closed_close);
+
+unsafe extern "C" fn closed_close(_: *mut Fid) -> c_int {
+    EINVAL
+}
+
+/// Ends object `fid` (a `T` made by `Box::into_raw`): its Rust part is
+/// dropped now, but its memory stays allocated for the next
+/// [`TOMBSTONES`] closes, with a header that names no class and the
+/// [`CLOSED_OPS`] table. A C program that uses the pointer again soon
+/// after `fi_close` (a second close, a read of a closed CQ) gets
+/// `-FI_EINVAL`, not a use of freed memory, and the address is not handed
+/// out again meanwhile. (libfabric frees at once; any use long after the
+/// close is the program's error there and here.)
+///
+/// # Safety
+///
+/// `fid` is the header of a live `T` from `Box::into_raw`, not used by
+/// this library after the call.
+pub(crate) unsafe fn retire<T>(fid: *mut Fid) {
+    let obj = fid.cast::<T>();
+    // SAFETY: a live T from Box::into_raw, per the contract; its memory
+    // stays allocated, and only its header is written afterwards.
+    unsafe {
+        std::ptr::drop_in_place(obj);
+        fid.write(Fid {
+            fclass: 0,
+            context: std::ptr::null_mut(),
+            ops: std::ptr::from_ref(&CLOSED_OPS).cast_mut(),
+        });
+    }
+    let old = {
+        let mut tombs = TOMBS.lock().unwrap_or_else(|p| p.into_inner());
+        tombs.push_back(Tomb(obj.cast(), std::alloc::Layout::new::<T>()));
+        (tombs.len() > TOMBSTONES)
+            .then(|| tombs.pop_front())
+            .flatten()
+    };
+    if let Some(Tomb(p, layout)) = old {
+        // SAFETY: allocated by Box for a value of this layout, dropped
+        // already, and freed only here, once.
+        unsafe { std::alloc::dealloc(p, layout) };
+    }
+}
+
 /// `fi_close` of an object that others may depend on (`refs`) and that
 /// depends on a parent (`parent`): `-FI_EBUSY` while something still
-/// depends on it, else the parent is released and the object freed.
+/// depends on it, else the parent is released and the object ended
+/// ([`retire`]).
 ///
 /// # Safety
 ///
@@ -188,7 +250,7 @@ pub(crate) unsafe fn close_child<T>(fid: *mut Fid, refs: &Refs, parent: *const R
     // SAFETY: the parent outlives its children (its refs count this one).
     unsafe { (*parent).release() };
     // SAFETY: ours, from Box::into_raw; closed once (per the contract).
-    drop(unsafe { Box::from_raw(fid.cast::<T>()) });
+    unsafe { retire::<T>(fid) };
     0
 }
 

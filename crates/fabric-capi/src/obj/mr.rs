@@ -231,7 +231,7 @@ unsafe extern "C" fn close(fid: *mut Fid) -> c_int {
         // SAFETY: the domain outlives its regions (its refs count this one).
         unsafe { (*m.domain).refs.release() };
         // SAFETY: ours, from Box::into_raw in `register`; closed once.
-        drop(unsafe { Box::from_raw(fid.cast::<MrObj>()) });
+        unsafe { super::retire::<MrObj>(fid) };
         0
     })
 }

@@ -116,7 +116,7 @@ unsafe extern "C" fn close(fid: *mut Fid) -> c_int {
         let fabric = p.fabric;
         super::ids::unregister(super::ids::of_pep(p.inner.as_ref()));
         // SAFETY: ours, from Box::into_raw in `open`; closed once.
-        drop(unsafe { Box::from_raw(fid.cast::<PepObj>()) });
+        unsafe { super::retire::<PepObj>(fid) };
         if let Some(r) = bound {
             // SAFETY: the EQ stays open while it counts us.
             unsafe { (*r).release() };

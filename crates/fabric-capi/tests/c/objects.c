@@ -603,6 +603,20 @@ int main(int argc, char **argv)
 	OK(fi_close(&av->fid));
 	OK(fi_close(&domain->fid));
 	OK(fi_close(&fabric->fid));
+	/* Closed objects used again (a program's error): on this library an
+	 * error code, not a use of freed memory (Debian's frees them). */
+	if (ours) {
+		struct fi_cq_tagged_entry late;
+		CHECK(fi_close(&ep[0]->fid) == -FI_EINVAL);
+		CHECK(fi_close(&cq->fid) == -FI_EINVAL);
+		CHECK(fi_close(&mr->fid) == -FI_EINVAL);
+		CHECK(fi_close(&domain->fid) == -FI_EINVAL);
+		CHECK(fi_close(&fabric->fid) == -FI_EINVAL);
+		CHECK(fi_cq_read(cq, &late, 1) == -FI_EINVAL);
+		CHECK(fi_send(ep[0], src, 1, NULL, addr[1], NULL) == -FI_EINVAL);
+		CHECK(fi_av_remove(av, &addr[1], 1, 0) == -FI_EINVAL);
+		printf("closed objects refused\n");
+	}
 
 	/* Private data sizes of tcp's connected endpoints: 256 bytes, on the
 	 * passive endpoint and on an endpoint. Setting it (up to that size;
