@@ -121,6 +121,12 @@ pub struct EqObj {
     pub refs: Refs,
     /// The text of the last error event read.
     pub err_text: Mutex<CString>,
+    /// The data of the last error event read, handed out as `err_data`
+    /// when the application gives no buffer (or predates 1.5).
+    pub err_data: Mutex<Vec<u8>>,
+    /// The fabric's API version (`fi_eq_err_entry` has `err_data_size`
+    /// from 1.5 on).
+    pub api_version: u32,
     /// Events taken from `inner` but not yet handed over (peeked, or read
     /// into a too small buffer), oldest first.
     pub held: Mutex<std::collections::VecDeque<Held>>,
@@ -200,6 +206,8 @@ pub(crate) unsafe extern "C" fn open(
             fabric: f,
             refs: Refs::default(),
             err_text: Mutex::new(CString::default()),
+            err_data: Mutex::new(Vec::new()),
+            api_version: f.c.api_version,
             held: Mutex::new(std::collections::VecDeque::new()),
             connreqs: Mutex::new(Vec::new()),
         });
@@ -469,26 +477,49 @@ unsafe extern "C" fn readerr(eq: *mut FidEq, buf: *mut FiEqErrEntry, _flags: u64
         };
         let mut kept = q.err_text.lock().unwrap_or_else(|p| p.into_inner());
         *kept = CString::new(e.err_text.replace('\0', " ")).unwrap_or_default();
-        // SAFETY: a writable fi_eq_err_entry.
+        drop(kept);
+        let mut data = q.err_data.lock().unwrap_or_else(|p| p.into_inner());
+        *data = e.data;
+        // fi_eq(3): from 1.5 on, a buffer the application gives
+        // (`err_data_size` > 0) receives a copy of the error data (here: a
+        // rejection's private data); without one, and before 1.5, where
+        // the structure ends before `err_data_size`, `err_data` points to
+        // data the EQ keeps until the next error read.
+        let v15 = q.api_version >= fabric::Version::new(1, 5).to_u32();
+        let b = buf;
+        // SAFETY: a writable fi_eq_err_entry of the fabric's API version:
+        // `err_data_size` is read and written only from 1.5 on.
         unsafe {
-            let b = &mut *buf;
-            let (user_buf, user_size) = (b.err_data, b.err_data_size);
-            b.fid = super::ids::lookup(e.fid);
-            b.context = e.context as usize as *mut c_void;
-            b.data = 0;
-            b.err = e.err.errno();
-            b.prov_errno = e.prov_errno;
-            // err_data carries the peer's private data (a rejection's).
-            if user_size > 0 && !user_buf.is_null() {
-                let n = user_size.min(e.data.len());
-                ptr::copy_nonoverlapping(e.data.as_ptr(), user_buf.cast::<u8>(), n);
-                b.err_data_size = n;
+            let (user_buf, user_size) = if v15 {
+                ((*b).err_data, (*b).err_data_size)
             } else {
-                b.err_data = ptr::null_mut();
-                b.err_data_size = 0;
+                (ptr::null_mut(), 0)
+            };
+            (*b).fid = super::ids::lookup(e.fid);
+            (*b).context = e.context as usize as *mut c_void;
+            (*b).data = 0;
+            (*b).err = e.err.errno();
+            (*b).prov_errno = e.prov_errno;
+            if user_size > 0 && !user_buf.is_null() {
+                let n = user_size.min(data.len());
+                ptr::copy_nonoverlapping(data.as_ptr(), user_buf.cast::<u8>(), n);
+                (*b).err_data_size = n;
+            } else {
+                (*b).err_data = if data.is_empty() {
+                    ptr::null_mut()
+                } else {
+                    data.as_mut_ptr().cast()
+                };
+                if v15 {
+                    (*b).err_data_size = data.len();
+                }
             }
         }
-        size_of::<FiEqErrEntry>() as isize
+        if v15 {
+            size_of::<FiEqErrEntry>() as isize
+        } else {
+            std::mem::offset_of!(FiEqErrEntry, err_data_size) as isize
+        }
     })
 }
 
