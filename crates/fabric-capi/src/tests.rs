@@ -468,3 +468,28 @@ fn fabric_without_attributes_is_invalid() {
     let ret = unsafe { fi_fabric(ptr::null_mut(), ptr::null_mut(), ptr::null_mut()) };
     assert_eq!(ret, ErrorKind::Inval.code());
 }
+
+#[test]
+fn a_close_and_a_new_dependant_exclude_each_other() {
+    use crate::obj::Refs;
+    let r = Refs::default();
+    // A dependant that fails lets the close through.
+    drop(r.hold().expect("open"));
+    let kept = r.hold().expect("open");
+    kept.keep();
+    assert!(!r.close(), "busy while a dependant counts");
+    r.release();
+    assert!(r.close());
+    assert!(r.hold().is_none(), "closing: no new dependant");
+    assert!(!r.close(), "closed once");
+    // Racing threads: each close that wins saw no dependant.
+    for _ in 0..200 {
+        let r = std::sync::Arc::new(Refs::default());
+        let r2 = r.clone();
+        let t = std::thread::spawn(move || r2.hold().map(crate::obj::Hold::keep).is_some());
+        let closed = r.close();
+        let held = t.join().unwrap();
+        // One of the two, never both, never neither.
+        assert_ne!(closed, held);
+    }
+}

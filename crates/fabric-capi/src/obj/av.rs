@@ -140,6 +140,10 @@ pub(crate) unsafe extern "C" fn open(
         let Some(d) = (unsafe { domain::get(dom) }) else {
             return EINVAL;
         };
+        // Counted before it is used: a close on another thread waits.
+        let Some(hold) = d.refs.hold() else {
+            return EINVAL;
+        };
         // SAFETY: null or a valid fi_av_attr.
         let Some(a) = (unsafe { attr.as_ref() }) else {
             return EINVAL;
@@ -165,7 +169,7 @@ pub(crate) unsafe extern "C" fn open(
             Ok(v) => v,
             Err(e) => return e.code(),
         };
-        d.refs.take();
+        hold.keep();
         let obj = Box::new(AvObj {
             c: FidAv {
                 fid: Fid::new(class::AV, context, &OPS),

@@ -104,6 +104,10 @@ pub(crate) unsafe extern "C" fn open(
         let Some(d) = (unsafe { domain::get(dom) }) else {
             return EINVAL;
         };
+        // Counted before it is used: a close on another thread waits.
+        let Some(hold) = d.refs.hold() else {
+            return EINVAL;
+        };
         if out.is_null() {
             return EINVAL;
         }
@@ -120,7 +124,7 @@ pub(crate) unsafe extern "C" fn open(
             Ok(c) => c,
             Err(e) => return e.code(),
         };
-        d.refs.take();
+        hold.keep();
         let obj = Box::new(CntrObj {
             c: FidCntr {
                 fid: Fid::new(class::CNTR, context, &OPS),

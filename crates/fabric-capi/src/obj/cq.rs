@@ -235,6 +235,10 @@ pub(crate) unsafe extern "C" fn open(
         let Some(d) = (unsafe { domain::get(dom) }) else {
             return EINVAL;
         };
+        // Counted before it is used: a close on another thread waits.
+        let Some(hold) = d.refs.hold() else {
+            return EINVAL;
+        };
         // SAFETY: null or a valid fi_cq_attr.
         let Some(a) = (unsafe { attr.as_ref() }) else {
             return EINVAL;
@@ -268,7 +272,7 @@ pub(crate) unsafe extern "C" fn open(
             Ok(c) => c,
             Err(e) => return e.code(),
         };
-        d.refs.take();
+        hold.keep();
         let obj = Box::new(CqObj {
             c: FidCq {
                 fid: Fid::new(class::CQ, context, &OPS),

@@ -172,6 +172,10 @@ pub(crate) unsafe extern "C" fn open(
         let Some(f) = (unsafe { fab::get(fabric) }) else {
             return EINVAL;
         };
+        // Counted before it is used: a close on another thread waits.
+        let Some(hold) = f.refs.hold() else {
+            return EINVAL;
+        };
         if out.is_null() {
             return EINVAL;
         }
@@ -184,7 +188,7 @@ pub(crate) unsafe extern "C" fn open(
             Ok(d) => d,
             Err(e) => return e.code(),
         };
-        f.refs.take();
+        hold.keep();
         let obj = Box::new(DomainObj {
             c: FidDomain {
                 fid: Fid::new(class::DOMAIN, context, &OPS),

@@ -178,6 +178,10 @@ pub(crate) unsafe extern "C" fn open(
         let Some(d) = (unsafe { domain::get(dom) }) else {
             return EINVAL;
         };
+        // Counted before it is used: a close on another thread waits.
+        let Some(hold) = d.refs.hold() else {
+            return EINVAL;
+        };
         if out.is_null() {
             return EINVAL;
         }
@@ -190,7 +194,7 @@ pub(crate) unsafe extern "C" fn open(
             Ok(e) => e,
             Err(e) => return e.code(),
         };
-        d.refs.take();
+        hold.keep();
         let (tx_flags, rx_flags) = (inner.info().tx_attr.op_flags, inner.info().rx_attr.op_flags);
         let obj = Box::new(EpObj {
             c: FidEp {
@@ -284,10 +288,13 @@ unsafe extern "C" fn bind(fid: *mut Fid, bfid: *mut Fid, flags: u64) -> c_int {
             if flags != 0 {
                 return ErrorKind::BadFlags.code();
             }
+            let Some(hold) = s.refs.hold() else {
+                return EINVAL;
+            };
             if let Err(err) = e.inner.bind_srx(s.inner.as_ref()) {
                 return err.code();
             }
-            s.refs.take();
+            hold.keep();
             e.bound
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -336,10 +343,15 @@ unsafe extern "C" fn bind(fid: *mut Fid, bfid: *mut Fid, flags: u64) -> c_int {
             }
             _ => return EINVAL,
         };
+        // Counted before the provider uses it: a close on another
+        // thread waits.
+        let Some(hold) = refs.hold() else {
+            return EINVAL;
+        };
         if let Err(err) = e.inner.bind(what) {
             return err.code();
         }
-        refs.take();
+        hold.keep();
         e.bound
             .lock()
             .unwrap_or_else(|p| p.into_inner())

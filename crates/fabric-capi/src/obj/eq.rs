@@ -179,6 +179,10 @@ pub(crate) unsafe extern "C" fn open(
         let Some(f) = (unsafe { fab::get(fabric) }) else {
             return EINVAL;
         };
+        // Counted before it is used: a close on another thread waits.
+        let Some(hold) = f.refs.hold() else {
+            return EINVAL;
+        };
         // SAFETY: null or a valid fi_eq_attr.
         let Some(a) = (unsafe { attr.as_ref() }) else {
             return EINVAL;
@@ -196,7 +200,7 @@ pub(crate) unsafe extern "C" fn open(
             Ok(e) => e,
             Err(e) => return e.code(),
         };
-        f.refs.take();
+        hold.keep();
         let obj = Box::new(EqObj {
             c: FidEq {
                 fid: Fid::new(class::EQ, context, &OPS),

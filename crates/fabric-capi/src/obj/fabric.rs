@@ -95,7 +95,7 @@ unsafe extern "C" fn close(fid: *mut Fid) -> c_int {
         let Some(f) = (unsafe { object::<FabricObj>(fid, class::FABRIC, &OPS) }) else {
             return EINVAL;
         };
-        if f.refs.busy() {
+        if !f.refs.close() {
             return EBUSY;
         }
         // SAFETY: ours (checked), from Box::into_raw in fi_fabric; closed once.

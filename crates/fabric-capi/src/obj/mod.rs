@@ -153,22 +153,63 @@ pub(crate) const EOTHER: c_int = ErrorKind::Other.code();
 /// `-FI_EBUSY`.
 pub(crate) const EBUSY: c_int = ErrorKind::Busy.code();
 
-/// How many objects depend on an object (children, bound endpoints).
+/// How many objects depend on an object (children, bound endpoints), or
+/// that it is being closed ([`CLOSING`]). A dependant counts before it
+/// uses the object ([`Refs::hold`]), and a close succeeds only from 0
+/// ([`Refs::close`]): a close racing with an open or a bind on another
+/// thread either sees the dependant and answers `-FI_EBUSY`, or the other
+/// call sees the close and answers `-FI_EINVAL`, never both going on.
 #[derive(Debug, Default)]
 pub struct Refs(AtomicUsize);
 
+/// [`Refs`]' value once its object is being closed.
+const CLOSING: usize = usize::MAX;
+
+/// One dependant counted by [`Refs::hold`]: released when dropped (the
+/// call that took it failed) unless [`kept`](Hold::keep).
+#[must_use]
+pub(crate) struct Hold<'a>(&'a Refs);
+
+impl Hold<'_> {
+    /// The dependant stays counted (until its own `release`).
+    pub(crate) fn keep(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Hold<'_> {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}
+
 impl Refs {
-    /// One more dependant.
-    pub(crate) fn take(&self) {
-        self.0.fetch_add(1, Ordering::AcqRel);
+    /// One more dependant, unless the object is being closed.
+    pub(crate) fn hold(&self) -> Option<Hold<'_>> {
+        let mut n = self.0.load(Ordering::Acquire);
+        loop {
+            if n == CLOSING {
+                return None;
+            }
+            match self
+                .0
+                .compare_exchange_weak(n, n + 1, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Some(Hold(self)),
+                Err(now) => n = now,
+            }
+        }
     }
     /// One fewer.
     pub(crate) fn release(&self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
-    /// Whether something still depends on the object.
-    pub(crate) fn busy(&self) -> bool {
-        self.0.load(Ordering::Acquire) != 0
+    /// Marks the object closing if nothing depends on it; `false` (it is
+    /// busy) otherwise.
+    pub(crate) fn close(&self) -> bool {
+        self.0
+            .compare_exchange(0, CLOSING, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
     }
 }
 
@@ -244,7 +285,7 @@ pub(crate) unsafe fn retire<T>(fid: *mut Fid) {
 /// yet, whose dependants `refs` counts; `parent` points to the live
 /// parent's count, which outlives it.
 pub(crate) unsafe fn close_child<T>(fid: *mut Fid, refs: &Refs, parent: *const Refs) -> c_int {
-    if refs.busy() {
+    if !refs.close() {
         return EBUSY;
     }
     // SAFETY: the parent outlives its children (its refs count this one).

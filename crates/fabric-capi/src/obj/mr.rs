@@ -81,6 +81,10 @@ unsafe fn register(
     let Some(d) = (unsafe { domain::get(fid) }) else {
         return EINVAL;
     };
+    // Counted before it is used: a close on another thread waits.
+    let Some(hold) = d.refs.hold() else {
+        return EINVAL;
+    };
     if out.is_null() || (iov.is_null() && count != 0) || count > MAX_IOV {
         return EINVAL;
     }
@@ -112,7 +116,7 @@ unsafe fn register(
         Ok(m) => m,
         Err(e) => return e.code(),
     };
-    d.refs.take();
+    hold.keep();
     let obj = Box::new(MrObj {
         c: FidMr {
             fid: Fid::new(class::MR, context, &OPS),

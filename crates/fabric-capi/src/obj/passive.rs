@@ -70,6 +70,10 @@ pub(crate) unsafe fn open(
         let Some(f) = (unsafe { fab::get(fabric) }) else {
             return EINVAL;
         };
+        // Counted before it is used: a close on another thread waits.
+        let Some(hold) = f.refs.hold() else {
+            return EINVAL;
+        };
         if out.is_null() {
             return EINVAL;
         }
@@ -82,7 +86,7 @@ pub(crate) unsafe fn open(
             Ok(p) => p,
             Err(e) => return e.code(),
         };
-        f.refs.take();
+        hold.keep();
         let obj = Box::new(PepObj {
             c: FidPep {
                 fid: Fid::new(class::PEP, context, &OPS),
@@ -141,10 +145,13 @@ unsafe extern "C" fn bind(fid: *mut Fid, bfid: *mut Fid, _flags: u64) -> c_int {
         if bound.is_some() {
             return EINVAL;
         }
+        let Some(hold) = q.refs.hold() else {
+            return EINVAL;
+        };
         if let Err(e) = p.inner.bind_eq(q.inner.as_ref()) {
             return e.code();
         }
-        q.refs.take();
+        hold.keep();
         *bound = Some(ptr::from_ref(&q.refs));
         0
     })

@@ -78,6 +78,10 @@ pub(crate) unsafe extern "C" fn open(
         let Some(d) = (unsafe { domain::get(dom) }) else {
             return EINVAL;
         };
+        // Counted before it is used: a close on another thread waits.
+        let Some(hold) = d.refs.hold() else {
+            return EINVAL;
+        };
         if out.is_null() {
             return EINVAL;
         }
@@ -90,7 +94,7 @@ pub(crate) unsafe extern "C" fn open(
             Ok(s) => s,
             Err(e) => return e.code(),
         };
-        d.refs.take();
+        hold.keep();
         let obj = Box::new(SrxObj {
             c: FidEp {
                 fid: Fid::new(class::SRX_CTX, context, &OPS),
