@@ -185,6 +185,7 @@ pub(crate) unsafe extern "C" fn open(
         if out.is_null() {
             return EINVAL;
         }
+        let c_info = info;
         // SAFETY: fi_endpoint's info is null or valid.
         let info = match unsafe { fab::read_info(info) } {
             Ok(i) => i,
@@ -195,6 +196,11 @@ pub(crate) unsafe extern "C" fn open(
             Err(e) => return e.code(),
         };
         hold.keep();
+        // An endpoint for a connection request uses the request up.
+        // SAFETY: read_info accepted it: a valid fi_info.
+        if let Some(i) = unsafe { c_info.as_ref() } {
+            super::connreq::end(i.handle.cast());
+        }
         let (tx_flags, rx_flags) = (inner.info().tx_attr.op_flags, inner.info().rx_attr.op_flags);
         let obj = Box::new(EpObj {
             c: FidEp {

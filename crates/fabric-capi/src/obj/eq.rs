@@ -19,7 +19,7 @@ use std::time::Duration;
 use fabric::ErrorKind;
 use fabric::objects::{EqAttr, EqEvent, EventQueue, WaitObj};
 
-use super::connreq::ConnReq;
+use super::connreq;
 use super::fabric::{self as fab, FabricObj, FidFabric};
 use super::{
     EINVAL, ENOSYS, FiOps, Fid, Refs, class, close_child, fi_ops, guard_int, guard_sz, object, put,
@@ -130,9 +130,9 @@ pub struct EqObj {
     /// Events taken from `inner` but not yet handed over (peeked, or read
     /// into a too small buffer), oldest first.
     pub held: Mutex<std::collections::VecDeque<Held>>,
-    /// The `handle`s of the connection requests it reported (see
-    /// [`ConnReq`]).
-    pub connreqs: Mutex<Vec<Box<ConnReq>>>,
+    /// The `handle`s of the connection requests it reported, ended with
+    /// it (see [`connreq`]).
+    pub connreqs: Mutex<Vec<*mut Fid>>,
 }
 
 static OPS: FiOps = fi_ops!(close, super::no_bind, control);
@@ -266,6 +266,20 @@ pub struct Held {
     info: *mut crate::types::FiInfo,
 }
 
+impl Drop for EqObj {
+    fn drop(&mut self) {
+        // The requests it reported and nobody used end with it.
+        for c in self
+            .connreqs
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+        {
+            connreq::end(c);
+        }
+    }
+}
+
 impl Drop for Held {
     fn drop(&mut self) {
         // SAFETY: ours from info_to_c and never handed over (a consuming
@@ -309,10 +323,13 @@ fn render(q: &EqObj, ev: EqEvent) -> Result<Held, isize> {
                 return Err(ErrorKind::NoMem.code() as isize);
             };
             if let Some(h) = info.handle {
-                let mut c = ConnReq::new(h);
+                let c = connreq::new(h);
                 // SAFETY: `i` is the fresh fi_info from info_to_c.
-                unsafe { (*i).handle = c.fid().cast() };
-                q.connreqs.lock().unwrap_or_else(|p| p.into_inner()).push(c);
+                unsafe { (*i).handle = c.cast() };
+                let mut all = q.connreqs.lock().unwrap_or_else(|p| p.into_inner());
+                // Those used already (accepted or rejected) go from the list.
+                all.retain(|&c| connreq::handle_of(c).is_some());
+                all.push(c);
             }
             Held {
                 event: event::CONNREQ,

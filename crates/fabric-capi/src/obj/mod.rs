@@ -229,9 +229,17 @@ static TOMBS: std::sync::Mutex<std::collections::VecDeque<Tomb>> =
 /// The `fi_ops` of a closed object: `fi_close` again is `-FI_EINVAL`, and
 /// so is every other call (its class matches none of ours, so each
 /// object's own tables refuse it too).
-static CLOSED_OPS: FiOps = fi_ops!(closed_close);
+static CLOSED_OPS: FiOps = fi_ops!(closed_close, closed_bind, closed_control);
 
 unsafe extern "C" fn closed_close(_: *mut Fid) -> c_int {
+    EINVAL
+}
+
+unsafe extern "C" fn closed_bind(_: *mut Fid, _: *mut Fid, _: u64) -> c_int {
+    EINVAL
+}
+
+unsafe extern "C" fn closed_control(_: *mut Fid, _: c_int, _: *mut c_void) -> c_int {
     EINVAL
 }
 
@@ -276,8 +284,8 @@ pub(crate) unsafe fn retire<T>(fid: *mut Fid) {
 
 /// `fi_close` of an object that others may depend on (`refs`) and that
 /// depends on a parent (`parent`): `-FI_EBUSY` while something still
-/// depends on it, else the parent is released and the object ended
-/// ([`retire`]).
+/// depends on it, else the object is ended ([`retire`]) and then its
+/// parent released.
 ///
 /// # Safety
 ///
@@ -288,10 +296,11 @@ pub(crate) unsafe fn close_child<T>(fid: *mut Fid, refs: &Refs, parent: *const R
     if !refs.close() {
         return EBUSY;
     }
-    // SAFETY: the parent outlives its children (its refs count this one).
-    unsafe { (*parent).release() };
     // SAFETY: ours, from Box::into_raw; closed once (per the contract).
     unsafe { retire::<T>(fid) };
+    // SAFETY: the parent outlives its children (its refs count this one,
+    // released only now that the child is gone).
+    unsafe { (*parent).release() };
     0
 }
 

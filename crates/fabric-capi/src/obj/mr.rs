@@ -232,10 +232,12 @@ unsafe extern "C" fn close(fid: *mut Fid) -> c_int {
         let Some(m) = (unsafe { object::<MrObj>(fid, class::MR, &OPS) }) else {
             return EINVAL;
         };
-        // SAFETY: the domain outlives its regions (its refs count this one).
-        unsafe { (*m.domain).refs.release() };
+        let domain = m.domain;
         // SAFETY: ours, from Box::into_raw in `register`; closed once.
         unsafe { super::retire::<MrObj>(fid) };
+        // SAFETY: the domain outlives its regions (its refs count this
+        // one, released only now that the region is gone).
+        unsafe { (*domain).refs.release() };
         0
     })
 }

@@ -191,6 +191,10 @@ pub(crate) unsafe extern "C" fn reject(
         };
         let h =
             super::connreq::handle_of(handle).unwrap_or(Handle(handle.expose_provenance() as u64));
-        p.inner.reject(h, data).map_or_else(|e| e.code(), |()| 0)
+        let r = p.inner.reject(h, data);
+        // The request is used up (rejected, or refused by the provider,
+        // which leaves nothing more to do with it).
+        super::connreq::end(handle);
+        r.map_or_else(|e| e.code(), |()| 0)
     })
 }

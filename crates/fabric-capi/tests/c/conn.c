@@ -292,6 +292,11 @@ static void msg_endpoints(int ours)
 	OK(fi_domain(fabric, sinfo, &sdomain, NULL));
 	OK(fi_cq_open(sdomain, &cq_attr, &server_cq, NULL));
 	OK(fi_endpoint(sdomain, sinfo, &server_ep, NULL));
+	if (ours) {
+		/* The request is used up; the info naming it stays printable
+		 * (its handle is a closed object now, not freed memory). */
+		CHECK(fi_tostr(sinfo, FI_TYPE_INFO) != NULL);
+	}
 	OK(fi_ep_bind(server_ep, &server_eq->fid, 0));
 	OK(fi_ep_bind(server_ep, &server_cq->fid, FI_TRANSMIT | FI_RECV));
 	OK(fi_enable(server_ep));
@@ -395,6 +400,11 @@ static void msg_endpoints(int ours)
 		exit(1);
 	CHECK(req.cm.info->handle != NULL);
 	OK(fi_reject(pep, req.cm.info->handle, "nope", 5));
+	if (ours) {
+		CHECK(fi_tostr(req.cm.info, FI_TYPE_INFO) != NULL);
+		/* A used request cannot be rejected twice. */
+		CHECK(fi_reject(pep, req.cm.info->handle, "nope", 5) < 0);
+	}
 	fi_freeinfo(req.cm.info);
 	memset(&req, 0, sizeof(req));
 	/* (Debian's libfabric reports the first client's shutdown on its own
