@@ -555,6 +555,19 @@ fn stall_stepped(victim: &Side, len: u32, mark: u32) -> usize {
     n
 }
 
+/// Sends `body` from sender 7 through `tx` as a stepped message, then
+/// sets its fill mark back to `mark`, as a sender that stopped copying
+/// there would leave it.
+fn send_stalled(tx: &Sender, victim: &Side, body: &[u8], mark: usize) {
+    let cmd = Cmd {
+        op: MSG,
+        src: 7,
+        ..Cmd::default()
+    };
+    tx.try_send_parts_stepped(&cmd, &[body]).unwrap();
+    assert_eq!(stall_stepped(victim, body.len() as u32, mark as u32), 1);
+}
+
 /// Posts an untagged receive of `buf` with context `ctx` on `s`.
 ///
 /// # Safety
@@ -594,14 +607,8 @@ fn a_stalled_stepped_message_fails_its_receive_and_the_ring_moves_on() {
     // SAFETY: `buf` outlives the completion.
     unsafe { post_recv(&victim, &mut buf, 77) };
     let body = pattern(len, 9);
-    let cmd = Cmd {
-        op: MSG,
-        src: 7,
-        ..Cmd::default()
-    };
-    tx.try_send_parts_stepped(&cmd, &[&body]).unwrap();
     // The sender stopped after two steps (it is this process, alive).
-    assert_eq!(stall_stepped(&victim, len as u32, 2 * STEP as u32), 1);
+    send_stalled(&tx, &victim, &body, 2 * STEP);
     let start = std::time::Instant::now();
     let err = loop {
         let (ok, errs) = drain(&victim);
@@ -625,14 +632,7 @@ fn a_stalled_stepped_message_fails_its_receive_and_the_ring_moves_on() {
 fn an_unmatched_stalled_stepped_message_is_dropped() {
     let (victim, friend, tx) = introduced();
     let len = 40_000;
-    let cmd = Cmd {
-        op: MSG,
-        src: 7,
-        ..Cmd::default()
-    };
-    tx.try_send_parts_stepped(&cmd, &[&pattern(len, 3)])
-        .unwrap();
-    assert_eq!(stall_stepped(&victim, len as u32, STEP as u32), 1);
+    send_stalled(&tx, &victim, &pattern(len, 3), STEP);
     let start = std::time::Instant::now();
     // Waits (no receive is posted; a kept message is copied whole), then
     // given up: the ring moves on, nothing is completed.
@@ -736,14 +736,7 @@ fn a_closed_peers_last_messages_behind_a_stalled_message_are_delivered() {
     // A stepped message that no receive matches stalls at the ring's head
     // (its sender, this process, stopped after the first step) ...
     let len = 40_000;
-    let cmd = Cmd {
-        op: MSG,
-        src: 7,
-        ..Cmd::default()
-    };
-    tx.try_send_parts_stepped(&cmd, &[&pattern(len, 3)])
-        .unwrap();
-    assert_eq!(stall_stepped(&victim, len as u32, STEP as u32), 1);
+    send_stalled(&tx, &victim, &pattern(len, 3), STEP);
     // ... the closer's last two messages land behind it, and it closes.
     closer.ep.tinject(b"two!", v_at_c, TAG, None).unwrap();
     closer.ep.tinject(b"3333", v_at_c, TAG, None).unwrap();
@@ -773,14 +766,7 @@ fn a_receive_being_filled_fails_when_a_peer_rewrites_its_slot() {
     let mut buf = vec![0u8; len];
     // SAFETY: `buf` outlives the completion.
     unsafe { post_recv(&victim, &mut buf, 88) };
-    let cmd = Cmd {
-        op: MSG,
-        src: 7,
-        ..Cmd::default()
-    };
-    tx.try_send_parts_stepped(&cmd, &[&pattern(len, 4)])
-        .unwrap();
-    assert_eq!(stall_stepped(&victim, len as u32, 2 * STEP as u32), 1);
+    send_stalled(&tx, &victim, &pattern(len, 4), 2 * STEP);
     // The victim matches it and copies the two steps in.
     let (ok, errs) = drain(&victim);
     assert_eq!((ok, errs.len()), (0, 0));
