@@ -6,7 +6,7 @@
 //!
 //! A request lives until it is used, by `fi_endpoint` (to accept it) or
 //! `fi_reject`, or until the event queue that reported it closes; then it
-//! becomes a tombstone (see [`retire`](super::retire)), so that an
+//! becomes a tombstone (see `obj::retire`), so that an
 //! `fi_info` still naming it reads a closed object, not freed memory.
 //! `fi_freeinfo` and `fi_dupinfo` leave `handle` alone, as they do every
 //! `fid` an `fi_info` names.

@@ -154,9 +154,9 @@ pub(crate) const EOTHER: c_int = ErrorKind::Other.code();
 pub(crate) const EBUSY: c_int = ErrorKind::Busy.code();
 
 /// How many objects depend on an object (children, bound endpoints), or
-/// that it is being closed ([`CLOSING`]). A dependant counts before it
-/// uses the object ([`Refs::hold`]), and a close succeeds only from 0
-/// ([`Refs::close`]): a close racing with an open or a bind on another
+/// that it is being closed (`CLOSING`). A dependant counts before it
+/// uses the object (`Refs::hold`), and a close succeeds only from 0
+/// (`Refs::close`): a close racing with an open or a bind on another
 /// thread either sees the dependant and answers `-FI_EBUSY`, or the other
 /// call sees the close and answers `-FI_EINVAL`, never both going on.
 #[derive(Debug, Default)]
