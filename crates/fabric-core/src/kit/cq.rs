@@ -1,19 +1,29 @@
-//! The completion queue core: a lock-free ring of completions, an overflow
-//! list so that a full queue never drops a completion, an error queue, and
-//! a [`Signal`] for blocking reads.
+//! The completion queue core: a queue of completions that never drops
+//! one, an error queue, and a [`Signal`] for blocking reads.
 //!
-//! Successful completions travel through a bounded lock-free queue; only
-//! when it is full do they go to a locked overflow list (allocation on that
-//! rare path only). Once anything is in overflow, later completions follow
-//! it there, so completions come out in the order they were pushed.
-//! Error completions are rare and take a lock; while one is waiting, reads
-//! return `Avail` as fi_cq(3) says.
+//! Successful completions go through a `VecDeque` under a spin lock, with
+//! its length in an atomic so that a polling reader looks without taking
+//! the lock. The queue is allocated for the CQ's size when it is opened; a
+//! completion past that size makes it grow (an allocation on that rare
+//! path only), so a full queue never loses one and completions come out
+//! in the order they were pushed.
+//!
+//! It replaced a lock-free `ArrayQueue` plus a locked overflow list: its
+//! per-slot stamps made a push and a pop about 55 instructions each
+//! (callgrind, tcp and shm ping-pong), against about 20 for an
+//! uncontended spin lock (one compare-and-swap, one plain store to
+//! release) around a `VecDeque` push or pop. The lock is held for those
+//! few instructions only; a waiter spins, then yields (its holder may have
+//! been preempted).
+//!
+//! Error completions are rare and take a lock; while one is waiting,
+//! reads return `Avail` as fi_cq(3) says.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crossbeam_queue::ArrayQueue;
+use spin::mutex::{SpinMutex, SpinMutexGuard};
 
 use super::lock;
 use super::wait::Signal;
@@ -30,9 +40,11 @@ pub type Completion = (CqEntry, FiAddr);
 /// The shared part of a completion queue.
 #[derive(Debug)]
 pub struct CqCore {
-    ring: ArrayQueue<Completion>,
-    overflow: Mutex<VecDeque<Completion>>,
-    overflow_len: AtomicUsize,
+    queue: SpinMutex<VecDeque<Completion>>,
+    /// `queue`'s length, readable without the lock.
+    len: AtomicUsize,
+    /// The size the CQ was opened with: past it the queue counts as full.
+    size: usize,
     errors: Mutex<VecDeque<CqErrEntry>>,
     errors_len: AtomicUsize,
     signal: Signal,
@@ -43,9 +55,9 @@ impl CqCore {
     pub fn new(size: usize) -> Result<Self> {
         let size = if size == 0 { DEFAULT_SIZE } else { size };
         Ok(CqCore {
-            ring: ArrayQueue::new(size),
-            overflow: Mutex::new(VecDeque::new()),
-            overflow_len: AtomicUsize::new(0),
+            queue: SpinMutex::new(VecDeque::with_capacity(size)),
+            len: AtomicUsize::new(0),
+            size,
             errors: Mutex::new(VecDeque::new()),
             errors_len: AtomicUsize::new(0),
             signal: Signal::new()?,
@@ -57,25 +69,29 @@ impl CqCore {
         &self.signal
     }
 
-    /// Adds a successful completion. Never fails and never drops.
-    pub fn push(&self, entry: CqEntry, src: FiAddr) {
-        if self.overflow_len.load(Ordering::Acquire) == 0 {
-            match self.ring.push((entry, src)) {
-                Ok(()) => {
-                    self.signal.notify();
-                    return;
-                }
-                Err(back) => return self.push_overflow(back),
+    /// The queue's lock: spins, yielding now and then.
+    #[inline]
+    fn lock(&self) -> SpinMutexGuard<'_, VecDeque<Completion>> {
+        let mut spins = 0u32;
+        loop {
+            if let Some(g) = self.queue.try_lock() {
+                return g;
+            }
+            spins = spins.wrapping_add(1);
+            if spins % 64 == 0 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
             }
         }
-        self.push_overflow((entry, src));
     }
 
-    fn push_overflow(&self, c: Completion) {
-        let mut o = lock(&self.overflow);
-        o.push_back(c);
-        self.overflow_len.store(o.len(), Ordering::Release);
-        drop(o);
+    /// Adds a successful completion. Never fails and never drops.
+    pub fn push(&self, entry: CqEntry, src: FiAddr) {
+        let mut q = self.lock();
+        q.push_back((entry, src));
+        self.len.store(q.len(), Ordering::Release);
+        drop(q);
         self.signal.notify();
     }
 
@@ -94,24 +110,25 @@ impl CqCore {
         self.errors_len.load(Ordering::Acquire) > 0
     }
 
-    /// Whether the ring is full (later completions go to the overflow
-    /// list): completions a peer causes on its own (remote CQ data) should
-    /// stop coming until [`has_room`](Self::has_room).
+    /// Whether the CQ holds its size or more (later completions still
+    /// fit, in memory allocated then): completions a peer causes on its
+    /// own (remote CQ data) should stop coming until
+    /// [`has_room`](Self::has_room).
     #[inline]
     pub fn is_full(&self) -> bool {
-        self.overflow_len.load(Ordering::Acquire) > 0 || self.ring.is_full()
+        self.len.load(Ordering::Acquire) >= self.size
     }
 
-    /// Whether at most half a ring's worth of completions waits.
+    /// Whether at most half the CQ's size waits.
     #[inline]
     pub fn has_room(&self) -> bool {
-        self.ring.len() + self.overflow_len.load(Ordering::Acquire) <= self.ring.capacity() / 2
+        self.len.load(Ordering::Acquire) <= self.size / 2
     }
 
     /// Whether nothing at all is waiting.
     #[inline]
     pub fn is_empty(&self) -> bool {
-        self.ring.is_empty() && self.overflow_len.load(Ordering::Acquire) == 0 && !self.has_err()
+        self.len.load(Ordering::Acquire) == 0 && !self.has_err()
     }
 
     /// Moves up to `out.len()` completions into `out` (and their sources
@@ -128,32 +145,24 @@ impl CqCore {
                 ));
             }
         }
+        // A polling reader mostly finds the queue empty: one load then.
+        if self.len.load(Ordering::Acquire) == 0 || out.is_empty() {
+            return Err(Error::again());
+        }
+        let mut q = self.lock();
         let mut n = 0;
-        while n < out.len() {
-            // `is_empty` first: an empty `pop` costs a full fence, and a
-            // polling reader mostly finds the queue empty.
-            let popped = if self.ring.is_empty() {
-                None
-            } else {
-                self.ring.pop()
+        for slot in out.iter_mut() {
+            let Some((entry, from)) = q.pop_front() else {
+                break;
             };
-            let next = match popped {
-                Some(c) => Some(c),
-                None if self.overflow_len.load(Ordering::Acquire) > 0 => {
-                    let mut o = lock(&self.overflow);
-                    let c = o.pop_front();
-                    self.overflow_len.store(o.len(), Ordering::Release);
-                    c
-                }
-                None => None,
-            };
-            let Some((entry, from)) = next else { break };
-            out[n] = entry;
-            if let Some(s) = src.as_deref_mut() {
-                s[n] = from;
+            *slot = entry;
+            if let Some(s) = src.as_deref_mut().and_then(|s| s.get_mut(n)) {
+                *s = from;
             }
             n += 1;
         }
+        self.len.store(q.len(), Ordering::Release);
+        drop(q);
         if n == 0 { Err(Error::again()) } else { Ok(n) }
     }
 

@@ -278,6 +278,14 @@ impl Frame {
     /// [`MAX_FRAME_HEADER_LEN`]. Send `out[..len]` and the payload in one
     /// `writev`.
     pub fn encode(&self, out: &mut [u8; MAX_FRAME_HEADER_LEN]) -> usize {
+        if let (Ext::None, Some(base)) = (&self.ext, out.first_chunk_mut::<HEADER_LEN>()) {
+            // The frames of a message stream: the base header alone, with
+            // no extended header to measure or write.
+            let mut header = self.header;
+            header.ext_len = 0;
+            header.encode(base);
+            return HEADER_LEN;
+        }
         let len = self.encode_into(out);
         debug_assert!(len.is_ok());
         len.unwrap_or(0)
