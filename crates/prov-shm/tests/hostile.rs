@@ -797,3 +797,78 @@ fn a_receive_being_filled_fails_when_a_peer_rewrites_its_slot() {
     assert_eq!((ok, more.len()), (0, 0));
     still_works(&victim, &friend);
 }
+
+/// The pid of a process that has exited (and was waited for).
+fn dead_pid() -> u32 {
+    let mut child = Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    pid
+}
+
+/// Marks every bounce buffer of `victim` as held by `pid` and empties the
+/// free list, as a sender that took them all and died before committing
+/// a command would leave the pool. Returns how many it took.
+fn take_all_buffers(victim: &Side, pid: u32) -> u32 {
+    use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+    let (map, l) = map_region(victim);
+    for i in 0..l.bounce_count() as usize {
+        let at = l.bounce_meta_offset() + i * 8 + 4;
+        // SAFETY: in bounds and aligned; shared memory accessed atomically.
+        let holder = unsafe { AtomicU32::from_ptr(map.as_mut_ptr().add(at).cast()) };
+        holder.store(pid, Ordering::Release);
+    }
+    let at = prov_shm::region::offsets::BOUNCE_FREE;
+    // SAFETY: as above; the free-list head is a u64 at an 8-aligned offset.
+    let head = unsafe { AtomicU64::from_ptr(map.as_mut_ptr().add(at).cast()) };
+    let h = head.load(Ordering::Acquire);
+    head.store(
+        ((h >> 32) + 1) << 32 | u64::from(u32::MAX),
+        Ordering::Release,
+    );
+    l.bounce_count()
+}
+
+#[test]
+fn buffers_of_a_sender_that_died_before_sending_return_to_the_pool() {
+    let victim = side(&info());
+    let friend = side(&info());
+    let v_at_f = insert(&friend, &victim.ep.getname().unwrap());
+    assert!(take_all_buffers(&victim, dead_pid()) > 0);
+    // Larger than a ring slot holds: the message needs a bounce buffer.
+    let len = 3 * 4096;
+    let mut buf = vec![0u8; len];
+    // SAFETY: `buf` outlives the completion, awaited below.
+    unsafe { post_recv(&victim, &mut buf, 401) };
+    let body = pattern(len, 6);
+    let v = [objects::IoVec {
+        addr: body.as_ptr().cast_mut(),
+        len,
+    }];
+    // SAFETY: `body` outlives the send, awaited below.
+    unsafe {
+        friend
+            .ep
+            .sendmsg(&msg(&v, v_at_f, 0, 0, 400), OpFlags::empty())
+            .unwrap()
+    };
+    // The victim's checks see the pool dry and its holder dead: the
+    // buffers go back, and the message goes through.
+    let start = std::time::Instant::now();
+    let (mut recv_ok, mut send_ok) = (0, 0);
+    while recv_ok == 0 || send_ok == 0 {
+        let (ok, errs) = drain(&victim);
+        assert_eq!(errs, vec![]);
+        recv_ok += ok;
+        let (ok, errs) = drain(&friend);
+        assert_eq!(errs, vec![]);
+        send_ok += ok;
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the dead sender's buffers never came back ({recv_ok} received, {send_ok} sent)"
+        );
+    }
+    assert_eq!((recv_ok, send_ok), (1, 1));
+    assert!(buf == body);
+    still_works(&victim, &friend);
+}

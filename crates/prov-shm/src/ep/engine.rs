@@ -245,7 +245,12 @@ impl Engine {
     }
 
     fn drain_inotify(&self) {
-        let mut buf = [0u8; 4096];
+        // Room for 32 events of our watches (16 bytes each: they name no
+        // file) and for any event with the longest name (the kernel
+        // refuses a read that cannot hold the next event). It is zeroed on
+        // every call, and this runs where a message may be waiting: a
+        // 4 KiB buffer cost about 4,000 instructions a call.
+        let mut buf = [0u8; 512];
         for _ in 0..64 {
             if !sys::drain_once(self.inotify.as_fd(), &mut buf) {
                 break;
@@ -506,6 +511,20 @@ fn check_ep(ep: &mut EpRx, now: Instant) -> bool {
             }
         } else {
             ep.st.stuck_since = None;
+        }
+        if ep.rx.pool_dry() {
+            // A sender that died between taking a bounce buffer and
+            // committing its command left no claimed slot behind, so the
+            // recovery above never runs for it: its buffers are swept
+            // here, whenever no buffer is free.
+            let st = &ep.st;
+            let freed = ep.rx.free_dead_holders(|pid| st.claimer_gone(pid));
+            if freed > 0 {
+                tracing::warn!(
+                    freed,
+                    "shm: returned bounce buffers held by senders that died"
+                );
+            }
         }
         check_filling(ep, &sh, b, now);
     }

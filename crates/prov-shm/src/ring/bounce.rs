@@ -123,6 +123,11 @@ pub(crate) fn fill_word(map: &Mapping, idx: u32) -> usize {
     map.layout().bounce_meta(idx) + NEXT
 }
 
+/// Whether the free list is empty (no buffer to pop now).
+pub(crate) fn is_dry(map: &Mapping) -> bool {
+    map.u64(offsets::BOUNCE_FREE).load(Ordering::Acquire) as u32 == NONE
+}
+
 /// The pid recorded as holding buffer `idx` (0: free).
 pub(crate) fn holder(map: &Mapping, idx: u32) -> u32 {
     map.u32(map.layout().bounce_meta(idx) + HOLDER)

@@ -1065,30 +1065,62 @@ impl Receiver {
             self.head = pos.wrapping_add(1);
             out.skipped_slots += 1;
         }
+        out.freed_buffers = self.free_dead_holders(is_dead);
+        out
+    }
+
+    /// Whether the bounce pool has no free buffer now.
+    pub fn pool_dry(&self) -> bool {
+        bounce::is_dry(&self.map)
+    }
+
+    /// Step 2 of [`recover`](Self::recover) alone: returns to the pool
+    /// the bounce buffers held by a dead pid (`is_dead`, asked once per
+    /// pid) and named by no committed command in the ring. A sender that
+    /// dies after taking a buffer and before its command is committed
+    /// leaves one so, with no ring slot claimed that would make the head
+    /// stall and `recover` run: the engine calls this when the pool runs
+    /// dry. Returns how many it returned.
+    pub fn free_dead_holders(&mut self, mut is_dead: impl FnMut(u32) -> bool) -> u32 {
+        let map: &Mapping = &self.map;
+        let l = *map.layout();
         let count = l.bounce_count();
-        if count > 0 {
-            let mut named = vec![false; count as usize];
-            for pos in self.head..self.head.wrapping_add(slots) {
-                let s = l.slot(pos);
-                if map.u64(s + slot::SEQ).load(Ordering::Acquire) == pos.wrapping_add(1) {
-                    let b = map.u32(s + slot::BOUNCE).load(Ordering::Relaxed);
-                    if b < count {
-                        named[b as usize] = true;
-                    }
-                }
-            }
-            for b in 0..count {
-                let holder = bounce::holder(map, b);
-                if holder != 0
-                    && !named[b as usize]
-                    && is_dead(holder)
-                    && bounce::release_if_held_by(map, b, holder)
-                {
-                    out.freed_buffers += 1;
+        if count == 0 {
+            return 0;
+        }
+        let slots = u64::from(l.ring_slots());
+        let mut named = vec![false; count as usize];
+        for pos in self.head..self.head.wrapping_add(slots) {
+            let s = l.slot(pos);
+            if map.u64(s + slot::SEQ).load(Ordering::Acquire) == pos.wrapping_add(1) {
+                let b = map.u32(s + slot::BOUNCE).load(Ordering::Relaxed);
+                if let Some(n) = named.get_mut(b as usize) {
+                    *n = true;
                 }
             }
         }
-        out
+        // Holders are few (the live senders hold most buffers of a dry
+        // pool), and asking about a pid may read /proc: once per pid.
+        let mut asked: Vec<(u32, bool)> = Vec::new();
+        let mut freed = 0;
+        for b in 0..count {
+            let holder = bounce::holder(map, b);
+            if holder == 0 || named.get(b as usize).copied().unwrap_or(true) {
+                continue;
+            }
+            let dead = match asked.iter().find(|(p, _)| *p == holder) {
+                Some(&(_, d)) => d,
+                None => {
+                    let d = is_dead(holder);
+                    asked.push((holder, d));
+                    d
+                }
+            };
+            if dead && bounce::release_if_held_by(map, b, holder) {
+                freed += 1;
+            }
+        }
+        freed
     }
 }
 
