@@ -364,6 +364,11 @@
 //! - A sender that dies between claiming and committing a slot blocks the
 //!   ring; the engine recovers it after 50 ms
 //!   ([`ring::Receiver::recover`](crate::ring::Receiver::recover)).
+//!   One that dies after taking a bounce buffer and before claiming a
+//!   slot blocks nothing, but keeps the buffer: whenever the pool is dry,
+//!   the liveness check returns the buffers of dead holders that no
+//!   committed command names
+//!   ([`ring::Receiver::free_dead_holders`](crate::ring::Receiver::free_dead_holders)).
 //! - A stepped message whose sender dies before filling it, or that is
 //!   still unfilled 2 s after the liveness checks first saw it at the
 //!   ring's head (a stopped process: a signal, a debugger, a page fault on
@@ -381,7 +386,11 @@
 //!   commands were read: the ring is drained first, and while its head
 //!   waits for a sender (a stepped message still landing, a slot claimed
 //!   and not committed) the peer is kept until a later liveness check,
-//!   so that messages it sent before it went are still delivered.
+//!   so that messages it sent before it went are still delivered. The
+//!   wait is bounded: the check that first sees the peer gone notes the
+//!   ring position past the last slot claimed then (a gone peer claims no
+//!   more), and the peer is forgotten once the head passed it, even if
+//!   the head then waits for another sender.
 //! - Unexpected messages are kept within a budget, with flow control
 //!   instead of loss (see [Unexpected messages](#unexpected-messages)).
 //! - AV handles are resolved once per endpoint and kept while the AV
@@ -678,7 +687,10 @@
 //! - **Recovery**: a sender that dies between claim and commit leaves the
 //!   head slot claimed forever. [`Receiver::recover`](crate::ring::Receiver::recover)
 //!   skips such slots when their claimer pid is dead, and frees bounce
-//!   buffers held by dead pids that no pending command names.
+//!   buffers held by dead pids that no pending command names (that part
+//!   alone, [`Receiver::free_dead_holders`](crate::ring::Receiver::free_dead_holders),
+//!   also runs whenever the pool is dry: a sender that dies before
+//!   claiming a slot leaves a held buffer and nothing that stalls).
 //!
 //! Each sender's commands arrive in the order it sent them (positions are
 //! claimed in program order); commands of different senders interleave in

@@ -872,3 +872,69 @@ fn buffers_of_a_sender_that_died_before_sending_return_to_the_pool() {
     assert!(buf == body);
     still_works(&victim, &friend);
 }
+
+#[test]
+fn a_gone_peer_is_forgotten_while_stalled_senders_take_turns_at_the_head() {
+    const TAG: u64 = 0x0907_7e57;
+    let (victim, _friend, tx) = introduced();
+    let closer = side(&info());
+    let v_at_c = insert(&closer, &victim.ep.getname().unwrap());
+    // The closer announces a message too large to send eagerly; no
+    // receive takes it, so the victim keeps the announcement (its bytes
+    // stay with the sender).
+    let body = pattern(1 << 20, 2);
+    let v = [objects::IoVec {
+        addr: body.as_ptr().cast_mut(),
+        len: body.len(),
+    }];
+    // SAFETY: `body` outlives the test; the send never completes (its
+    // endpoint closes first).
+    unsafe {
+        closer
+            .ep
+            .tsendmsg(&msg(&v, v_at_c, TAG, 0, 500), OpFlags::empty())
+            .unwrap()
+    };
+    drain(&closer);
+    drain(&victim);
+    // A stepped message whose sender stopped holds the ring's head; the
+    // closer goes, and the checks see it gone while the head waits.
+    send_stalled(&tx, &victim, &pattern(40_000, 3), STEP);
+    drop(closer);
+    // A few checks (every 100 ms) see it gone.
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_millis(400) {
+        let (ok, errs) = drain(&victim);
+        assert_eq!((ok, errs.len()), (0, 0));
+    }
+    // Another stalled message lands behind: when the first is given up,
+    // the head waits again (for this one), past every command the closer
+    // could have sent.
+    send_stalled(&tx, &victim, &pattern(40_064, 4), STEP);
+    let start = std::time::Instant::now();
+    while start.elapsed() < engine_fill_patience() + Duration::from_millis(800) {
+        let (ok, errs) = drain(&victim);
+        assert_eq!((ok, errs.len()), (0, 0));
+    }
+    // The closer is forgotten by now, its announcement with it: a receive
+    // for it finds nothing and stays posted (while the head kept waiting
+    // it was not forgotten, and the receive took the announcement).
+    let mut buf = vec![0u8; body.len()];
+    // SAFETY: `buf` outlives the receive, cancelled below.
+    unsafe { post_trecv(&victim, &mut buf, TAG, 501) };
+    let (ok, errs) = drain(&victim);
+    assert_eq!((ok, errs.len()), (0, 0));
+    let r = victim.ep.cancel(501);
+    assert!(
+        r.is_ok(),
+        "the receive took the gone peer's announcement: the peer was not forgotten ({r:?})"
+    );
+    let (ok, errs) = drain(&victim);
+    assert_eq!((ok, errs), (0, vec![ErrorKind::Canceled]));
+}
+
+/// How long the victim waits for a stalled stepped message before giving
+/// it up (the crate's `FILL_PATIENCE`).
+fn engine_fill_patience() -> Duration {
+    Duration::from_secs(2)
+}

@@ -482,6 +482,9 @@ fn check_ep(ep: &mut EpRx, now: Instant) -> bool {
         // read waits for the next check (its last commands may be in the
         // ring after this drain).
         let gone = ep.st.gone_peers(true);
+        ep.st
+            .gone_marks
+            .retain(|&(pi, uid, _)| gone.contains(&(pi, uid)));
         if !gone.is_empty() {
             for _ in 0..DRAIN_PASSES {
                 if !ep.progress() {
@@ -490,10 +493,39 @@ fn check_ep(ep: &mut EpRx, now: Instant) -> bool {
             }
             // A head that waits for its sender (a stepped message still
             // landing, a slot claimed and not committed) hides the
-            // commands behind it, which may be the gone peers' last ones:
-            // they are forgotten at a later check, once the head moved.
-            if !ep.head_waits() && ep.st.forget_peers(&sh, b, &gone) {
-                reclaim = true;
+            // commands behind it, which may be the gone peers' last ones.
+            // A gone peer sends no more: its last command lies before the
+            // last slot claimed now. So each is forgotten once the head
+            // passes that position, even if by then the head waits for
+            // another sender (senders taking turns at it would otherwise
+            // put the forgetting off for ever).
+            let due = if ep.head_waits() {
+                let end = ep.rx.claimed_end();
+                let head = ep.rx.position();
+                let marks = &mut ep.st.gone_marks;
+                gone.iter()
+                    .copied()
+                    .filter(|&(pi, uid)| {
+                        let mark = match marks.iter().find(|m| (m.0, m.1) == (pi, uid)) {
+                            Some(&(_, _, mark)) => mark,
+                            None => {
+                                marks.push((pi, uid, end));
+                                end
+                            }
+                        };
+                        head.wrapping_sub(mark) as i64 >= 0
+                    })
+                    .collect()
+            } else {
+                gone
+            };
+            if !due.is_empty() {
+                ep.st
+                    .gone_marks
+                    .retain(|&(pi, uid, _)| !due.contains(&(pi, uid)));
+                if ep.st.forget_peers(&sh, b, &due) {
+                    reclaim = true;
+                }
             }
         }
         if ep.rx.head_claimed() {

@@ -100,6 +100,11 @@ pub(crate) struct RxState {
     /// The ring position of a head still being filled as the liveness
     /// checks first saw it, and when.
     pub(crate) fill_seen: Option<(u64, Instant)>,
+    /// Peers seen gone while the ring's head waited for a sender (index,
+    /// number, and the ring position just past the last slot claimed when
+    /// they were first seen so): each is forgotten once the head passes
+    /// its position, however long the head keeps waiting.
+    pub(crate) gone_marks: Vec<(u32, u64, u64)>,
     /// The ring is held for room in the receive CQ.
     pub(super) cq_held: bool,
     /// Progress looks at the receive CQ's room: senders wait for it
@@ -146,6 +151,7 @@ impl EpRx {
                 ring_filling: false,
                 filling: None,
                 fill_seen: None,
+                gone_marks: Vec::new(),
                 cq_held: false,
                 cq_watch: false,
                 // Numbers carry the endpoint's id (see `rx::Peer`).

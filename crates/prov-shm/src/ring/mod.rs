@@ -1069,6 +1069,25 @@ impl Receiver {
         out
     }
 
+    /// The ring position of the head: every command before it has been
+    /// taken (or skipped).
+    pub fn position(&self) -> u64 {
+        self.head
+    }
+
+    /// The ring position just past the last slot any sender has claimed
+    /// (the shared tail, which a peer can write: clamped to at most a
+    /// ring's length ahead of the head, as a live ring keeps it).
+    pub fn claimed_end(&self) -> u64 {
+        let slots = u64::from(self.map.layout().ring_slots());
+        let tail = self.map.u64(offsets::RING_TAIL).load(Ordering::Acquire);
+        if tail.wrapping_sub(self.head) > slots {
+            self.head.wrapping_add(slots)
+        } else {
+            tail
+        }
+    }
+
     /// Whether the bounce pool has no free buffer now.
     pub fn pool_dry(&self) -> bool {
         bounce::is_dry(&self.map)
