@@ -180,10 +180,18 @@ impl EpRx {
 
     /// Whether anything is in flight whose peer may die while we sleep
     /// (operations, transfers from senders, a ring head claimed and not
-    /// committed, stalled work): a sleeper must wake for the liveness
-    /// checks.
+    /// committed, stalled work), or that only the liveness checks end
+    /// (bounce buffers consumed before their senders filled them, a dry
+    /// pool that may hold dead senders' buffers, gone peers not yet
+    /// forgotten): a sleeper must wake for the checks.
     pub(crate) fn in_flight(&self) -> bool {
-        self.st.ops.len() > 0 || self.st.xfers.len() > 0 || self.rx.head_claimed() || self.stalled()
+        self.st.ops.len() > 0
+            || self.st.xfers.len() > 0
+            || self.rx.head_claimed()
+            || self.stalled()
+            || self.rx.forsaken() > 0
+            || self.rx.pool_dry()
+            || !self.st.gone_marks.is_empty()
     }
 
     /// Whether the ring's head waits for its sender: a stepped message
