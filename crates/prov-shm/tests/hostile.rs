@@ -662,18 +662,9 @@ fn a_stalled_message_of_a_real_sender_fails_on_both_sides() {
     // SAFETY: `buf` outlives the completion.
     unsafe { post_recv(&victim, &mut buf, 301) };
     let body = pattern(len, 5);
-    let v = [objects::IoVec {
-        addr: body.as_ptr().cast_mut(),
-        len,
-    }];
     // SAFETY: `body` outlives the send, awaited below. Alone, the message
     // goes eagerly and stepped, and asks for an `ACK`.
-    unsafe {
-        friend
-            .ep
-            .sendmsg(&msg(&v, v_at_f, 0, 0, 300), OpFlags::empty())
-            .unwrap()
-    };
+    unsafe { send_body(&friend, v_at_f, &body, None, 300) };
     // The friend's progress sends it; the victim has not looked yet.
     let start = std::time::Instant::now();
     while stall_stepped(&victim, len as u32, 3 * STEP as u32) == 0 {
@@ -702,6 +693,28 @@ fn a_stalled_message_of_a_real_sender_fails_on_both_sides() {
     assert_eq!(send_errs, vec![ErrorKind::Io]);
     assert!(buf[..3 * STEP] == body[..3 * STEP]);
     still_works(&victim, &friend);
+}
+
+/// Sends `body` from `s` to `dest` with context `ctx`: tagged with `tag`,
+/// or untagged.
+///
+/// # Safety
+///
+/// `body` must outlive the send's completion (or the endpoint).
+unsafe fn send_body(s: &Side, dest: FiAddr, body: &[u8], tag: Option<u64>, ctx: u64) {
+    let v = [objects::IoVec {
+        addr: body.as_ptr().cast_mut(),
+        len: body.len(),
+    }];
+    let m = msg(&v, dest, tag.unwrap_or(0), 0, ctx);
+    // SAFETY: the caller's contract.
+    let r = unsafe {
+        match tag {
+            Some(_) => s.ep.tsendmsg(&m, OpFlags::empty()),
+            None => s.ep.sendmsg(&m, OpFlags::empty()),
+        }
+    };
+    r.unwrap();
 }
 
 /// Posts a receive of `buf` for tag `tag` with context `ctx` on `s`.
@@ -841,17 +854,8 @@ fn buffers_of_a_sender_that_died_before_sending_return_to_the_pool() {
     // SAFETY: `buf` outlives the completion, awaited below.
     unsafe { post_recv(&victim, &mut buf, 401) };
     let body = pattern(len, 6);
-    let v = [objects::IoVec {
-        addr: body.as_ptr().cast_mut(),
-        len,
-    }];
     // SAFETY: `body` outlives the send, awaited below.
-    unsafe {
-        friend
-            .ep
-            .sendmsg(&msg(&v, v_at_f, 0, 0, 400), OpFlags::empty())
-            .unwrap()
-    };
+    unsafe { send_body(&friend, v_at_f, &body, None, 400) };
     // The victim's checks see the pool dry and its holder dead: the
     // buffers go back, and the message goes through.
     let start = std::time::Instant::now();
@@ -883,18 +887,9 @@ fn a_gone_peer_is_forgotten_while_stalled_senders_take_turns_at_the_head() {
     // receive takes it, so the victim keeps the announcement (its bytes
     // stay with the sender).
     let body = pattern(1 << 20, 2);
-    let v = [objects::IoVec {
-        addr: body.as_ptr().cast_mut(),
-        len: body.len(),
-    }];
     // SAFETY: `body` outlives the test; the send never completes (its
     // endpoint closes first).
-    unsafe {
-        closer
-            .ep
-            .tsendmsg(&msg(&v, v_at_c, TAG, 0, 500), OpFlags::empty())
-            .unwrap()
-    };
+    unsafe { send_body(&closer, v_at_c, &body, Some(TAG), 500) };
     drain(&closer);
     drain(&victim);
     // A stepped message whose sender stopped holds the ring's head; the

@@ -69,21 +69,10 @@ impl CqCore {
         &self.signal
     }
 
-    /// The queue's lock: spins, yielding now and then.
+    /// The queue's lock.
     #[inline]
     fn lock(&self) -> SpinMutexGuard<'_, VecDeque<Completion>> {
-        let mut spins = 0u32;
-        loop {
-            if let Some(g) = self.queue.try_lock() {
-                return g;
-            }
-            spins = spins.wrapping_add(1);
-            if spins % 64 == 0 {
-                std::thread::yield_now();
-            } else {
-                std::hint::spin_loop();
-            }
-        }
+        super::spin_lock(&self.queue)
     }
 
     /// Adds a successful completion. Never fails and never drops.

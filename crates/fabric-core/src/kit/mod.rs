@@ -39,6 +39,25 @@ pub fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// Takes a spin lock held only for a few instructions (a queue's push or
+/// pop): spins, and yields now and then, since its holder may have been
+/// preempted.
+#[inline]
+pub fn spin_lock<T>(m: &spin::mutex::SpinMutex<T>) -> spin::mutex::SpinMutexGuard<'_, T> {
+    let mut spins = 0u32;
+    loop {
+        if let Some(g) = m.try_lock() {
+            return g;
+        }
+        spins = spins.wrapping_add(1);
+        if spins % 64 == 0 {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
 /// A 64-bit value nobody can predict from earlier ones: the process's
 /// randomly keyed SipHash (std's `RandomState`, seeded by the operating
 /// system) over a counter, the pid and the time. For keys and nonces a

@@ -34,22 +34,10 @@ impl<T> Handoff<T> {
         }
     }
 
-    /// The lock: held only for a push or a pop, so a waiter spins, and
-    /// yields after a while (its holder may have been preempted).
+    /// The lock: held only for a push or a pop.
     #[inline]
     fn lock(&self) -> SpinMutexGuard<'_, VecDeque<T>> {
-        let mut spins = 0u32;
-        loop {
-            if let Some(g) = self.q.try_lock() {
-                return g;
-            }
-            spins += 1;
-            if spins % 64 == 0 {
-                std::thread::yield_now();
-            } else {
-                std::hint::spin_loop();
-            }
-        }
+        fabric_core::kit::spin_lock(&self.q)
     }
 
     /// Appends `v`; hands it back when `cap` requests wait already.
