@@ -268,6 +268,11 @@ impl Sender {
         }
         let pos = self.claim()?;
         let s = l.slot(pos);
+        if len > 2 * 64 - slot::PAYLOAD {
+            // The payload's further lines, fetched for writing in parallel
+            // rather than one by one as the copy reaches them.
+            map.prefetch_lines_for_write(s + 64, len - (64 - slot::PAYLOAD));
+        }
         // Payload first, header last: the receiver polls the slot's first
         // line, which the header shares, so it is written right before the
         // commit instead of being pulled back and forth during the copy.
@@ -385,6 +390,9 @@ impl Sender {
             // slot, so our writes below come after its reads of the last
             // lap. (A read-modify-write here, to fetch the line for writing
             // in one go, measured no faster.)
+            // The slot's first line is in the receiver's cache (it freed
+            // the slot and polls it): fetch it once, ready for the writes.
+            map.prefetch_for_write(l.slot(pos));
             let h: Header<'_> = map.fixed(l.slot(pos));
             let seq = h.u64::<{ slot::SEQ }>().load(Ordering::Acquire);
             let diff = seq.wrapping_sub(pos) as i64;
@@ -510,37 +518,57 @@ pub struct Receiver {
     /// [`reclaim_forsaken`](Self::reclaim_forsaken)). At most one entry
     /// per buffer.
     forsaken: Vec<(u32, u32, u32)>,
+    /// The position of the command taken last, whose slot is handed back
+    /// to the senders at the start of the receiver's next call rather
+    /// than right away: the stores that free it pull the slot's line away
+    /// from the sender's core, and the next atomic operation (the
+    /// completion queue's lock, the answer's claim) would wait for that
+    /// trip on the message's path; at the next call the receiver is
+    /// polling. It holds one slot back for that long.
+    unreleased: Option<u64>,
 }
 
 /// Releases the head slot (and its bounce buffer) when dropped, so that a
-/// panicking callback does not wedge the ring.
+/// panicking callback does not wedge the ring. With `defer`, the slot's
+/// own stores wait there for the receiver's next call (see
+/// `Receiver::unreleased`); the head moves on and the buffer goes back
+/// now.
 struct Release<'a> {
     map: &'a Mapping,
     head: &'a mut u64,
     bounce: Option<u32>,
+    defer: Option<&'a mut Option<u64>>,
 }
 
 impl Drop for Release<'_> {
     fn drop(&mut self) {
         let pos = *self.head;
-        let l = self.map.layout();
-        let s = l.slot(pos);
         if let Some(b) = self.bounce {
             // A failure means a duplicate reference or a scribbled free
             // list; the buffer is left out of the pool rather than handed
             // out twice.
             let _ = bounce::release(self.map, b);
         }
-        let h: Header<'_> = self.map.fixed(s);
-        h.u32::<{ slot::CLAIMER }>().store(0, Ordering::Relaxed);
-        // Release: our reads of the slot happen before the next lap's
-        // sender (which loads this with Acquire) overwrites it.
-        h.u64::<{ slot::SEQ }>().store(
-            pos.wrapping_add(u64::from(l.ring_slots())),
-            Ordering::Release,
-        );
+        match self.defer.as_deref_mut() {
+            Some(d) => *d = Some(pos),
+            None => free_slot(self.map, pos),
+        }
         *self.head = pos.wrapping_add(1);
     }
+}
+
+/// Hands the slot of `pos`, consumed, to the next lap's sender.
+#[inline(always)]
+fn free_slot(map: &Mapping, pos: u64) {
+    let l = map.layout();
+    let h: Header<'_> = map.fixed(l.slot(pos));
+    h.u32::<{ slot::CLAIMER }>().store(0, Ordering::Relaxed);
+    // Release: our reads of the slot happen before the next lap's
+    // sender (which loads this with Acquire) overwrites it.
+    h.u64::<{ slot::SEQ }>().store(
+        pos.wrapping_add(u64::from(l.ring_slots())),
+        Ordering::Release,
+    );
 }
 
 impl Receiver {
@@ -550,6 +578,16 @@ impl Receiver {
             head: 0,
             policy: WaitPolicy::default(),
             forsaken: Vec::new(),
+            unreleased: None,
+        }
+    }
+
+    /// Frees the slot of the command taken last, if it waits (see
+    /// `unreleased`).
+    #[inline(always)]
+    fn release_taken(&mut self) {
+        if let Some(pos) = self.unreleased.take() {
+            free_slot(&self.map, pos);
         }
     }
 
@@ -603,6 +641,7 @@ impl Receiver {
     /// [`reclaim_forsaken`](Self::reclaim_forsaken)).
     #[inline(always)]
     fn take<R>(&mut self, f: impl FnOnce(&Message, Payload<'_>) -> (R, bool)) -> Result<R> {
+        self.release_taken();
         let map: &Mapping = &self.map;
         let l = *map.layout();
         let pos = self.head;
@@ -699,6 +738,7 @@ impl Receiver {
                     map,
                     head,
                     bounce: msg.bounce,
+                    defer: Some(&mut self.unreleased),
                 };
                 let (r, keep) = f(&msg, p);
                 if keep {
@@ -723,6 +763,7 @@ impl Receiver {
                     map,
                     head,
                     bounce: None,
+                    defer: None,
                 });
                 Err(e)
             }
@@ -991,6 +1032,7 @@ impl Receiver {
                 map,
                 head: &mut self.head,
                 bounce: None,
+                defer: None,
             });
         } else {
             map.u64(l.slot(pos) + slot::SEQ)
@@ -1028,6 +1070,7 @@ impl Receiver {
     ///
     /// [`process_gone`]: crate::region::process_gone
     pub fn recover(&mut self, mut is_dead: impl FnMut(u32) -> bool) -> Recovery {
+        self.release_taken();
         let mut out = Recovery {
             repaired: self.repair(),
             ..Recovery::default()
@@ -1101,6 +1144,7 @@ impl Receiver {
     /// stall and `recover` run: the engine calls this when the pool runs
     /// dry. Returns how many it returned.
     pub fn free_dead_holders(&mut self, mut is_dead: impl FnMut(u32) -> bool) -> u32 {
+        self.release_taken();
         let map: &Mapping = &self.map;
         let l = *map.layout();
         let count = l.bounce_count();
@@ -1140,6 +1184,12 @@ impl Receiver {
             }
         }
         freed
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.release_taken();
     }
 }
 
