@@ -663,9 +663,16 @@
 //!   still holds the previous lap: the ring is full, return `Again`. If it
 //!   is ahead, another sender took `pos`: reload `tail` and retry (at most
 //!   65536 turns, then `Again`).
-//! - **Fill**: record our pid as claimer, write the header fields and the
-//!   inline payload (or fill a bounce buffer *before* claiming, so the
-//!   claimed-but-uncommitted window stays a few stores long).
+//! - **Fill**: write the inline payload's bytes past the slot's first line,
+//!   then that line: the payload's first 16 bytes, the header fields and
+//!   our pid as claimer (or fill a bounce buffer *before* claiming, so the
+//!   claimed-but-uncommitted window stays a few stores long). The
+//!   receiver polls the first line, and each look of it while the rest is
+//!   written would cost the sender another trip for it: with the first
+//!   line last, 64 B one-way measured 0.39-0.43 us where it had been
+//!   0.41-0.74 (256 B 0.69-0.70 -> 0.47-0.49, 1 KiB 0.71-0.85 -> 0.52-0.60;
+//!   4 rounds each, host's cache-line probe at 165 ns, together with the
+//!   claim's `prefetchw` and the late free below).
 //! - **Commit**: CAS the sequence from `pos` to `pos + 1` (SeqCst). It is a
 //!   CAS, not a store, so that a slot the receiver reclaimed from a sender
 //!   it believed dead cannot be resurrected (the late sender gets
@@ -699,7 +706,8 @@
 //!   command could hand it out twice).
 //! - **Recovery**: a sender that dies between claim and commit leaves the
 //!   head slot claimed forever. [`Receiver::recover`](crate::ring::Receiver::recover)
-//!   skips such slots when their claimer pid is dead, and frees bounce
+//!   skips such slots when their claimer pid is dead or, 50 ms on, still
+//!   not recorded (a live sender whose commit then fails sends anew), and frees bounce
 //!   buffers held by dead pids that no pending command names (that part
 //!   alone, [`Receiver::free_dead_holders`](crate::ring::Receiver::free_dead_holders),
 //!   also runs whenever the pool is dry: a sender that dies before

@@ -183,7 +183,7 @@ fn recover_skips_a_dead_claimer_and_frees_its_buffers() {
     let l = *map.layout();
     const DEAD: u32 = 0x7fff_fff0;
     // A sender claims position 0 and "dies" before committing.
-    let pos = tx.claim().expect("claim");
+    let pos = tx.claim(false).expect("claim");
     map.u32(l.slot(pos) + slot::CLAIMER)
         .store(DEAD, Ordering::Relaxed);
     // Another takes a bounce buffer and dies before sending.
@@ -213,7 +213,7 @@ fn recover_skips_a_dead_claimer_and_frees_its_buffers() {
     let (m, p) = rx.try_recv_vec().expect("unstuck");
     assert_eq!((m.cmd.tag, p.as_slice()), (5, &b"behind"[..]));
     // The late commit of a sender that was taken for dead fails.
-    let pos2 = tx.claim().expect("claim");
+    let pos2 = tx.claim(false).expect("claim");
     map.u32(l.slot(pos2) + slot::CLAIMER)
         .store(DEAD, Ordering::Relaxed);
     assert_eq!(rx.recover(is_dead).skipped_slots, 1);
@@ -229,6 +229,43 @@ fn recover_skips_a_dead_claimer_and_frees_its_buffers() {
         .expect("buffer");
     assert_eq!(rx.try_recv_vec().expect("1").1, b"1");
     assert_eq!(rx.try_recv_vec().expect("2").1, b"2");
+}
+
+#[test]
+fn recover_skips_a_claim_whose_pid_was_never_recorded_but_not_a_live_one() {
+    let region = Region::create(&small()).expect("create");
+    let tx = region.sender();
+    let mut rx = region.receiver().expect("receiver");
+    let map = &*tx.map;
+    let l = *map.layout();
+    let alive = |_: u32| false;
+    // Claimed by a live sender that recorded its pid: left alone.
+    let pos = tx.claim(false).expect("claim");
+    map.u32(l.slot(pos) + slot::CLAIMER)
+        .store(std::process::id(), Ordering::Relaxed);
+    assert_eq!(rx.recover(alive).skipped_slots, 0);
+    assert!(rx.head_claimed());
+    // Its sender finishes; the next claim "dies" before writing its
+    // header (senders record their pid with it), behind it a live send.
+    tx.write_header(l.slot(pos), &Command::default(), 0, bounce::NONE, 0);
+    tx.commit(l.slot(pos), pos).expect("commit");
+    rx.try_recv_vec().expect("first");
+    let _ = tx.claim(false).expect("claim");
+    tx.try_send(
+        &Command {
+            tag: 9,
+            ..Command::default()
+        },
+        b"after",
+    )
+    .expect("send");
+    assert_eq!(
+        rx.try_recv_vec().expect_err("stuck").kind(),
+        ErrorKind::Again
+    );
+    assert_eq!(rx.recover(alive).skipped_slots, 1);
+    let (m, p) = rx.try_recv_vec().expect("unstuck");
+    assert_eq!((m.cmd.tag, p.as_slice()), (9, &b"after"[..]));
 }
 
 #[test]
