@@ -10,6 +10,7 @@
 //! |---|---|---|---|
 //! | message, inject | ≤ 4 KiB | `MSG`, payload inline in the slot | 2 |
 //! | message | ≤ [eager limit](crate::getinfo::EAGER_MAX) (32 KiB) | `MSG`, payload in one bounce buffer | 2 |
+//! | message from 8 KiB, answering or alone (see [Thresholds](#thresholds), mid sizes) | < CMA limit | as the row above or below, or by CMA as at the CMA limit: the sender times both and takes the faster | 2 or 1 |
 //! | message, alone (nothing else in flight) | ≤ one bounce buffer (128 KiB) | `MSG` (flag `ACK_REQ`), payload in one bounce buffer, from 32 KiB committed after its first 16 KiB and received as it lands (see [Stepped messages](#stepped-messages)); `ACK` once received | 2, from 32 KiB pipelined on two cores |
 //! | message | < [CMA limit](crate::getinfo::CMA_MIN) (256 KiB), or no CMA | `RTS` (flag PUSH); receiver answers `CTS` once matched; sender pushes `DATA` chunks of one bounce buffer each, which the receiver copies out as they come; `ACK` | 2, pipelined on two cores |
 //! | message | ≥ CMA limit | pushed as above, or by CMA as below: the sender times both and takes the faster (see the CMA limit below) | 2 or 1 |
@@ -90,6 +91,26 @@
 //!   64 KiB 1.91-2.04 / 1.80-1.86; `fabric bw` (64 in flight) unchanged
 //!   (64 KiB: 41.0 / 42.0, 37.7 / 41.3 GB/s in two rounds; 40000 B:
 //!   19.0 / 20.3 and 18.8 / 20.7 GB/s).
+//! - **Mid sizes, 8 KiB to 256 KiB, sent alone: measured.** A message of
+//!   these sizes that answers something (the endpoint took a command from
+//!   its ring since the previous such send to the peer, as in a
+//!   ping-pong; up to the eager limit) or goes alone (above it, nothing
+//!   else in flight) takes whichever of the bounce buffer and cross-memory
+//!   attach measured faster lately, per peer and power-of-two size class
+//!   (`ep::choice`, the same learning as from the CMA limit on, with a
+//!   look at the slower copy once in 1024 messages). A bounce-buffer
+//!   message up to the eager limit is timed by its copy in, which is most
+//!   of its time; one above it, and CMA, from announcement to `ACK`. The
+//!   bounce buffer's two copies move every line between the cores, and
+//!   in the host's slow state (a cache line's trip 5x slower) its copy in
+//!   alone took 470-590 ns per KiB against 150-160 in the fast state,
+//!   while cross-memory attach, one copy by the receiver, took 205-270
+//!   in both. Measured 2026-11-28, `fabric pingpong`, alternating runs,
+//!   one-way us, always bounce / chosen: 16 KiB 2.48 / 2.51 (fast state,
+//!   8 rounds; bounce kept); 64 KiB 6.4-6.6 / 4.9-5.1 and 128 KiB
+//!   11.7-12.7 / 7.6-8.8 (fast state, 4 rounds each; CMA taken).
+//!   Messages of a stream stay eager: a rendezvous would hold the stream
+//!   behind it until the peer posts a receive.
 //! - **CMA limit: 256 KiB** ([`getinfo::CMA_MIN`](crate::getinfo::CMA_MIN), `FI_SHM_CMA_MIN`):
 //!   a larger message below it is pushed through bounce buffers in 128 KiB
 //!   chunks after a `CTS` (two copies, one on each core, overlapping),

@@ -177,7 +177,15 @@ impl ShmEndpoint {
             .bounce_capacity()
             .max(peer.sender.inline_capacity());
         let eager = len <= sh.eager_max && len <= cap;
+        // From `MID_MIN` on, the copy is chosen by measurement: eagerly
+        // through a bounce buffer, timed here, or by cross-memory attach,
+        // which the engine runs and times (see `choice`).
+        let probe = (eager && !inject && len >= choice::MID_MIN && len < sh.cma_min)
+            .then(|| peer.mid_choice(sh))
+            .flatten()
+            .map(|c| c.pick(len));
         if eager
+            && !probe.is_some_and(|p| p.cma())
             && !flags.intersects(OpFlags::FENCE | OpFlags::DELIVERY_COMPLETE)
             && sh.queued.load(Ordering::Acquire) == 0
             && !peer.paused.load(Ordering::Relaxed)
@@ -192,6 +200,9 @@ impl ShmEndpoint {
             let (parts, n) = unsafe { buf.slices() };
             match peer.sender.try_send_parts(&cmd, &parts[..n]) {
                 Ok(()) => {
+                    if let Some(p) = probe {
+                        peer.choice.record_eager(p);
+                    }
                     b.tx_op_done(&done);
                     return Ok(());
                 }
@@ -218,6 +229,7 @@ impl ShmEndpoint {
             flags,
             data,
             done,
+            probe: probe.filter(|p| p.cma()),
         })
     }
 
@@ -555,6 +567,7 @@ impl RmaOps for ShmEndpoint {
                 len,
                 report: !b.tx_selective || flags.contains(OpFlags::COMPLETION),
             },
+            probe: None,
         })
     }
 
@@ -595,6 +608,7 @@ impl RmaOps for ShmEndpoint {
                 len,
                 report: !b.tx_selective || flags.contains(OpFlags::COMPLETION),
             },
+            probe: None,
         })
     }
 }
@@ -720,6 +734,7 @@ impl AtomicOps for ShmEndpoint {
                 len: bytes,
                 report: !b.tx_selective || flags.contains(OpFlags::COMPLETION),
             },
+            probe: None,
         })
     }
 }

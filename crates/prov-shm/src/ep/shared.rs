@@ -84,6 +84,8 @@ pub(crate) struct TxPeer {
     pub no_cma: AtomicBool,
     /// Which copy rendezvous messages to this peer take.
     pub choice: Choice,
+    /// [`EpShared::rx_taken`] at the last send of a mid-size message.
+    rx_mark: AtomicU64,
     /// The peer closed its endpoint or exited: operations fail.
     pub dead: AtomicBool,
     /// The peer asked us to send no messages until it resumes us (it holds
@@ -97,6 +99,22 @@ pub(crate) struct TxPeer {
 }
 
 impl TxPeer {
+    /// The copy choice of a mid-size message to this peer, where both
+    /// copies are open to it: the choice is measured (no
+    /// `FI_SHM_CMA_MIN`), cross-memory attach works, and the message goes
+    /// alone: this endpoint took a command from its ring since the
+    /// previous such send (a message of a stream, sent right behind the
+    /// previous, stays eager: a rendezvous would hold the stream behind
+    /// it until the peer posts a receive).
+    #[inline]
+    pub(crate) fn mid_choice(&self, sh: &EpShared) -> Option<&Choice> {
+        if !sh.adaptive || !sh.cma || self.no_cma.load(Ordering::Relaxed) {
+            return None;
+        }
+        let seen = sh.rx_taken.load(Ordering::Relaxed);
+        (self.rx_mark.swap(seen, Ordering::Relaxed) != seen).then_some(&self.choice)
+    }
+
     /// Whether the handle was found in the AV since its last removal.
     #[inline]
     fn valid_at(&self, removals: u64) -> bool {
@@ -259,6 +277,9 @@ pub(crate) struct TxReq {
     /// Remote CQ data (with FI_REMOTE_CQ_DATA in `flags`).
     pub data: u64,
     pub done: TxDone,
+    /// A message's copy, chosen (cross-memory attach) by the calling
+    /// thread (see `choice`).
+    pub probe: Option<super::choice::Probe>,
 }
 
 /// Numbers endpoints within this process; a peer knows an endpoint by
@@ -285,6 +306,11 @@ pub(crate) struct EpShared {
     pub queued: AtomicUsize,
     /// Operations handed to the engine and not yet completed.
     pub outstanding: AtomicUsize,
+    /// Commands taken from this endpoint's ring so far (as of the last
+    /// progress pass that took one): a send that sees it moved since the
+    /// last send to the same peer answers something, as in a ping-pong,
+    /// rather than streams (see `TxPeer::mid_choice`).
+    pub rx_taken: AtomicU64,
     pub binds: Mutex<Binds>,
     pub bound: OnceLock<Binds>,
     pub enabled: AtomicBool,
@@ -337,6 +363,7 @@ impl EpShared {
             posted: Handoff::new(rx),
             txq: ArrayQueue::new(tx),
             queued: AtomicUsize::new(0),
+            rx_taken: AtomicU64::new(0),
             outstanding: AtomicUsize::new(0),
             binds: Mutex::new(Binds::default()),
             bound: OnceLock::new(),
@@ -417,6 +444,7 @@ impl EpShared {
                     // process here: never cross-memory attach to it.
                     no_cma: AtomicBool::new(!local),
                     choice: Choice::default(),
+                    rx_mark: AtomicU64::new(u64::MAX),
                     dead: AtomicBool::new(false),
                     paused: AtomicBool::new(false),
                     checked: AtomicU64::new(removals),

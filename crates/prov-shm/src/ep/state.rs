@@ -240,10 +240,14 @@ impl EpRx {
             // the receive CQ (it does not tell us when it does).
             st.cq_room(sh, b);
         }
+        let taken = self.rx.position();
         for _ in 0..RING_BUDGET {
             // `is_ready` first: an empty ring (most looks of a polling
             // reader) then costs one load, not a receive that fails.
             if st.ring_held || !self.rx.is_ready() {
+                // Polling now: the slot taken last goes back to its
+                // senders (see `ring::Receiver`).
+                self.rx.release_taken();
                 break;
             }
             st.ring_filling = false;
@@ -272,6 +276,10 @@ impl EpRx {
                     );
                 }
             }
+        }
+        if self.rx.position() != taken {
+            sh.rx_taken
+                .store(self.rx.position(), std::sync::atomic::Ordering::Relaxed);
         }
         if !st.pending.is_empty() || !sh.txq.is_empty() {
             work |= st.start_ops(sh, b);

@@ -303,13 +303,29 @@ impl RxState {
                 // a window take the rendezvous (see the crate docs, eager
                 // limit).
                 let lone = sh.lone_eager && len > sh.eager_max && self.ops.len() == 0;
-                if (len <= sh.eager_max || lone) && len <= cap {
+                // From `MID_MIN` to the CMA limit, the copy is chosen by
+                // measurement (see `choice`): the calling thread chose for
+                // messages up to the eager limit (a choice of CMA comes
+                // here with its probe); a lone message above it, which
+                // asks for an `ACK` anyway, is chosen and timed here.
+                let probe = req.probe.or_else(|| {
+                    (lone && sh.adaptive && cma_works && len < sh.cma_min && len <= cap)
+                        .then(|| peer.choice.pick(len))
+                });
+                let eager = match probe {
+                    Some(p) => !p.cma(),
+                    None => (len <= sh.eager_max || lone) && len <= cap,
+                };
+                if eager {
                     cmd.op = op::MSG;
                     let wants_ack = lone || req.flags.contains(OpFlags::DELIVERY_COMPLETE);
                     let id = wants_ack.then(|| self.insert(req, Pieces::EMPTY, 0));
                     if let Some(id) = id {
                         cmd.flags |= flag::ACK_REQ;
                         cmd.aux[0] = id;
+                        if let Some(op) = self.ops.get_mut(id) {
+                            op.probe = probe;
+                        }
                     }
                     // SAFETY: the send contract: the buffer is readable until
                     // the operation completes.
@@ -337,8 +353,9 @@ impl RxState {
                 cmd.op = op::RTS;
                 // From the CMA limit on, which copy is faster depends on the
                 // machine's state: measure (see `choice`).
-                let probe =
-                    (sh.adaptive && cma_works && len >= sh.cma_min).then(|| peer.choice.pick(len));
+                let probe = probe.or_else(|| {
+                    (sh.adaptive && cma_works && len >= sh.cma_min).then(|| peer.choice.pick(len))
+                });
                 if !probe.map_or(use_cma(len), |p| p.cma()) {
                     cmd.flags |= flag::PUSH;
                 }
@@ -482,7 +499,7 @@ impl RxState {
         match err {
             None => {
                 if let Some(probe) = op.probe {
-                    op.peer.choice.record(probe, op.buf.len());
+                    op.peer.choice.record(probe);
                 }
                 b.tx_op_done(&op.done)
             }

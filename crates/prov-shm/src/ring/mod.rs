@@ -614,10 +614,11 @@ impl Receiver {
         }
     }
 
-    /// Frees the slot of the command taken last, if it waits (see
-    /// `unreleased`).
+    /// Frees the slot of the command taken last, if it waits: the
+    /// receive calls do so first; a poller that found the ring empty
+    /// calls this so that the slot is not held until the next command.
     #[inline(always)]
-    fn release_taken(&mut self) {
+    pub fn release_taken(&mut self) {
         if let Some(pos) = self.unreleased.take() {
             free_slot(&self.map, pos);
         }
