@@ -183,7 +183,7 @@ impl ShmEndpoint {
         let probe = (eager && !inject && len >= choice::MID_MIN && len < sh.cma_min)
             .then(|| peer.mid_choice(sh))
             .flatten()
-            .map(|c| c.pick(len));
+            .map(|c| c.pick_sampled(len));
         if eager
             && !probe.is_some_and(|p| p.cma())
             && !flags.intersects(OpFlags::FENCE | OpFlags::DELIVERY_COMPLETE)
