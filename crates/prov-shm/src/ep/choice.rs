@@ -55,8 +55,8 @@ pub(crate) const EXPLORE: u32 = 128;
 /// one run in 128 cost 4-8%.
 pub(crate) const EXPLORE_MID: u32 = 1024;
 
-/// Classes below this one are the mid sizes (8 KiB up to 256 KiB).
-const FIRST_BIG_CLASS: usize = 18 - FIRST_CLASS as usize;
+/// Classes below this one are the mid sizes (8 KiB up to the CMA limit).
+const FIRST_BIG_CLASS: usize = (crate::config::CMA_MIN.trailing_zeros() - FIRST_CLASS) as usize;
 
 /// One eager message in this many of a mid-size class is timed (see
 /// [`Choice::pick_sampled`]).

@@ -171,59 +171,56 @@ impl Mapping {
     /// the command. A hint only: nothing is read, nothing can fault.
     #[inline]
     pub(crate) fn prefetch(&self, off: usize, len: usize) {
-        let len = len.min(PREFETCH_MAX);
-        let p = self.check(off, len, 1);
         #[cfg(target_arch = "x86_64")]
-        {
-            // From the line holding the first byte to the one holding the
-            // last.
-            let first = p.wrapping_sub(p as usize % 64);
-            for k in 0..(p as usize % 64 + len).div_ceil(64) {
-                // SAFETY: a prefetch reads nothing and cannot fault (the
-                // addresses are in the mapping's lines anyway).
-                unsafe {
-                    core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
-                        first.wrapping_add(k * 64).cast(),
-                    )
-                };
+        self.each_line(off, len, |line| {
+            // SAFETY: a prefetch reads nothing and cannot fault (the
+            // addresses are in the mapping's lines anyway).
+            unsafe {
+                core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(line.cast())
             }
-        }
-        let _ = p;
+        });
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = self.check(off, len.min(PREFETCH_MAX), 1);
     }
 
-    /// Asks for the cache line holding byte `off` with the intent to write
-    /// it (`prefetchw`), so that a load of it followed by stores takes one
-    /// trip from another core's cache, not two (the load's, then the
-    /// stores' claim of ownership). Only a hint: no effect where the CPU
-    /// lacks the instruction or off x86-64.
+    /// Asks for the cache lines of `[off, off + len)` (at least one, at
+    /// most [`PREFETCH_MAX`] bytes) with the intent to write them
+    /// (`prefetchw`), so that a load of a line followed by stores takes
+    /// one trip from another core's cache, not two (the load's, then the
+    /// stores' claim of ownership), and several lines travel at once. Only
+    /// a hint: no effect where the CPU lacks the instruction or off x86-64.
     #[inline(always)]
-    pub(crate) fn prefetch_for_write(&self, off: usize) {
-        self.prefetch_lines_for_write(off, 1);
-    }
-
-    /// [`prefetch_for_write`](Self::prefetch_for_write) for every line
-    /// holding a byte of `off..off + len` (at most [`PREFETCH_MAX`]
-    /// bytes).
-    #[inline(always)]
-    pub(crate) fn prefetch_lines_for_write(&self, off: usize, len: usize) {
-        let len = len.clamp(1, PREFETCH_MAX);
-        let p = self.check(off, len, 1);
+    pub(crate) fn prefetch_for_write(&self, off: usize, len: usize) {
         #[cfg(target_arch = "x86_64")]
         if prefetchw_ok() {
-            let first = p.wrapping_sub(p as usize % 64);
-            for k in 0..(p as usize % 64 + len).div_ceil(64) {
+            self.each_line(off, len.max(1), |line| {
                 // SAFETY: a prefetch reads and writes nothing and cannot
                 // fault; the lines are the mapping's anyway.
                 unsafe {
                     core::arch::asm!(
                         "prefetchw byte ptr [{0}]",
-                        in(reg) first.wrapping_add(k * 64),
+                        in(reg) line,
                         options(nostack, preserves_flags, readonly)
                     )
-                };
-            }
+                }
+            });
         }
-        let _ = p;
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = self.check(off, len.clamp(1, PREFETCH_MAX), 1);
+    }
+
+    /// Calls `f` with the address of every cache line holding a byte of
+    /// `[off, off + len)` (at most [`PREFETCH_MAX`] bytes of it), from the
+    /// line of the first byte to that of the last.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn each_line(&self, off: usize, len: usize, mut f: impl FnMut(*mut u8)) {
+        let len = len.min(PREFETCH_MAX);
+        let p = self.check(off, len, 1);
+        let first = p.wrapping_sub(p as usize % 64);
+        for k in 0..(p as usize % 64 + len).div_ceil(64) {
+            f(first.wrapping_add(k * 64));
+        }
     }
 
     /// The address of byte `off`, for the futex system call, which names a
@@ -708,9 +705,8 @@ unsafe fn narrow_copy<S: Side, D: Side>(src: *const u8, dst: *mut u8, n: usize, 
     unsafe { copy_chunks::<Chunk, Chunk, S, D>(src, dst, n, shared) }
 }
 
-/// Whether the CPU has `prefetchw` (AMD since the K6's 3DNow!, Intel since
-/// Broadwell; older Intel CPUs decode it as a no-op all the same). Asked
-/// once per process.
+/// Whether the CPU has `prefetchw` (CPUID's PRFCHW bit: AMD since 3DNow!,
+/// Intel since Broadwell). Asked once per process.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn prefetchw_ok() -> bool {

@@ -274,7 +274,7 @@ impl Sender {
             if len > 2 * 64 - slot::PAYLOAD {
                 // The payload's further lines, fetched for writing in
                 // parallel rather than one by one as the copy reaches them.
-                map.prefetch_lines_for_write(s + 64, len - (64 - slot::PAYLOAD));
+                map.prefetch_for_write(s + 64, len - (64 - slot::PAYLOAD));
             }
             // The bytes past the slot's first line go first, that line
             // (payload head, header with our pid) last: the receiver polls
@@ -408,7 +408,7 @@ impl Sender {
             // first would lose it to the receiver's polling meanwhile and
             // pay the trip twice: 64 B one-way 0.195 -> 0.212 us.)
             if one_line {
-                map.prefetch_for_write(l.slot(pos));
+                map.prefetch_for_write(l.slot(pos), 1);
             }
             let h: Header<'_> = map.fixed(l.slot(pos));
             let seq = h.u64::<{ slot::SEQ }>().load(Ordering::Acquire);
