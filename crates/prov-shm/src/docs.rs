@@ -98,17 +98,25 @@
 //!   else in flight) takes whichever of the bounce buffer and cross-memory
 //!   attach measured faster lately, per peer and power-of-two size class
 //!   (`ep::choice`, the same learning as from the CMA limit on, with a
-//!   look at the slower copy once in 1024 messages). A bounce-buffer
-//!   message up to the eager limit is timed by its copy in, which is most
-//!   of its time; one above it, and CMA, from announcement to `ACK`. The
-//!   bounce buffer's two copies move every line between the cores, and
-//!   in the host's slow state (a cache line's trip 5x slower) its copy in
-//!   alone took 470-590 ns per KiB against 150-160 in the fast state,
-//!   while cross-memory attach, one copy by the receiver, took 205-270
-//!   in both. Measured 2026-11-28, `fabric pingpong`, alternating runs,
-//!   one-way us, always bounce / chosen: 16 KiB 2.48 / 2.51 (fast state,
-//!   8 rounds; bounce kept); 64 KiB 6.4-6.6 / 4.9-5.1 and 128 KiB
-//!   11.7-12.7 / 7.6-8.8 (fast state, 4 rounds each; CMA taken).
+//!   look at the slower copy once in 1024 messages). Both are timed from
+//!   the announcement to the receiver's `ACK`: CMA always, a bounce-buffer
+//!   message above the eager limit too (it asks for an `ACK` anyway), and
+//!   one in 16 of those up to it, which then asks for one (`ACK_REQ`; its
+//!   completion waits for it). Their copy in alone had been the measure,
+//!   and it misled: in the host's slow state the receiver's copy out,
+//!   which reads every line from the other core, cost as much again, so a
+//!   32 KiB copy in took 120 ns per KiB while the message took 200, against
+//!   78 by CMA, and the choice kept 8-16 KiB messages eager at twice the
+//!   time. Measured 2026-11-29, `fabric pingpong`, 3 alternating rounds in
+//!   one state (cache-line probe 55-90 ns), one-way us, timed by copy in
+//!   / timed to `ACK` / always CMA / `fi_pingpong`: 8 KiB 2.25 / 1.38 /
+//!   1.44 / 1.95, 16 KiB 3.58 / 1.70 / 1.70 / 2.28, 32 KiB 5.15 / 2.39 /
+//!   2.53 / 3.02. The `ACK` of a sample costs an eager message little:
+//!   with one in 4 timed, 8-32 KiB always eager took 1-4% longer than with
+//!   none. Earlier, measured 2026-11-28, always bounce / chosen: 16 KiB
+//!   2.48 / 2.51 (fast state, 8 rounds; bounce kept); 64 KiB 6.4-6.6 /
+//!   4.9-5.1 and 128 KiB 11.7-12.7 / 7.6-8.8 (fast state, 4 rounds each;
+//!   CMA taken).
 //!   Messages of a stream stay eager: a rendezvous would hold the stream
 //!   behind it until the peer posts a receive.
 //! - **CMA limit: 256 KiB** ([`getinfo::CMA_MIN`](crate::getinfo::CMA_MIN), `FI_SHM_CMA_MIN`):

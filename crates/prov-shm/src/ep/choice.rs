@@ -9,8 +9,9 @@
 //! From 8 KiB ([`MID_MIN`]) to the CMA limit the same learning picks
 //! between an eager message through one bounce buffer and CMA, for a
 //! message that answers something or goes alone (see the crate docs,
-//! Thresholds): the eager one is timed by its copy in (or, above the
-//! eager limit, to its `ACK`), and the slower copy gets a run once in
+//! Thresholds): both are timed to the receiver's `ACK` (an eager message
+//! up to the eager limit asks for one only when it is a timed sample, see
+//! [`Choice::pick_sampled`]), and the slower copy gets a run once in
 //! [`EXPLORE_MID`] messages.
 //!
 //! Sizes fall into power-of-two classes. In each class the sender keeps an
@@ -60,7 +61,7 @@ const FIRST_BIG_CLASS: usize = (crate::config::CMA_MIN.trailing_zeros() - FIRST_
 
 /// One eager message in this many of a mid-size class is timed (see
 /// [`Choice::pick_sampled`]).
-pub(crate) const SAMPLE_EVERY: u32 = 4;
+pub(crate) const SAMPLE_EVERY: u32 = 16;
 
 /// Messages in a row that a protocol gets when it is tried.
 pub(crate) const RUN: u32 = 8;
@@ -125,6 +126,12 @@ impl Probe {
     pub(crate) fn cma(&self) -> bool {
         self.cma
     }
+
+    /// Whether the message is timed: it asks for an `ACK`, at which
+    /// [`Choice::record`] takes the sample.
+    pub(crate) fn timed(&self) -> bool {
+        self.timed
+    }
 }
 
 impl Choice {
@@ -133,11 +140,15 @@ impl Choice {
         self.pick_with(len, |_| true)
     }
 
-    /// [`pick`](Self::pick) for a message whose eager copy the calling
-    /// thread times ([`record_eager`](Self::record_eager)): only one in
-    /// [`SAMPLE_EVERY`] of those reads the clock (two readings cost 2-4%
-    /// of an 8-16 KiB message's time), while a choice of CMA, timed to
-    /// its `ACK`, always does.
+    /// [`pick`](Self::pick) for a message up to the eager limit, which
+    /// needs no `ACK` when it goes eagerly: only one in [`SAMPLE_EVERY`]
+    /// of those is timed (it asks for an `ACK`, an extra command back,
+    /// and its completion waits for it), while a choice of CMA always is.
+    /// The copy in alone is no measure of an eager message: in the host's
+    /// slow state a 32 KiB copy in took 120 ns per KiB while the message
+    /// took 200 one-way, against 78 by CMA (timed to its `ACK`), and
+    /// judged by its copy in the eager copy kept 8-16 KiB messages at
+    /// twice the time CMA takes.
     pub(crate) fn pick_sampled(&self, len: usize) -> Probe {
         self.pick_with(len, |turn| turn < WARMUP || turn % SAMPLE_EVERY == 0)
     }
@@ -176,21 +187,6 @@ impl Choice {
     /// The time is the message's service time (see the module docs).
     pub(crate) fn record(&self, probe: Probe) {
         self.record_at(probe, Instant::now());
-    }
-
-    /// Records an eager message sent through a bounce buffer by the
-    /// calling thread, whose copy in has just ended. The send completes
-    /// without an `ACK` that would time it whole, so the sample is that
-    /// copy's time: it is most of the message's (16 KiB in the host's
-    /// fast state: copies in of 150-160 ns per KiB, one-way 2.45 us in
-    /// all, 153 ns per KiB; in its slow state 470 and 590), while the copy
-    /// out, on the other core, reads lines that arrive ahead of it.
-    pub(crate) fn record_eager(&self, probe: Probe) {
-        if !probe.timed {
-            return;
-        }
-        let ns = probe.at.elapsed().as_nanos();
-        self.add(usize::from(probe.class), false, ns, probe.len);
     }
 
     /// [`record`](Self::record) for a message that completed at `now`.
@@ -311,8 +307,8 @@ mod tests {
         c.classes[class].ns_per_kib[1].store(250, Ordering::Relaxed);
         let cma = (0..EXPLORE_MID * 2).filter(|_| c.pick(len).cma()).count() as u32;
         assert_eq!(cma, 2 * RUN);
-        // Eager copies timed by the sender: one in SAMPLE_EVERY reads the
-        // clock; a choice of CMA always does.
+        // One eager message in SAMPLE_EVERY is timed (asks for an ACK); a
+        // choice of CMA always is.
         let picks: Vec<Probe> = (0..EXPLORE_MID).map(|_| c.pick_sampled(len)).collect();
         let timed = picks.iter().filter(|p| p.timed && !p.cma).count() as u32;
         let eager = picks.iter().filter(|p| !p.cma).count() as u32;

@@ -184,8 +184,10 @@ impl ShmEndpoint {
             .then(|| peer.mid_choice(sh))
             .flatten()
             .map(|c| c.pick_sampled(len));
+        // A timed eager sample goes through the engine, which asks for an
+        // `ACK` and times the message whole (see `choice`).
         if eager
-            && !probe.is_some_and(|p| p.cma())
+            && !probe.is_some_and(|p| p.cma() || p.timed())
             && !flags.intersects(OpFlags::FENCE | OpFlags::DELIVERY_COMPLETE)
             && sh.queued.load(Ordering::Acquire) == 0
             && !peer.paused.load(Ordering::Relaxed)
@@ -200,9 +202,6 @@ impl ShmEndpoint {
             let (parts, n) = unsafe { buf.slices() };
             match peer.sender.try_send_parts(&cmd, &parts[..n]) {
                 Ok(()) => {
-                    if let Some(p) = probe {
-                        peer.choice.record_eager(p);
-                    }
                     b.tx_op_done(&done);
                     return Ok(());
                 }
@@ -229,7 +228,7 @@ impl ShmEndpoint {
             flags,
             data,
             done,
-            probe: probe.filter(|p| p.cma()),
+            probe: probe.filter(|p| p.timed()),
         })
     }
 

@@ -305,9 +305,10 @@ impl RxState {
                 let lone = sh.lone_eager && len > sh.eager_max && self.ops.len() == 0;
                 // From `MID_MIN` to the CMA limit, the copy is chosen by
                 // measurement (see `choice`): the calling thread chose for
-                // messages up to the eager limit (a choice of CMA comes
-                // here with its probe); a lone message above it, which
-                // asks for an `ACK` anyway, is chosen and timed here.
+                // messages up to the eager limit (a choice of CMA, or a timed
+                // eager sample, comes here with its probe); a lone message
+                // above it, which asks for an `ACK` anyway, is chosen and
+                // timed here.
                 let probe = req.probe.or_else(|| {
                     (lone && sh.adaptive && cma_works && len < sh.cma_min && len <= cap)
                         .then(|| peer.choice.pick(len))
@@ -318,7 +319,10 @@ impl RxState {
                 };
                 if eager {
                     cmd.op = op::MSG;
-                    let wants_ack = lone || req.flags.contains(OpFlags::DELIVERY_COMPLETE);
+                    // A timed message (alone above the eager limit, or a
+                    // sample of the mid sizes below it) is timed to its `ACK`.
+                    let wants_ack =
+                        lone || probe.is_some() || req.flags.contains(OpFlags::DELIVERY_COMPLETE);
                     let id = wants_ack.then(|| self.insert(req, Pieces::EMPTY, 0));
                     if let Some(id) = id {
                         cmd.flags |= flag::ACK_REQ;
