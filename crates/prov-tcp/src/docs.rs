@@ -45,7 +45,7 @@
 //!   waits in the connection's queue (the rest of injected data copied
 //!   into a reused staging buffer); queued frames are written together (up
 //!   to 64 iovecs per `sendmsg`). Messages of up to 32 KiB go eagerly in
-//!   one frame, and so do lone ones of up to 64 KiB (nothing else of the
+//!   one frame, and so do lone ones of up to 256 KiB (nothing else of the
 //!   endpoint in flight and no other send posted since the last progress
 //!   call: a ping-pong saves a round trip, while a burst of sends keeps
 //!   rendezvous, whose data leaves in fewer, larger `sendmsg` calls);
@@ -287,7 +287,7 @@
 //! Rendezvous (8 bytes): one u64: the message length (`MsgRts`,
 //! `TaggedRts`), the length the receiver accepts (`Cts`; 0 to discard, and
 //! 0 with a status) or the offset of the chunk (`RndvData`). A message
-//! larger than the sender's eager limit (32 KiB, or 64 KiB for a lone
+//! larger than the sender's eager limit (32 KiB, or 256 KiB for a lone
 //! message; a sender's choice, receivers take eager messages up to
 //! `max_msg_size`) is announced with an RTS; the
 //! receiver answers `Cts` once a receive matches it, and the sender sends

@@ -24,8 +24,19 @@ pub(crate) const EAGER_MAX: usize = 32 * 1024;
 /// call (ping-pong, request-response), which saves the rendezvous round
 /// trip. Messages posted in a burst keep rendezvous above [`EAGER_MAX`]:
 /// it measured faster for streams on loopback (the data of many
-/// clear-to-sends leaves in a few large `sendmsg` calls).
-pub(crate) const EAGER_LONE_MAX: usize = 64 * 1024;
+/// clear-to-sends leaves in a few large `sendmsg` calls). 256 KiB by
+/// measurement (ping-pong on loopback with the fixed receive buffer of
+/// [`crate::sys::tune`], 4 alternating rounds, one-way us, rendezvous /
+/// eager): 128 KiB 24.8 / 19.9 on MSG (`fi_pingpong` 20.1) and 25.6 /
+/// 19.0 on RDM; 256 KiB 35.0 / 28.8 on MSG (`fi_pingpong` 29.3) and 34.7
+/// / 28.5 on RDM; at 512 KiB eager took 52 or 86-90 from run to run
+/// against 74-76, and at 1 MiB 280-296 against 130-150.
+pub(crate) const EAGER_LONE_MAX: usize = 256 * 1024;
+
+/// Largest buffer of an unexpected message kept for reuse (the engine
+/// keeps up to 64): the buffer of a larger lone message (up to
+/// [`EAGER_LONE_MAX`]) that came before its receive is freed, not kept.
+const SPARE_MAX: usize = 2 * EAGER_MAX;
 
 /// Bytes of unexpected messages an endpoint keeps at most (payloads, plus
 /// [`UNEXP_COST`] per entry). Beyond it, the connection that brings the
@@ -45,9 +56,5 @@ pub(crate) const RX_BUDGET: Budget = Budget {
     hard: UNEXP_BUDGET,
     reserve: 0,
     entry_cost: UNEXP_COST,
-    spare_max: if EAGER_LONE_MAX > 2 * EAGER_MAX {
-        EAGER_LONE_MAX
-    } else {
-        2 * EAGER_MAX
-    },
+    spare_max: SPARE_MAX,
 };

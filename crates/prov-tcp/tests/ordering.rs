@@ -3,7 +3,7 @@
 //! every pair of operations is posted back to back, without waiting for a
 //! completion in between, over sizes that cross every protocol threshold
 //! (inline frames up to 4 KiB, direct reads from 16 KiB, eager messages up
-//! to 32 KiB and lone ones up to 64 KiB, rendezvous above, transfers larger
+//! to 32 KiB and lone ones up to 256 KiB, rendezvous above, transfers larger
 //! than a socket buffer).
 //!
 //! fi_endpoint(3) defines the `msg_order` bits as the order in which the
@@ -101,7 +101,7 @@ const RMA_SIZES: [usize; 9] = [
 
 /// Message sizes: empty, injected, inline frames, the eager limit and past
 /// it, the lone-eager limit and past it, rendezvous up to a few MiB.
-const MSG_SIZES: [usize; 12] = [
+const MSG_SIZES: [usize; 13] = [
     0,
     8,
     1000,
@@ -109,9 +109,10 @@ const MSG_SIZES: [usize; 12] = [
     INJECT,
     32 * 1024,
     32 * 1024 + 1,
-    64 * 1024,
     64 * 1024 + 1,
     200_000,
+    256 * 1024,
+    256 * 1024 + 1,
     1 << 20,
     3 << 20,
 ];

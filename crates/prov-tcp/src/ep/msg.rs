@@ -96,7 +96,7 @@ impl EpInner {
             None,
         )?;
         sock.set_nonblocking(true)?;
-        sock.set_nodelay(true)?;
+        crate::sys::tune((&sock).into())?;
         let connecting = match sock.connect(&key.into()) {
             Ok(()) => false,
             Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => true,

@@ -166,7 +166,7 @@ impl PepInner {
                     if sock.set_nonblocking(true).is_err() {
                         continue;
                     }
-                    let _ = sock.set_nodelay(true);
+                    let _ = crate::sys::tune((&sock).into());
                     st.next = st.next.wrapping_add(1).max(1);
                     let id = st.next;
                     if self

@@ -72,7 +72,7 @@ impl EpInner {
                 None,
             )?;
             sock.set_nonblocking(true)?;
-            sock.set_nodelay(true)?;
+            crate::sys::tune((&sock).into())?;
             // Leave from this endpoint's own address, which the hello
             // claims and the peer checks against the socket's.
             if let Some(name) = self.name {
@@ -126,7 +126,7 @@ impl EpInner {
                         continue;
                     }
                     sock.set_nonblocking(true)?;
-                    sock.set_nodelay(true)?;
+                    crate::sys::tune((&sock).into())?;
                     self.add_conn(st, Conn::new(sock, false, Phase::AwaitHello, self.limits))?;
                     if st.hello_due.is_none() {
                         st.hello_due = Some(Instant::now() + HELLO_TIMEOUT);
