@@ -37,7 +37,7 @@
 //! # Data path
 //!
 //! - **Sockets.** Every connection has `TCP_NODELAY` and, where
-//!   `net.core.rmem_max` allows it, a fixed 4 MiB receive buffer
+//!   `net.core.rmem_max` allows it, a fixed 2 MiB receive buffer
 //!   (`sys::tune`): under the kernel's autotuning a
 //!   lone eager message of 128-256 KiB took one of two times from run to
 //!   run (RDM 256 KiB: 28-30 or 44-58 us one-way), with the buffer fixed

@@ -9,18 +9,19 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 
 /// The receive buffer a connection asks for, when the system allows it
 /// (see [`tune`]).
-const RCVBUF: usize = 4 << 20;
+const RCVBUF: usize = 2 << 20;
 
 /// Readies a connection's socket for the data path: no Nagle delay, and a
-/// fixed 4 MiB receive buffer when `net.core.rmem_max` allows that much.
+/// fixed 2 MiB receive buffer when `net.core.rmem_max` allows that much.
 ///
 /// The kernel's receive-buffer autotuning made a lone eager message of
 /// 128-256 KiB take one of two times from run to run (on loopback, RDM
-/// 256 KiB ping-pong: 28-30 us or 44-58 us, half the runs slow); with the
-/// buffer fixed every run took 28.6-30.4 us, and streams and 1-4 MiB
-/// ping-pongs were unchanged. Where `rmem_max` is below 4 MiB (a stock
-/// kernel allows 208 KiB) a fixed buffer would be smaller than what
-/// autotuning grows to, so the socket keeps autotuning.
+/// 256 KiB ping-pong: 28-30 us or 44-58 us, half the runs slow); with a
+/// fixed buffer of 1, 2 or 4 MiB every run took 28.8-30.5 us. 4 MiB made
+/// 4 MiB ping-pongs 3-4% slower than autotuning, 2 MiB did not (4
+/// alternating rounds: 905 against 901 us). Where `rmem_max` is below
+/// 2 MiB (a stock kernel allows 208 KiB) a fixed buffer would be smaller
+/// than what autotuning grows to, so the socket keeps autotuning.
 pub(crate) fn tune(sock: socket2::SockRef<'_>) -> io::Result<()> {
     sock.set_nodelay(true)?;
     if big_rcvbuf_allowed() {
