@@ -101,12 +101,15 @@
 //!   look at the slower copy once in 1024 messages). Both are timed from
 //!   the announcement to the receiver's `ACK`: CMA always, a bounce-buffer
 //!   message above the eager limit too (it asks for an `ACK` anyway), and
-//!   one in 16 of those up to it, which then asks for one (`ACK_REQ`; its
-//!   completion waits for it). Their copy in alone had been the measure,
+//!   one in 16 of those up to it (and the first 16 to a peer, the trials
+//!   of both copies), which then asks for one (`ACK_REQ`). Like a message
+//!   by CMA, such a sample completes only once the receiver has it: when
+//!   it arrives before its receive is posted, only once a receive takes
+//!   it. Their copy in alone had been the measure,
 //!   and it misled: in the host's slow state the receiver's copy out,
 //!   which reads every line from the other core, cost as much again, so a
 //!   32 KiB copy in took 120 ns per KiB while the message took 200, against
-//!   78 by CMA, and the choice kept 8-16 KiB messages eager at twice the
+//!   78 by CMA, and the choice kept 8-32 KiB messages eager at twice the
 //!   time. Measured 2026-11-29, `fabric pingpong`, 3 alternating rounds in
 //!   one state (cache-line probe 55-90 ns), one-way us, timed by copy in
 //!   / timed to `ACK` / always CMA / `fi_pingpong`: 8 KiB 2.25 / 1.38 /
@@ -430,7 +433,9 @@
 //!
 //! An eager message of 32 KiB or more ([`ring::STEPPED_MIN`](crate::ring::STEPPED_MIN))
 //! whose send asks for an `ACK` (a lone message, or `FI_DELIVERY_COMPLETE`,
-//! so that a message given up half filled fails its send too; see
+//! not a timed sample of the mid sizes, which must cost what the messages
+//! it stands for cost; the `ACK` is there so that a message given up half
+//! filled fails its send too; see
 //! [Failure](#failure)) is committed once the first 16 KiB ([`ring::STEP`](crate::ring::STEP)) are
 //! in its bounce buffer (copied before the slot is claimed, so that a
 //! sender stopped in that step holds its buffer, not the ring), with ring

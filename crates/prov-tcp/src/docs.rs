@@ -40,8 +40,11 @@
 //!   `net.core.rmem_max` allows it, a fixed 2 MiB receive buffer
 //!   (`sys::tune`): under the kernel's autotuning a
 //!   lone eager message of 128-256 KiB took one of two times from run to
-//!   run (RDM 256 KiB: 28-30 or 44-58 us one-way), with the buffer fixed
-//!   always the first.
+//!   run (RDM 256 KiB: 28-30 or 44-58 us one-way); with it fixed, always
+//!   the faster. A connection then holds up to 4 MiB of kernel memory
+//!   (the kernel doubles what is asked), also one that is not read (see
+//!   unexpected messages below). Without the fixed buffer, lone messages
+//!   go eagerly only up to 64 KiB.
 //! - **Sending.** A frame with up to 4 KiB of payload is laid out whole
 //!   (headers, then the payload copied behind them) in a per-connection
 //!   buffer and written with one `send`: the kernel takes one contiguous
@@ -51,10 +54,11 @@
 //!   waits in the connection's queue (the rest of injected data copied
 //!   into a reused staging buffer); queued frames are written together (up
 //!   to 64 iovecs per `sendmsg`). Messages of up to 32 KiB go eagerly in
-//!   one frame, and so do lone ones of up to 256 KiB (nothing else of the
-//!   endpoint in flight and no other send posted since the last progress
-//!   call: a ping-pong saves a round trip, while a burst of sends keeps
-//!   rendezvous, whose data leaves in fewer, larger `sendmsg` calls);
+//!   one frame, and so do lone ones of up to 256 KiB (64 KiB without the
+//!   fixed receive buffer; lone: nothing else of the endpoint in flight
+//!   and no other send posted since the last progress call: a ping-pong
+//!   saves a round trip, while a burst of sends keeps rendezvous, whose
+//!   data leaves in fewer, larger `sendmsg` calls);
 //!   larger ones by rendezvous: `MsgRts` / `TaggedRts` announce them, the
 //!   receiver answers `Cts` once a receive matches (with the length it
 //!   takes: truncation is the receiver's error), and the sender streams
@@ -83,6 +87,8 @@
 //!   `FI_EAGAIN` once `tx_attr.size` are outstanding. A peer can therefore
 //!   never make an endpoint buffer more than the budget; the price is that
 //!   a paused connection delivers nothing else until its message is taken.
+//!   In the kernel, a paused connection holds at most its receive buffer
+//!   (4 MiB with the fixed buffer, see sockets above).
 //!   Remote CQ data reported at once fills only the receive CQ: a sender
 //!   that fills it stops being read until the application has read half.
 //! - **Answers a peer does not read.** A connection whose transmit queue
@@ -293,9 +299,10 @@
 //! Rendezvous (8 bytes): one u64: the message length (`MsgRts`,
 //! `TaggedRts`), the length the receiver accepts (`Cts`; 0 to discard, and
 //! 0 with a status) or the offset of the chunk (`RndvData`). A message
-//! larger than the sender's eager limit (32 KiB, or 256 KiB for a lone
-//! message; a sender's choice, receivers take eager messages up to
-//! `max_msg_size`) is announced with an RTS; the
+//! larger than the sender's eager limit (32 KiB, or for a lone message
+//! 256 KiB, 64 KiB with autotuned receive buffers; a sender's choice,
+//! receivers take eager messages up to `max_msg_size`) is announced with
+//! an RTS; the
 //! receiver answers `Cts` once a receive matches it, and the sender sends
 //! `RndvData` (today one chunk of the accepted length; a receiver accepts
 //! consecutive chunks, other frames may come in between). The `id` of

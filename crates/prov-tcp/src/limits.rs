@@ -30,8 +30,16 @@ pub(crate) const EAGER_MAX: usize = 32 * 1024;
 /// eager): 128 KiB 24.8 / 19.9 on MSG (`fi_pingpong` 20.1) and 25.6 /
 /// 19.0 on RDM; 256 KiB 35.0 / 28.8 on MSG (`fi_pingpong` 29.3) and 34.7
 /// / 28.5 on RDM; at 512 KiB eager took 52 or 86-90 from run to run
-/// against 74-76, and at 1 MiB 280-296 against 130-150.
+/// against 74-76, and at 1 MiB 280-296 against 130-150. Only with that
+/// buffer: see [`EAGER_LONE_MAX_AUTOTUNED`].
 pub(crate) const EAGER_LONE_MAX: usize = 256 * 1024;
+
+/// [`EAGER_LONE_MAX`] where connections keep the kernel's receive-buffer
+/// autotuning (`net.core.rmem_max` below what `sys::tune` asks for):
+/// there lone messages of 128-256 KiB took one of two times from run to
+/// run (RDM 256 KiB: 28-30 or 44-58 us), against a steady 35 by
+/// rendezvous, so eager stops at 64 KiB, as before the fixed buffer.
+pub(crate) const EAGER_LONE_MAX_AUTOTUNED: usize = 64 * 1024;
 
 /// Largest buffer of an unexpected message kept for reuse (the engine
 /// keeps up to 64): the buffer of a larger lone message (up to
@@ -50,7 +58,7 @@ pub(crate) const UNEXP_COST: usize = 64;
 
 /// The receive engine's limits: [`UNEXP_BUDGET`] of unexpected messages
 /// at [`UNEXP_COST`] an entry, a sender paused as soon as it is spent;
-/// spare buffers kept up to the largest eager message.
+/// spare buffers kept up to [`SPARE_MAX`].
 pub(crate) const RX_BUDGET: Budget = Budget {
     total: UNEXP_BUDGET,
     hard: UNEXP_BUDGET,

@@ -17,22 +17,30 @@ const RCVBUF: usize = 2 << 20;
 /// The kernel's receive-buffer autotuning made a lone eager message of
 /// 128-256 KiB take one of two times from run to run (on loopback, RDM
 /// 256 KiB ping-pong: 28-30 us or 44-58 us, half the runs slow); with a
-/// fixed buffer of 1, 2 or 4 MiB every run took 28.8-30.5 us. 4 MiB made
-/// 4 MiB ping-pongs 3-4% slower than autotuning, 2 MiB did not (4
-/// alternating rounds: 905 against 901 us). Where `rmem_max` is below
-/// 2 MiB (a stock kernel allows 208 KiB) a fixed buffer would be smaller
-/// than what autotuning grows to, so the socket keeps autotuning.
+/// fixed buffer of 1, 2 or 4 MiB every run took 28.8-30.5 us. For 4 MiB
+/// ping-pongs, 4 alternating rounds, one-way us, autotuned / fixed: 4
+/// MiB buffer 901 / 919 (MSG), 1 MiB 890 / 936 (MSG) and 886 / 929
+/// (RDM), 2 MiB 901 / 905 and 890 / 864 (MSG), 886 / 892 (RDM): 2 MiB
+/// it is. The kernel doubles it for its bookkeeping, so a connection
+/// holds up to 4 MiB of kernel memory whatever the application reads
+/// (autotuning starts at `tcp_rmem`'s default, 128 KiB, and grows only
+/// while the application reads fast, up to `tcp_rmem`'s maximum). Where
+/// `rmem_max` is below 2 MiB (a stock kernel allows 208 KiB) a fixed
+/// buffer would be smaller than what autotuning grows to, so the socket
+/// keeps autotuning, and lone messages go eagerly only up to 64 KiB
+/// ([`crate::limits::EAGER_LONE_MAX_AUTOTUNED`]).
 pub(crate) fn tune(sock: socket2::SockRef<'_>) -> io::Result<()> {
     sock.set_nodelay(true)?;
-    if big_rcvbuf_allowed() {
+    if fixed_rcvbuf() {
         // Best effort: the buffer is a speed matter, not a correctness one.
         let _ = sock.set_recv_buffer_size(RCVBUF);
     }
     Ok(())
 }
 
-/// Whether `net.core.rmem_max` is at least [`RCVBUF`] (read once).
-fn big_rcvbuf_allowed() -> bool {
+/// Whether [`tune`] fixes connections' receive buffers:
+/// `net.core.rmem_max` is at least [`RCVBUF`] (read once).
+pub(crate) fn fixed_rcvbuf() -> bool {
     static ALLOWED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ALLOWED.get_or_init(|| {
         std::fs::read_to_string("/proc/sys/net/core/rmem_max")
@@ -222,7 +230,7 @@ mod tests {
         let sock = socket2::SockRef::from(&s);
         assert!(sock.nodelay()?);
         let after = sock.recv_buffer_size()?;
-        if big_rcvbuf_allowed() {
+        if fixed_rcvbuf() {
             // The kernel doubles what it is asked for (bookkeeping).
             assert!(after >= RCVBUF, "{after} B after tune");
         } else {

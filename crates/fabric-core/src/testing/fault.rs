@@ -668,7 +668,7 @@ pub fn killing_the_sender(rig: &dyn FaultRig) {
 }
 
 /// Size of message `n` of the `stream` peer: small, medium, and above
-/// the eager limits.
+/// the eager limits of messages sent while others are in flight.
 fn stream_len(n: u64) -> usize {
     [9, 3000, BIG, 100_000, 1][(n % 5) as usize]
 }

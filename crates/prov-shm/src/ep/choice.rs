@@ -38,9 +38,10 @@
 //! protocols by whichever happened to start a window unqueued, not by
 //! their throughput.
 //!
-//! Only the domain's engine (under its lock) picks and records; the words
-//! are atomics only so that the peer, which application threads share, can
-//! hold them.
+//! Samples are recorded only by the domain's engine (under its lock);
+//! application threads pick too, for messages up to the eager limit
+//! ([`Choice::pick_sampled`]). The words are relaxed atomics: two threads
+//! picking at once may take the same turn, which only shifts a run.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -74,9 +75,9 @@ const WARMUP: u32 = 2 * RUN;
 const FIRST_CLASS: u32 = 13;
 
 /// The smallest message whose copy is chosen by measurement: from here
-/// to the CMA limit, a message sent alone goes eagerly through one bounce
-/// buffer (and asks for an `ACK`, which times it) or by cross-memory
-/// attach (see the module docs).
+/// to the CMA limit, a message that answers something or goes alone goes
+/// eagerly through one bounce buffer or by cross-memory attach (see the
+/// module docs).
 pub(crate) const MID_MIN: usize = 1 << FIRST_CLASS;
 
 /// Classes kept: 8 KiB up to 1 GiB (`MAX_MSG_SIZE`) and beyond; larger
@@ -147,7 +148,7 @@ impl Choice {
     /// The copy in alone is no measure of an eager message: in the host's
     /// slow state a 32 KiB copy in took 120 ns per KiB while the message
     /// took 200 one-way, against 78 by CMA (timed to its `ACK`), and
-    /// judged by its copy in the eager copy kept 8-16 KiB messages at
+    /// judged by its copy in the eager copy kept 8-32 KiB messages at
     /// twice the time CMA takes.
     pub(crate) fn pick_sampled(&self, len: usize) -> Probe {
         self.pick_with(len, |turn| turn < WARMUP || turn % SAMPLE_EVERY == 0)

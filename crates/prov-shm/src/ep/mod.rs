@@ -178,8 +178,9 @@ impl ShmEndpoint {
             .max(peer.sender.inline_capacity());
         let eager = len <= sh.eager_max && len <= cap;
         // From `MID_MIN` on, the copy is chosen by measurement: eagerly
-        // through a bounce buffer, timed here, or by cross-memory attach,
-        // which the engine runs and times (see `choice`).
+        // through a bounce buffer or by cross-memory attach. A choice of
+        // CMA, and an eager message picked to be timed, go to the engine,
+        // which times them to their `ACK` (see `choice`).
         let probe = (eager && !inject && len >= choice::MID_MIN && len < sh.cma_min)
             .then(|| peer.mid_choice(sh))
             .flatten()

@@ -169,7 +169,8 @@ pub(crate) struct TxOp {
     /// target pulls it itself, so its early `ACK` (flag HEAD) does not
     /// finish the operation.
     pub put_failed: bool,
-    /// The protocol choice of a rendezvous message, timed until its `ACK`.
+    /// The protocol choice of a message timed until its `ACK`: a
+    /// rendezvous, a lone eager message or a timed eager sample.
     pub probe: Option<Probe>,
 }
 
@@ -337,7 +338,11 @@ impl RxState {
                     // Stepped only with an `ACK` asked for: should the
                     // receiver give the message up half filled, the send
                     // learns it (see the crate docs, stepped messages).
-                    let sent = if id.is_some() && len >= crate::ring::STEPPED_MIN {
+                    // Not a timed sample (`req.probe`): it must cost what the
+                    // unstepped messages it stands for cost.
+                    let stepped =
+                        id.is_some() && req.probe.is_none() && len >= crate::ring::STEPPED_MIN;
+                    let sent = if stepped {
                         peer.sender.try_send_parts_stepped(&cmd, &parts[..n])
                     } else {
                         peer.sender.try_send_parts(&cmd, &parts[..n])
