@@ -106,12 +106,12 @@
 //!   by CMA, such a sample completes only once the receiver has it: when
 //!   it arrives before its receive is posted, only once a receive takes
 //!   it. Their copy in alone had been the measure,
-//!   and it misled: in the host's slow state the receiver's copy out,
+//!   and it misled: on a 2-vCPU Intel Xeon guest the receiver's copy out,
 //!   which reads every line from the other core, cost as much again, so a
 //!   32 KiB copy in took 120 ns per KiB while the message took 200, against
 //!   78 by CMA, and the choice kept 8-32 KiB messages eager at twice the
-//!   time. Measured 2026-11-29, `fabric pingpong`, 3 alternating rounds in
-//!   one state (cache-line probe 55-90 ns), one-way us, timed by copy in
+//!   time. Measured 2026-11-29 on that guest, `fabric pingpong`, 3
+//!   alternating rounds (cache-line probe 55-90 ns), one-way us, timed by copy in
 //!   / timed to `ACK` / always CMA / `fi_pingpong`: 8 KiB 2.25 / 1.38 /
 //!   1.44 / 1.95, 16 KiB 3.58 / 1.70 / 1.70 / 2.28, 32 KiB 5.15 / 2.39 /
 //!   2.53 / 3.02. The `ACK` of a sample costs an eager message little:

@@ -25,8 +25,8 @@ pub(crate) const EAGER_MAX: usize = 32 * 1024;
 /// trip. Messages posted in a burst keep rendezvous above [`EAGER_MAX`]:
 /// it measured faster for streams on loopback (the data of many
 /// clear-to-sends leaves in a few large `sendmsg` calls). 256 KiB by
-/// measurement (ping-pong on loopback with the fixed receive buffer of
-/// [`crate::sys::tune`], 4 alternating rounds, one-way us, rendezvous /
+/// measurement (ping-pong on loopback, 2-vCPU Intel Xeon guest, with
+/// the fixed receive buffer of [`crate::sys::tune`], 4 alternating rounds, one-way us, rendezvous /
 /// eager): 128 KiB 24.8 / 19.9 on MSG (`fi_pingpong` 20.1) and 25.6 /
 /// 19.0 on RDM; 256 KiB 35.0 / 28.8 on MSG (`fi_pingpong` 29.3) and 34.7
 /// / 28.5 on RDM; at 512 KiB eager took 52 or 86-90 from run to run

@@ -15,8 +15,9 @@ const RCVBUF: usize = 2 << 20;
 /// fixed 2 MiB receive buffer when `net.core.rmem_max` allows that much.
 ///
 /// The kernel's receive-buffer autotuning made a lone eager message of
-/// 128-256 KiB take one of two times from run to run (on loopback, RDM
-/// 256 KiB ping-pong: 28-30 us or 44-58 us, half the runs slow); with a
+/// 128-256 KiB take one of two times from run to run (loopback on a
+/// 2-vCPU Intel Xeon guest, RDM 256 KiB ping-pong: 28-30 us or 44-58
+/// us, half the runs slow); with a
 /// fixed buffer of 1, 2 or 4 MiB every run took 28.8-30.5 us. For 4 MiB
 /// ping-pongs, 4 alternating rounds, one-way us, autotuned / fixed: 4
 /// MiB buffer 901 / 919 (MSG), 1 MiB 890 / 936 (MSG) and 886 / 929
