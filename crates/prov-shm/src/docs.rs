@@ -101,8 +101,9 @@
 //!   look at the slower copy once in 1024 messages). Both are timed from
 //!   the announcement to the receiver's `ACK`: CMA always, a bounce-buffer
 //!   message above the eager limit too (it asks for an `ACK` anyway), and
-//!   one in 16 of those up to it (and the first 16 to a peer, the trials
-//!   of both copies), which then asks for one (`ACK_REQ`). Like a message
+//!   one in 16 of those up to it (and the first 16 of a size class to a
+//!   peer, the trials of both copies), which then asks for one
+//!   (`ACK_REQ`). Like a message
 //!   by CMA, such a sample completes only once the receiver has it: when
 //!   it arrives before its receive is posted, only once a receive takes
 //!   it. Their copy in alone had been the measure,
