@@ -41,6 +41,16 @@ pub(crate) const EAGER_LONE_MAX: usize = 256 * 1024;
 /// rendezvous, so eager stops at 64 KiB, as before the fixed buffer.
 pub(crate) const EAGER_LONE_MAX_AUTOTUNED: usize = 64 * 1024;
 
+/// The lone-eager limit of this system's connections: [`EAGER_LONE_MAX`]
+/// with the fixed receive buffer, else [`EAGER_LONE_MAX_AUTOTUNED`].
+pub(crate) fn eager_lone_max() -> usize {
+    if crate::sys::fixed_rcvbuf() {
+        EAGER_LONE_MAX
+    } else {
+        EAGER_LONE_MAX_AUTOTUNED
+    }
+}
+
 /// Largest buffer of an unexpected message kept for reuse (the engine
 /// keeps up to 64): the buffer of a larger lone message (up to
 /// [`EAGER_LONE_MAX`]) that came before its receive is freed, not kept.

@@ -176,6 +176,8 @@ pub(crate) struct EpInner {
     pub mr: Arc<MrTable>,
     pub ep_no: u32,
     pub limits: Limits,
+    /// Largest lone message sent eagerly ([`crate::limits::eager_lone_max`]).
+    pub lone_max: usize,
     /// The newest wire protocol version this endpoint speaks
     /// (`ep_attr.protocol_version`, 0 meaning the newest there is).
     pub wire_max: u8,
@@ -250,6 +252,7 @@ impl EpInner {
             mr,
             ep_no,
             limits,
+            lone_max: crate::limits::eager_lone_max(),
             wire_max: wire_max(info.ep_attr.protocol_version),
             min_multi_recv: AtomicUsize::new(fabric_core::kit::rx::MIN_MULTI_RECV),
             cq_wait: AtomicBool::new(false),

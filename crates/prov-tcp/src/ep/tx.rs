@@ -19,7 +19,7 @@ use crate::atomic;
 use crate::conn::{
     Conn, Done, Pending, Phase, Pieces, Queued, Sink, Src, TxDone, TxItem, copy_out,
 };
-use crate::limits::{EAGER_LONE_MAX, EAGER_LONE_MAX_AUTOTUNED, EAGER_MAX};
+use crate::limits::EAGER_MAX;
 use crate::wire::{Ext, Flags, Frame};
 
 /// Takes request `id` out of `pending` when `is` accepts its kind. A reply
@@ -528,12 +528,7 @@ impl EpInner {
             self.sent_since_progress.store(true, Ordering::Relaxed);
         }
         let lone = !burst && self.outstanding.load(Ordering::Acquire) == 0;
-        let lone_max = if crate::sys::fixed_rcvbuf() {
-            EAGER_LONE_MAX
-        } else {
-            EAGER_LONE_MAX_AUTOTUNED
-        };
-        let eager = len <= EAGER_MAX || (lone && len <= lone_max);
+        let eager = len <= EAGER_MAX || (lone && len <= self.lone_max);
         let (frame, src, now, pending) = if eager {
             let mut f = if tagged {
                 Frame::tagged(id, tag, n)
