@@ -10,6 +10,7 @@ use fabric_core::kit::atomic::AtomicKind;
 use fabric_core::objects::{AtomicOp, Datatype, RmaIov};
 
 use crate::pieces::IOV_LIMIT;
+use crate::ring::Command;
 
 /// Command ops.
 pub(crate) mod op {
@@ -77,8 +78,42 @@ pub(crate) mod flag {
     /// is in place: it finishes the send only if the sender wrote its part
     /// (otherwise the receiver pulls that part and acknowledges again).
     pub(crate) const HEAD: u16 = 64;
+    /// The op id of an `RTS`, or of a `MSG` with `ACK_REQ`, is in `data`
+    /// (which then holds no CQ data) and the command has no `aux` words,
+    /// so it fills one cache line of the slot fewer (the `aux` words are
+    /// in the slot's last line); an `RTS`'s length is then its ranges'
+    /// total.
+    pub(crate) const ID_IN_DATA: u16 = 128;
     /// Every flag this version knows.
-    pub(crate) const ALL: u16 = TAGGED | CQ_DATA | ACK_REQ | TO_TX | PUSH | INLINE | HEAD;
+    pub(crate) const ALL: u16 =
+        TAGGED | CQ_DATA | ACK_REQ | TO_TX | PUSH | INLINE | HEAD | ID_IN_DATA;
+}
+
+/// Puts op `id` into an `RTS` or an eager `MSG` with `ACK_REQ` (`aux`
+/// slot `at` of those without [`flag::ID_IN_DATA`]): into `data` when it
+/// carries no CQ data.
+pub(crate) fn set_op_id(cmd: &mut Command, id: u64, at: usize) {
+    if cmd.flags & flag::CQ_DATA == 0 {
+        cmd.flags |= flag::ID_IN_DATA;
+        cmd.data = id;
+    } else if let Some(a) = cmd.aux.get_mut(at) {
+        *a = id;
+    }
+}
+
+/// The op id of an `RTS` or a `MSG` with `ACK_REQ` (see [`set_op_id`]).
+pub(crate) fn op_id(cmd: &Command, at: usize) -> u64 {
+    if cmd.flags & flag::ID_IN_DATA != 0 {
+        cmd.data
+    } else {
+        cmd.aux.get(at).copied().unwrap_or(0)
+    }
+}
+
+/// The remote CQ data a message command carries: none with
+/// [`flag::ID_IN_DATA`], whose `data` is an op id.
+pub(crate) fn cq_data(cmd: &Command) -> Option<u64> {
+    (cmd.flags & (flag::CQ_DATA | flag::ID_IN_DATA) == flag::CQ_DATA).then_some(cmd.data)
 }
 
 /// The op id of an injected RMA write or atomic: no completion, the ACK
@@ -396,5 +431,32 @@ mod tests {
         let k = fabric_core::ErrorKind::KeyRejected;
         assert_eq!(kind_of_status(status_of(Some(k))), Some(k));
         assert_eq!(kind_of_status(1 << 40), Some(fabric_core::ErrorKind::Io));
+    }
+
+    #[test]
+    fn an_op_id_rides_in_data_unless_cq_data_does() {
+        let mut rts = Command {
+            op: op::RTS,
+            ..Command::default()
+        };
+        set_op_id(&mut rts, 42, 1);
+        assert_eq!(rts.flags, flag::ID_IN_DATA);
+        assert_eq!((rts.data, rts.aux), (42, [0, 0]), "no aux line");
+        assert_eq!((op_id(&rts, 1), cq_data(&rts)), (42, None));
+        let mut msg = Command {
+            op: op::MSG,
+            flags: flag::CQ_DATA | flag::ACK_REQ,
+            data: 7,
+            ..Command::default()
+        };
+        set_op_id(&mut msg, 43, 0);
+        assert_eq!(msg.flags & flag::ID_IN_DATA, 0);
+        assert_eq!((msg.aux, op_id(&msg, 0), cq_data(&msg)), ([43, 0], 43, Some(7)));
+        // A peer that sets both gets no CQ data: `data` is the op id.
+        msg.flags |= flag::ID_IN_DATA;
+        assert_eq!((op_id(&msg, 0), cq_data(&msg)), (7, None));
+        assert_eq!(op_id(&msg, 5), 7);
+        msg.flags &= !flag::ID_IN_DATA;
+        assert_eq!(op_id(&msg, 5), 0, "no such aux word");
     }
 }

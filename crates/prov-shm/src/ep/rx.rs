@@ -137,8 +137,8 @@ impl RxState {
         let c = &m.cmd;
         let tagged = c.flags & flag::TAGGED != 0;
         let tag = if tagged { c.tag } else { 0 };
-        let data = (c.flags & flag::CQ_DATA != 0).then_some(c.data);
-        let ack = (c.flags & flag::ACK_REQ != 0).then_some(c.aux[0]);
+        let data = wire::cq_data(c);
+        let ack = (c.flags & flag::ACK_REQ != 0).then(|| wire::op_id(c, 0));
         let src = self.src_of(b, pi, sh.directed);
         let len = m.len as u64;
         if let Some(id) = self.rx.arrive(tagged, tag, src, len) {
@@ -261,7 +261,7 @@ impl RxState {
         self.fill_failed(b, why);
         if m.cmd.op == crate::wire::op::MSG && m.cmd.flags & flag::ACK_REQ != 0 {
             if let Some(pi) = self.peer_of(m) {
-                self.reply(sh, pi, Reply::ack(m.cmd.aux[0], Some(ErrorKind::Io)));
+                self.reply(sh, pi, Reply::ack(wire::op_id(&m.cmd, 0), Some(ErrorKind::Io)));
             }
         }
     }
@@ -287,8 +287,7 @@ impl RxState {
             return true;
         };
         let c = &m.cmd;
-        let id = c.aux[1];
-        let len = usize_of(c.aux[0]);
+        let id = wire::op_id(c, 1);
         let mut raw = [0u8; IOV_LIMIT * 16];
         let iovs = if p.len() <= raw.len() {
             let n = p.copy_to(&mut raw);
@@ -296,12 +295,18 @@ impl RxState {
         } else {
             None
         };
-        let Some((iovs, n)) = iovs.filter(|(v, n)| {
+        // The ranges' total: the length, or (in `aux`) equal to it.
+        let total = iovs.and_then(|(v, n)| {
             v.iter()
-                .take(*n)
+                .take(n)
                 .try_fold(0u64, |a, (_, l)| a.checked_add(*l))
-                .is_some_and(|t| usize_of(t) == len)
-        }) else {
+        });
+        let len = if c.flags & flag::ID_IN_DATA != 0 {
+            total
+        } else {
+            total.filter(|&t| t == c.aux[0])
+        };
+        let (Some((iovs, n)), Some(len)) = (iovs, len.map(usize_of)) else {
             tracing::debug!("shm: malformed rendezvous request refused");
             self.reply(sh, pi, Reply::ack(id, Some(ErrorKind::Inval)));
             return true;
@@ -313,7 +318,7 @@ impl RxState {
         }
         let tagged = c.flags & flag::TAGGED != 0;
         let tag = if tagged { c.tag } else { 0 };
-        let data = (c.flags & flag::CQ_DATA != 0).then_some(c.data);
+        let data = wire::cq_data(c);
         let src = self.src_of(b, pi, sh.directed);
         let rts = Rts {
             peer: pi,

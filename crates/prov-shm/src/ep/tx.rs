@@ -327,7 +327,7 @@ impl RxState {
                     let id = wants_ack.then(|| self.insert(req, Pieces::EMPTY, 0));
                     if let Some(id) = id {
                         cmd.flags |= flag::ACK_REQ;
-                        cmd.aux[0] = id;
+                        wire::set_op_id(&mut cmd, id, 0);
                         if let Some(op) = self.ops.get_mut(id) {
                             op.probe = probe;
                         }
@@ -372,7 +372,11 @@ impl RxState {
                 if let Some(op) = self.ops.get_mut(id) {
                     op.probe = probe;
                 }
-                cmd.aux = [u64_of(len), id];
+                wire::set_op_id(&mut cmd, id, 1);
+                if cmd.flags & flag::ID_IN_DATA == 0 {
+                    // The length rides only with an op id in `aux`.
+                    cmd.aux[0] = u64_of(len);
+                }
                 let mut raw = [0u8; IOV_LIMIT * 16];
                 let n = wire::encode_iovs(&req.buf.pairs(), &mut raw);
                 self.send_or_forget(peer, &cmd, &[&raw[..n]], id)
