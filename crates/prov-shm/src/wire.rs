@@ -84,9 +84,13 @@ pub(crate) mod flag {
     /// in the slot's last line); an `RTS`'s length is then its ranges'
     /// total.
     pub(crate) const ID_IN_DATA: u16 = 128;
+    /// A `SPLIT` that takes the whole message and splits it where
+    /// `split_point` of its length says: no `aux` words (one cache line
+    /// fewer, as [`ID_IN_DATA`]); the sender knows both from its message.
+    pub(crate) const WHOLE: u16 = 256;
     /// Every flag this version knows.
     pub(crate) const ALL: u16 =
-        TAGGED | CQ_DATA | ACK_REQ | TO_TX | PUSH | INLINE | HEAD | ID_IN_DATA;
+        TAGGED | CQ_DATA | ACK_REQ | TO_TX | PUSH | INLINE | HEAD | ID_IN_DATA | WHOLE;
 }
 
 /// Puts op `id` into an `RTS` or an eager `MSG` with `ACK_REQ` (`aux`
@@ -451,7 +455,10 @@ mod tests {
         };
         set_op_id(&mut msg, 43, 0);
         assert_eq!(msg.flags & flag::ID_IN_DATA, 0);
-        assert_eq!((msg.aux, op_id(&msg, 0), cq_data(&msg)), ([43, 0], 43, Some(7)));
+        assert_eq!(
+            (msg.aux, op_id(&msg, 0), cq_data(&msg)),
+            ([43, 0], 43, Some(7))
+        );
         // A peer that sets both gets no CQ data: `data` is the op id.
         msg.flags |= flag::ID_IN_DATA;
         assert_eq!((op_id(&msg, 0), cq_data(&msg)), (7, None));

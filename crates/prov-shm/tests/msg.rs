@@ -203,6 +203,28 @@ fn truncation_is_the_receivers_error() {
 }
 
 #[test]
+fn a_split_rendezvous_into_a_shorter_buffer_takes_what_fits() {
+    // 100 000 B messages into 60 000 B receives. The copy choice tries
+    // pushing, then cross-memory attach; once that worked with the peer,
+    // the receiver splits what it takes with the sender, and its SPLIT
+    // names the split and the length (not the whole message's).
+    let (a, b, b_at_a, _) = pair();
+    for k in 0..24u8 {
+        let mut out = pattern(100_000, k);
+        let oi = iov(&mut out);
+        let mut into = vec![0u8; 60_000];
+        let ii = iov(&mut into);
+        // SAFETY: buffers outlive completions.
+        unsafe { recv_then_send((&a, &b, b_at_a), &oi, &ii, (1, 2)) };
+        let err = next(b.cq.as_ref(), &[a.cq.as_ref()]).unwrap_err();
+        assert_eq!(err.err, ErrorKind::Trunc);
+        assert_eq!((err.entry.len, err.olen), (60_000, 40_000));
+        assert!(into[..] == out[..60_000], "message {k}");
+        assert_eq!(next(a.cq.as_ref(), &[b.cq.as_ref()]).unwrap().context, 2);
+    }
+}
+
+#[test]
 fn peek_claim_discard_and_directed_receive() {
     let info = common::info_with(
         Caps::TAGGED | Caps::DIRECTED_RECV,

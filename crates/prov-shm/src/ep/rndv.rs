@@ -170,6 +170,7 @@ impl RxState {
                 xfer: xid,
                 split: split as u64,
                 accept: accept as u64,
+                whole: accept == r.len,
                 iovs: &raw[..n],
             },
         );
@@ -225,8 +226,12 @@ impl RxState {
         if op.peer.pid != m.sender_pid {
             return tracing::debug!("shm: SPLIT from a process that is not the receiver dropped");
         }
-        let split = usize_of(c.aux[0]);
-        let accept = usize_of(c.aux[1]);
+        let (split, accept) = if c.flags & flag::WHOLE != 0 {
+            let len = op.buf.len();
+            (split_point(len), len)
+        } else {
+            (usize_of(c.aux[0]), usize_of(c.aux[1]))
+        };
         let mut raw = [0u8; IOV_LIMIT * 16];
         let iovs = if p.len() <= raw.len() {
             let n = p.copy_to(&mut raw);

@@ -261,7 +261,11 @@ impl RxState {
         self.fill_failed(b, why);
         if m.cmd.op == crate::wire::op::MSG && m.cmd.flags & flag::ACK_REQ != 0 {
             if let Some(pi) = self.peer_of(m) {
-                self.reply(sh, pi, Reply::ack(wire::op_id(&m.cmd, 0), Some(ErrorKind::Io)));
+                self.reply(
+                    sh,
+                    pi,
+                    Reply::ack(wire::op_id(&m.cmd, 0), Some(ErrorKind::Io)),
+                );
             }
         }
     }

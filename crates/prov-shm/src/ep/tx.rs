@@ -39,12 +39,15 @@ pub(crate) enum Reply<'a> {
     AckData { id: u64, bytes: &'a [u8] },
     /// Clear to send (push mode).
     Cts { id: u64, xfer: u64, accept: u64 },
-    /// Split rendezvous: write the tail into these ranges.
+    /// Split rendezvous: write the tail into these ranges. `whole`: the
+    /// receiver takes the whole message, split at `split_point` of its
+    /// length (sent without `split` and `accept`, see `flag::WHOLE`).
     Split {
         id: u64,
         xfer: u64,
         split: u64,
         accept: u64,
+        whole: bool,
         iovs: &'a [u8],
     },
     /// Flow control of unexpected messages: `PAUSE` (`pause`) or
@@ -108,15 +111,16 @@ impl Reply<'_> {
                 xfer,
                 split,
                 accept,
+                whole,
                 iovs,
             } => (
                 Command {
                     op: op::SPLIT,
+                    flags: if whole { flag::WHOLE } else { 0 },
                     src,
                     tag: id,
                     data: xfer,
-                    aux: [split, accept],
-                    ..Command::default()
+                    aux: if whole { [0, 0] } else { [split, accept] },
                 },
                 iovs,
             ),
