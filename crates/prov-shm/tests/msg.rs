@@ -187,19 +187,28 @@ fn truncation_is_the_receivers_error() {
     let (a, b, b_at_a, _) = pair();
     // 50 000 B: an eager message sent alone, received as it lands (stepped).
     for size in [100usize, 20_000, 50_000, 1 << 20] {
-        let mut out = pattern(size, 4);
-        let oi = iov(&mut out);
-        let mut small = vec![0u8; 10];
-        let si = iov(&mut small);
-        // SAFETY: buffers outlive completions.
-        unsafe { recv_then_send((&a, &b, b_at_a), &oi, &si, (1, 2)) };
-        let err = next(b.cq.as_ref(), &[a.cq.as_ref()]).unwrap_err();
-        assert_eq!(err.err, ErrorKind::Trunc);
-        assert_eq!((err.entry.len, err.olen), (10, size - 10));
-        assert_eq!(&small[..], &out[..10]);
-        // The sender succeeds.
-        assert_eq!(next(a.cq.as_ref(), &[b.cq.as_ref()]).unwrap().context, 2);
+        truncated((&a, &b, b_at_a), size, 10, 4);
     }
+}
+
+/// Sends `size` bytes into a receive of `room`: the receiver gets what
+/// fits and `FI_ETRUNC`, the sender succeeds.
+fn truncated(sides: (&Side, &Side, FiAddr), size: usize, room: usize, seed: u8) {
+    let (a, b, _) = sides;
+    let mut out = pattern(size, seed);
+    let oi = iov(&mut out);
+    let mut into = vec![0u8; room];
+    let ii = iov(&mut into);
+    // SAFETY: buffers outlive completions.
+    unsafe { recv_then_send(sides, &oi, &ii, (1, 2)) };
+    let err = next(b.cq.as_ref(), &[a.cq.as_ref()]).unwrap_err();
+    assert_eq!(err.err, ErrorKind::Trunc);
+    assert_eq!((err.entry.len, err.olen), (room, size - room));
+    assert!(
+        into[..] == out[..room],
+        "{size} B into {room} (seed {seed})"
+    );
+    assert_eq!(next(a.cq.as_ref(), &[b.cq.as_ref()]).unwrap().context, 2);
 }
 
 #[test]
@@ -210,17 +219,7 @@ fn a_split_rendezvous_into_a_shorter_buffer_takes_what_fits() {
     // names the split and the length (not the whole message's).
     let (a, b, b_at_a, _) = pair();
     for k in 0..24u8 {
-        let mut out = pattern(100_000, k);
-        let oi = iov(&mut out);
-        let mut into = vec![0u8; 60_000];
-        let ii = iov(&mut into);
-        // SAFETY: buffers outlive completions.
-        unsafe { recv_then_send((&a, &b, b_at_a), &oi, &ii, (1, 2)) };
-        let err = next(b.cq.as_ref(), &[a.cq.as_ref()]).unwrap_err();
-        assert_eq!(err.err, ErrorKind::Trunc);
-        assert_eq!((err.entry.len, err.olen), (60_000, 40_000));
-        assert!(into[..] == out[..60_000], "message {k}");
-        assert_eq!(next(a.cq.as_ref(), &[b.cq.as_ref()]).unwrap().context, 2);
+        truncated((&a, &b, b_at_a), 100_000, 60_000, k);
     }
 }
 
