@@ -27,8 +27,12 @@
 //! after every run the bench takes a probe (the shared-memory floor at
 //! 1 B, see [`floor::shm_pingpong`]); [`modes`] clusters the probes into
 //! modes and tags every per-round ratio with the modes of the probes
-//! around its two runs. The per-size raw TCP and raw shared-memory floors
-//! run in the same alternation as the pairs. A size whose ours / theirs
+//! around its two runs. When the probes of one size's runs in a round
+//! fall in two modes by themselves, those runs are taken again (up to
+//! [`MODE_RETRIES`] times), so that a ratio compares runs made at one
+//! host speed; a round that still spans two keeps its mixed tag. The
+//! per-size raw TCP and raw shared-memory floors run in the same
+//! alternation as the pairs. A size whose ours / theirs
 //! latency ratio is above 1.0 in any round is flagged, in the printed
 //! table and in the markdown; `--strict` makes that the exit status.
 //!
@@ -201,6 +205,30 @@ fn target_dir(root: &Path) -> PathBuf {
     match std::env::var_os("CARGO_TARGET_DIR") {
         Some(d) if !d.is_empty() => root.join(d),
         _ => root.join("target"),
+    }
+}
+
+/// Times a size's runs of one round are taken again when the host
+/// changed mode during them ([`modes::changed`]); after that the round
+/// keeps its mixed tag.
+const MODE_RETRIES: usize = 2;
+
+/// Runs `attempt` (which returns its measurements and the probes taken
+/// around them) until its probes fall in one host mode, at most
+/// [`MODE_RETRIES`] times again; `again` hears of every retry (its number
+/// and the probes that caused it). The last attempt is kept either way.
+fn in_one_mode<T>(
+    mut attempt: impl FnMut() -> (T, Vec<f64>),
+    mut again: impl FnMut(usize, &[f64]),
+) -> T {
+    let mut tries = 0;
+    loop {
+        let (got, probes) = attempt();
+        if tries == MODE_RETRIES || !modes::changed(&probes) {
+            return got;
+        }
+        tries += 1;
+        again(tries, &probes);
     }
 }
 
@@ -386,31 +414,55 @@ fn run(o: &Opts) -> Result<usize, String> {
     for round in 0..o.rounds {
         for &size in &sizes {
             // Alternate: every configuration at this size, then the next
-            // size; a probe between every two runs.
-            let mut before = prober.probe(&bar);
-            for c in configs.iter().chain(&floor_configs) {
-                bar.set_message(format!("round {} {} {size} B", round + 1, c.name));
-                if size <= c.max {
-                    port = port.wrapping_add(1).max(48600);
-                    let iters = iterations(size, o.quick, is_shm(c));
-                    let r = run_config(c, size, iters, port, ("1", "0"), None);
-                    let after = prober.probe(&bar);
-                    match r {
-                        Ok(mut s) => {
-                            s.round = round;
-                            s.span = Some((before, after));
-                            results
-                                .entry(c.name.clone())
-                                .or_default()
-                                .entry(size)
-                                .or_default()
-                                .push(s)
+            // size; a probe between every two runs. A group whose probes
+            // fall in two modes compares runs taken at two host speeds:
+            // it runs again (its probes stay in the record).
+            let mut first_try = true;
+            let group = in_one_mode(
+                || {
+                    let first = prober.probes.len();
+                    let mut group = Vec::new();
+                    let mut before = prober.probe(&bar);
+                    for c in configs.iter().chain(&floor_configs) {
+                        bar.set_message(format!("round {} {} {size} B", round + 1, c.name));
+                        if size <= c.max {
+                            port = port.wrapping_add(1).max(48600);
+                            let iters = iterations(size, o.quick, is_shm(c));
+                            let r = run_config(c, size, iters, port, ("1", "0"), None);
+                            let after = prober.probe(&bar);
+                            match r {
+                                Ok(mut s) => {
+                                    s.round = round;
+                                    s.span = Some((before, after));
+                                    group.push((c.name.clone(), s));
+                                }
+                                Err(e) => bar.println(format!("--- {} {size} B: {e}", c.name)),
+                            }
+                            before = after;
                         }
-                        Err(e) => bar.println(format!("--- {} {size} B: {e}", c.name)),
+                        if first_try {
+                            bar.inc(1);
+                        }
                     }
-                    before = after;
-                }
-                bar.inc(1);
+                    first_try = false;
+                    let probes = prober.probes.get(first..).unwrap_or_default().to_vec();
+                    (group, probes)
+                },
+                |again, probes| {
+                    bar.println(format!(
+                        "--- round {} at {size} B: the host changed mode during the runs (probes {}); running them again ({again} of {MODE_RETRIES})",
+                        round + 1,
+                        modes::probes_text(probes),
+                    ))
+                },
+            );
+            for (name, s) in group {
+                results
+                    .entry(name)
+                    .or_default()
+                    .entry(size)
+                    .or_default()
+                    .push(s);
             }
         }
     }
@@ -1451,9 +1503,10 @@ fn report(
     );
     let _ = writeln!(
         m,
-        "**Host modes.** A probe (a busy-polling shared-memory ping-pong of 1 B between two threads pinned to cores 1 and 0) ran before and after every run; sorted, probes split into modes wherever one is more than {}x the one before it; the modes are named A (fastest), B and so on. This run: {}. Every per-round ratio below is tagged with the modes of the probes around its two runs (`A/B`: the host changed mode in between). A ⚠ marks a size where ours was slower than libfabric (latency ratio above 1.0) in at least one round, whatever the median.\n",
+        "**Host modes.** A probe (a busy-polling shared-memory ping-pong of 1 B between two threads pinned to cores 1 and 0) ran before and after every run; sorted, probes split into modes wherever one is more than {}x the one before it; the modes are named A (fastest), B and so on. This run: {}. Every per-round ratio below is tagged with the modes of the probes around its two runs (`A/B`: the host changed mode in between); a size's runs of one round whose probes fell in two modes were taken again, up to {} times, so `A/B` remains only where the host kept changing. A ⚠ marks a size where ours was slower than libfabric (latency ratio above 1.0) in at least one round, whatever the median.\n",
         modes::MODE_STEP,
-        modes.summary()
+        modes.summary(),
+        MODE_RETRIES
     );
     let ours: Vec<&Config> = configs.iter().filter(|c| c.ours && !c.capi).collect();
     let theirs: Vec<&Config> = configs.iter().filter(|c| !c.ours && !c.capi).collect();
@@ -1763,6 +1816,35 @@ fn chart(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_group_that_spans_two_modes_runs_again() {
+        // Mixed once, then in one mode: the second attempt is kept.
+        let tries = [vec![0.240, 0.018, 0.250], vec![0.240, 0.251, 0.262]];
+        let (mut n, mut heard) = (0, Vec::new());
+        let got = in_one_mode(
+            || {
+                n += 1;
+                (n, tries[n - 1].clone())
+            },
+            |again, probes| heard.push((again, probes.len())),
+        );
+        assert_eq!((got, heard), (2, vec![(1, 3)]));
+        // Mixed every time: MODE_RETRIES more attempts, the last kept.
+        let mut n = 0;
+        let mut heard = 0;
+        let got = in_one_mode(
+            || {
+                n += 1;
+                (n, vec![0.240, 0.018])
+            },
+            |_, _| heard += 1,
+        );
+        assert_eq!((got, heard), (MODE_RETRIES + 1, MODE_RETRIES));
+        // One mode at once: no retry.
+        let got = in_one_mode(|| ("kept", vec![0.240, 0.300]), |_, _| panic!("no retry"));
+        assert_eq!(got, "kept");
+    }
 
     fn at(round: usize, usec: f64, span: (usize, usize)) -> Sample {
         Sample {

@@ -137,6 +137,18 @@ impl Modes {
     }
 }
 
+/// Whether `probes` (one-way µs; failed ones NaN) fall in more than one
+/// mode by themselves: the host changed mode while they were taken.
+pub(super) fn changed(probes: &[f64]) -> bool {
+    Modes::cluster(probes).len() > 1
+}
+
+/// Probes as text, in the order taken: `240 ns, 18 ns, 251 ns`.
+pub(super) fn probes_text(probes: &[f64]) -> String {
+    let all: Vec<String> = probes.iter().map(|&p| probe_text(p)).collect();
+    all.join(", ")
+}
+
 /// A probe's one-way time: nanoseconds below a microsecond.
 fn probe_text(usec: f64) -> String {
     if !usec.is_finite() {
@@ -223,6 +235,17 @@ pub(super) fn by_mode_text(r: &[RoundRatio], modes: &Modes) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_group_changed_mode_only_across_a_gap() {
+        // Jitter by small steps (192-364 ns, as one mode spread in a run)
+        // is one mode; a probe 13 times faster is another.
+        assert!(!changed(&[0.242, 0.192, 0.260, 0.300, 0.364]));
+        assert!(changed(&[0.242, 0.018, 0.250]));
+        // Failed probes say nothing.
+        assert!(!changed(&[0.240, f64::NAN, 0.250]));
+        assert!(!changed(&[]));
+    }
 
     fn sample(round: usize, usec: f64, span: (usize, usize)) -> Sample {
         Sample {
