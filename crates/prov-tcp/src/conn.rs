@@ -924,6 +924,9 @@ impl Conn {
         phase: Phase,
         limits: wire::Limits,
     ) -> Self {
+        if !connecting {
+            crate::sys::unpaced(&sock);
+        }
         Conn {
             sock,
             since: std::time::Instant::now(),
@@ -998,6 +1001,7 @@ impl Conn {
         match self.sock.peer_addr() {
             Ok(_) => {
                 self.connecting = false;
+                crate::sys::unpaced(&self.sock);
                 Ok(true)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotConnected => Ok(false),

@@ -39,6 +39,41 @@ pub(crate) fn tune(sock: socket2::SockRef<'_>) -> io::Result<()> {
     Ok(())
 }
 
+/// Takes a connection inside this host off a pacing congestion control:
+/// where the system default is BBR, which paces every connection to its
+/// bandwidth estimate, a connection whose peer is this host (a loopback
+/// address, or the connection's own address) gets cubic, or reno where
+/// unprivileged processes may not choose cubic
+/// (`net.ipv4.tcp_allowed_congestion_control`). No network path lies
+/// between its ends, and BBR's estimate from request-sized traffic held
+/// large messages back: `fabric pingpong` MSG on loopback, 3 alternating
+/// rounds, one-way µs with BBR / cubic / reno, 512 KiB 101 / 75 / 77,
+/// 1 MiB 206 / 158 / 153, 4 MiB 1118 / 563 / 558 (`fi_pingpong`, which
+/// keeps BBR, 69-89, 316 and 1138). Connections to other hosts keep
+/// the system's choice. Best effort: the connection works either way.
+pub(crate) fn unpaced(sock: &std::net::TcpStream) {
+    let s = socket2::SockRef::from(sock);
+    let paced = s.tcp_congestion().is_ok_and(|cc| cc.starts_with(b"bbr"));
+    let inside = match (sock.local_addr(), sock.peer_addr()) {
+        (Ok(local), Ok(peer)) => intra_host(local.ip(), peer.ip()),
+        _ => false,
+    };
+    if !paced || !inside {
+        return;
+    }
+    if s.set_tcp_congestion(b"cubic").is_err() {
+        if let Err(e) = s.set_tcp_congestion(b"reno") {
+            tracing::debug!(error = %e, "tcp: a connection inside this host keeps BBR");
+        }
+    }
+}
+
+/// Whether a connection from `local` to `peer` stays inside this host.
+fn intra_host(local: std::net::IpAddr, peer: std::net::IpAddr) -> bool {
+    let peer = peer.to_canonical();
+    peer.is_loopback() || peer == local.to_canonical()
+}
+
 /// Whether [`tune`] fixes connections' receive buffers:
 /// `net.core.rmem_max` is at least [`RCVBUF`] (read once).
 pub(crate) fn fixed_rcvbuf() -> bool {
@@ -221,6 +256,52 @@ pub(crate) fn next_fid() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn congestion(s: &std::net::TcpStream) -> io::Result<String> {
+        let cc = socket2::SockRef::from(s).tcp_congestion()?;
+        Ok(String::from_utf8_lossy(&cc)
+            .trim_end_matches('\0')
+            .to_string())
+    }
+
+    #[test]
+    fn a_connection_inside_the_host_leaves_bbr_and_keeps_others() -> io::Result<()> {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let s = std::net::TcpStream::connect(l.local_addr()?)?;
+        let sock = socket2::SockRef::from(&s);
+        // Reno (always built in) is not a pacing control: kept.
+        sock.set_tcp_congestion(b"reno")?;
+        unpaced(&s);
+        assert_eq!(congestion(&s)?, "reno");
+        if let Err(e) = sock.set_tcp_congestion(b"bbr") {
+            let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+            assert!(
+                !ci,
+                "this kernel lacks the tcp_bbr congestion control ({e}): `modprobe tcp_bbr`"
+            );
+            eprintln!("skipped the BBR half: no tcp_bbr here ({e})");
+            return Ok(());
+        }
+        unpaced(&s);
+        let now = congestion(&s)?;
+        assert!(now == "cubic" || now == "reno", "{now}");
+        Ok(())
+    }
+
+    #[test]
+    fn intra_host_is_loopback_or_the_own_address() {
+        let ip = |s: &str| {
+            s.parse::<std::net::IpAddr>()
+                .unwrap_or(std::net::IpAddr::from([0, 0, 0, 0]))
+        };
+        assert!(intra_host(ip("127.0.0.1"), ip("127.0.0.1")));
+        assert!(intra_host(ip("192.0.2.2"), ip("192.0.2.2")));
+        assert!(intra_host(ip("::1"), ip("::1")));
+        assert!(intra_host(ip("::ffff:192.0.2.2"), ip("192.0.2.2")));
+        assert!(intra_host(ip("192.0.2.2"), ip("::ffff:127.0.0.1")));
+        assert!(!intra_host(ip("192.0.2.2"), ip("192.0.2.3")));
+        assert!(!intra_host(ip("fe80::1"), ip("fe80::2")));
+    }
 
     #[test]
     fn tune_fixes_the_receive_buffer_where_the_system_allows_it() -> io::Result<()> {
