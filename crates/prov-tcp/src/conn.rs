@@ -915,6 +915,9 @@ pub(crate) struct Conn {
     /// The wire protocol version the connection agreed on in its
     /// handshake ([`wire::MIN_VERSION`] until then).
     pub version: u8,
+    /// Inside this host and paced by no congestion control
+    /// ([`crate::sys::unpaced`]), once connected.
+    pub unpaced: bool,
 }
 
 impl Conn {
@@ -924,9 +927,7 @@ impl Conn {
         phase: Phase,
         limits: wire::Limits,
     ) -> Self {
-        if !connecting {
-            crate::sys::unpaced(&sock);
-        }
+        let unpaced = !connecting && crate::sys::unpaced(&sock);
         Conn {
             sock,
             since: std::time::Instant::now(),
@@ -961,6 +962,7 @@ impl Conn {
             want_write: false,
             watched: true,
             version: wire::MIN_VERSION,
+            unpaced,
         }
     }
 
@@ -1001,7 +1003,7 @@ impl Conn {
         match self.sock.peer_addr() {
             Ok(_) => {
                 self.connecting = false;
-                crate::sys::unpaced(&self.sock);
+                self.unpaced = crate::sys::unpaced(&self.sock);
                 Ok(true)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotConnected => Ok(false),

@@ -59,11 +59,12 @@
 //!   waits in the connection's queue (the rest of injected data copied
 //!   into a reused staging buffer); queued frames are written together (up
 //!   to 64 iovecs per `sendmsg`). Messages of up to 32 KiB go eagerly in
-//!   one frame, and so do lone ones of up to 256 KiB (64 KiB without the
-//!   fixed receive buffer; lone: nothing else of the endpoint in flight
-//!   and no other send posted since the last progress call: a ping-pong
-//!   saves a round trip, while a burst of sends keeps rendezvous, whose
-//!   data leaves in fewer, larger `sendmsg` calls);
+//!   one frame, and so do lone ones of up to 256 KiB, or 8 MiB on an
+//!   unpaced connection inside this host (64 KiB without the fixed
+//!   receive buffer; lone: nothing else of the endpoint in flight and no
+//!   other send posted since the last progress call: a ping-pong saves a
+//!   round trip, while a burst of sends keeps rendezvous, whose data
+//!   leaves in fewer, larger `sendmsg` calls);
 //!   larger ones by rendezvous: `MsgRts` / `TaggedRts` announce them, the
 //!   receiver answers `Cts` once a receive matches (with the length it
 //!   takes: truncation is the receiver's error), and the sender streams
@@ -305,7 +306,8 @@
 //! `TaggedRts`), the length the receiver accepts (`Cts`; 0 to discard, and
 //! 0 with a status) or the offset of the chunk (`RndvData`). A message
 //! larger than the sender's eager limit (32 KiB, or for a lone message
-//! 256 KiB, 64 KiB with autotuned receive buffers; a sender's choice,
+//! 256 KiB, 8 MiB inside this host unpaced, 64 KiB with autotuned receive
+//! buffers; a sender's choice,
 //! receivers take eager messages up to `max_msg_size`) is announced with
 //! an RTS; the
 //! receiver answers `Cts` once a receive matches it, and the sender sends

@@ -51,21 +51,28 @@ pub(crate) fn tune(sock: socket2::SockRef<'_>) -> io::Result<()> {
 /// 1 MiB 206 / 158 / 153, 4 MiB 1118 / 563 / 558 (`fi_pingpong`, which
 /// keeps BBR, 69-89, 316 and 1138). Connections to other hosts keep
 /// the system's choice. Best effort: the connection works either way.
-pub(crate) fn unpaced(sock: &std::net::TcpStream) {
-    let s = socket2::SockRef::from(sock);
-    let paced = s.tcp_congestion().is_ok_and(|cc| cc.starts_with(b"bbr"));
+/// Returns whether the connection is inside this host and now unpaced
+/// (lone messages then go eagerly further:
+/// [`crate::limits::EAGER_LONE_MAX_UNPACED`]).
+pub(crate) fn unpaced(sock: &std::net::TcpStream) -> bool {
     let inside = match (sock.local_addr(), sock.peer_addr()) {
         (Ok(local), Ok(peer)) => intra_host(local.ip(), peer.ip()),
         _ => false,
     };
-    if !paced || !inside {
-        return;
+    if !inside {
+        return false;
     }
-    if s.set_tcp_congestion(b"cubic").is_err() {
-        if let Err(e) = s.set_tcp_congestion(b"reno") {
-            tracing::debug!(error = %e, "tcp: a connection inside this host keeps BBR");
-        }
+    let s = socket2::SockRef::from(sock);
+    match s.tcp_congestion() {
+        Ok(cc) if cc.starts_with(b"bbr") => {}
+        Ok(_) => return true,
+        Err(_) => return false,
     }
+    if s.set_tcp_congestion(b"cubic").is_ok() || s.set_tcp_congestion(b"reno").is_ok() {
+        return true;
+    }
+    tracing::debug!("tcp: a connection inside this host keeps BBR");
+    false
 }
 
 /// Whether a connection from `local` to `peer` stays inside this host.
@@ -271,7 +278,7 @@ mod tests {
         let sock = socket2::SockRef::from(&s);
         // Reno (always built in) is not a pacing control: kept.
         sock.set_tcp_congestion(b"reno")?;
-        unpaced(&s);
+        assert!(unpaced(&s), "a loopback connection under reno is unpaced");
         assert_eq!(congestion(&s)?, "reno");
         if let Err(e) = sock.set_tcp_congestion(b"bbr") {
             let ci = std::env::var("CI").is_ok_and(|v| v == "true");
@@ -282,7 +289,7 @@ mod tests {
             eprintln!("skipped the BBR half: no tcp_bbr here ({e})");
             return Ok(());
         }
-        unpaced(&s);
+        assert!(unpaced(&s), "switched off BBR");
         let now = congestion(&s)?;
         assert!(now == "cubic" || now == "reno", "{now}");
         Ok(())

@@ -15,7 +15,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
 use common::*;
-use fabric_core::objects::{CompletionFlags, CqErrEntry, FiAddr, Msg};
+use fabric_core::objects::{CompletionFlags, CqEntry, CqErrEntry, FiAddr, Msg};
 use fabric_core::*;
 use prov_tcp::wire::{CmHeader, Frame, HEADER_LEN, Limits, Op, decode_header};
 
@@ -555,4 +555,59 @@ fn a_payload_left_in_the_socket_waits_for_its_receive_and_arrives_intact() {
     assert!(r == big);
     assert_eq!(&small[..5], b"after");
     drop(writer.join().unwrap());
+}
+
+/// A lone message (nothing else in flight) on an established connection
+/// inside this host goes eagerly up to 8 MiB, and by rendezvous above:
+/// what the peer reads off the socket says which.
+#[test]
+fn a_lone_message_inside_this_host_goes_eagerly_up_to_8_mib() {
+    let _serial = serial();
+    let a = side(&rdm_info());
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let fake = l.local_addr().unwrap();
+    let to = insert(&a, &Address::from(fake));
+    let (said, heard) = std::sync::mpsc::channel();
+    let peer = std::thread::spawn(move || {
+        let mut s = fake_peer_accept(&l, fake);
+        let mut ops = Vec::new();
+        for _ in 0..3 {
+            let (h, _) = read_frame(&mut s);
+            ops.push((h.op, h.payload_len));
+            said.send(()).unwrap();
+        }
+        (s, ops)
+    });
+    // A first message connects; the sizes then go one at a time, each
+    // posted once the one before it was read and its completion taken.
+    let sizes = [8usize, 1 << 20, 9 << 20];
+    let mut bufs: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![3u8; n]).collect();
+    for (i, buf) in bufs.iter_mut().enumerate() {
+        let siov = iov(buf);
+        // SAFETY: `bufs` outlives the endpoint (dropped first, below): the
+        // last send waits for a clear-to-send that never comes.
+        unsafe { a.ep.sendmsg(&msg(&siov, to, i as u64), OpFlags::empty()) }.unwrap();
+        if i + 1 < sizes.len() {
+            // Progress until the peer has read it and the send completed.
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            let (mut read, mut done) = (false, false);
+            while !(read && done) {
+                assert!(std::time::Instant::now() < deadline, "size {}", sizes[i]);
+                read |= heard.try_recv().is_ok();
+                let mut e = [CqEntry::default()];
+                if a.cq.read(&mut e).is_ok() {
+                    assert_eq!(e[0].context, i as u64);
+                    done = true;
+                }
+            }
+        }
+    }
+    let (_s, ops) = peer.join().unwrap();
+    assert_eq!(
+        ops,
+        vec![(Op::Msg, 8), (Op::Msg, 1 << 20), (Op::MsgRts, 0)],
+        "8 B and 1 MiB eagerly, 9 MiB announced by an Rts"
+    );
+    drop(a);
+    drop(bufs);
 }

@@ -216,31 +216,34 @@ fn connect_accept_and_data_both_ways() {
     let e = next(server.cq.as_ref(), client.cq.as_ref()).unwrap();
     assert_eq!((e.context, e.len, e.data), (1, 4, 7));
     assert_eq!(&r[..4], b"ping");
-    // Tagged, large (rendezvous), the other way.
-    let n = 1 << 20;
-    let mut big: Vec<u8> = (0..n).map(|i| (i % 249) as u8).collect();
-    let mut rbig = vec![0u8; n];
-    let riov = iov(&mut rbig);
-    // SAFETY: rbig outlives the completion.
-    unsafe {
-        client
-            .ep
-            .trecvmsg(&msg(&riov, 5, 2), OpFlags::empty())
-            .unwrap()
-    };
-    let siov = iov(&mut big);
-    // SAFETY: big outlives the completion.
-    unsafe {
-        server
-            .ep
-            .tsendmsg(&msg(&siov, 5, 3), OpFlags::empty())
-            .unwrap()
-    };
-    let e = next(client.cq.as_ref(), server.cq.as_ref()).unwrap();
-    assert_eq!((e.context, e.len, e.tag), (2, n, 5));
-    assert!(rbig == big);
-    let e = next(server.cq.as_ref(), client.cq.as_ref()).unwrap();
-    assert_eq!(e.context, 3);
+    // Tagged, large, the other way: 1 MiB goes eagerly on this loopback
+    // connection (lone, and no congestion control paces it), 9 MiB is
+    // above that limit (8 MiB) and goes by rendezvous.
+    for (k, n) in [(0u64, 1 << 20), (2, 9 << 20)] {
+        let mut big: Vec<u8> = (0..n).map(|i| (i % 249) as u8).collect();
+        let mut rbig = vec![0u8; n];
+        let riov = iov(&mut rbig);
+        // SAFETY: rbig outlives the completion.
+        unsafe {
+            client
+                .ep
+                .trecvmsg(&msg(&riov, 5, 2 + k), OpFlags::empty())
+                .unwrap()
+        };
+        let siov = iov(&mut big);
+        // SAFETY: big outlives the completion.
+        unsafe {
+            server
+                .ep
+                .tsendmsg(&msg(&siov, 5, 3 + k), OpFlags::empty())
+                .unwrap()
+        };
+        let e = next(client.cq.as_ref(), server.cq.as_ref()).unwrap();
+        assert_eq!((e.context, e.len, e.tag), (2 + k, n, 5));
+        assert!(rbig == big);
+        let e = next(server.cq.as_ref(), client.cq.as_ref()).unwrap();
+        assert_eq!(e.context, 3 + k);
+    }
 }
 
 #[test]

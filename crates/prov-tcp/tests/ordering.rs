@@ -3,7 +3,8 @@
 //! every pair of operations is posted back to back, without waiting for a
 //! completion in between, over sizes that cross every protocol threshold
 //! (inline frames up to 4 KiB, direct reads from 16 KiB, eager messages up
-//! to 32 KiB and lone ones up to 256 KiB, rendezvous above, transfers larger
+//! to 32 KiB and lone ones up to 256 KiB (8 MiB inside this host, where no
+//! congestion control paces), rendezvous above, transfers larger
 //! than a socket buffer).
 //!
 //! fi_endpoint(3) defines the `msg_order` bits as the order in which the

@@ -178,6 +178,9 @@ pub(crate) struct EpInner {
     pub limits: Limits,
     /// Largest lone message sent eagerly ([`crate::limits::eager_lone_max`]).
     pub lone_max: usize,
+    /// The same on an unpaced connection inside this host
+    /// ([`crate::limits::eager_lone_max_unpaced`]).
+    pub lone_max_unpaced: usize,
     /// The newest wire protocol version this endpoint speaks
     /// (`ep_attr.protocol_version`, 0 meaning the newest there is).
     pub wire_max: u8,
@@ -253,6 +256,7 @@ impl EpInner {
             ep_no,
             limits,
             lone_max: crate::limits::eager_lone_max(),
+            lone_max_unpaced: crate::limits::eager_lone_max_unpaced(),
             wire_max: wire_max(info.ep_attr.protocol_version),
             min_multi_recv: AtomicUsize::new(fabric_core::kit::rx::MIN_MULTI_RECV),
             cq_wait: AtomicBool::new(false),

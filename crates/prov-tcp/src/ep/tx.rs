@@ -484,6 +484,19 @@ impl EpInner {
         }
     }
 
+    /// The lone-eager limit toward peer `key`: further on an established
+    /// connection inside this host that nothing paces.
+    fn lone_max_to(&self, st: &State, key: SocketAddr) -> usize {
+        let conn = match self.kind {
+            Kind::Msg => st.msg.conn,
+            Kind::Rdm => st.peers.get(&key).and_then(|p| p.conn),
+        };
+        match conn.and_then(|cid| st.conns.get(&cid)) {
+            Some(c) if c.unpaced => self.lone_max_unpaced,
+            _ => self.lone_max,
+        }
+    }
+
     /// Sends a message (every send form ends here).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn send(
@@ -528,7 +541,7 @@ impl EpInner {
             self.sent_since_progress.store(true, Ordering::Relaxed);
         }
         let lone = !burst && self.outstanding.load(Ordering::Acquire) == 0;
-        let eager = len <= EAGER_MAX || (lone && len <= self.lone_max);
+        let eager = len <= EAGER_MAX || (lone && len <= self.lone_max_to(&st, key));
         let (frame, src, now, pending) = if eager {
             let mut f = if tagged {
                 Frame::tagged(id, tag, n)
