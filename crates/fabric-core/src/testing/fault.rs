@@ -531,15 +531,20 @@ pub fn killing_the_receiver(rig: &dyn FaultRig) {
             let base = if tag.is_some() { TRECV } else { RECV };
             ep.recv(rx, tag, base + i as u64);
         }
+        // Small sends first: every big one is then part of a burst and
+        // waits for the peer. (A lone big message may go eagerly into the
+        // kernel's socket buffers and complete without the peer, as tcp
+        // does inside one host up to 8 MiB; like any eager send, it then
+        // succeeds.)
         for i in 0..4 {
-            ep.send(&big, to, None, SEND + i);
-            ops.push((SEND + i, true));
-            ep.send(&big, to, Some(9), TSEND + i);
-            ops.push((TSEND + i, true));
             ep.send(&small, to, None, SEND + 100 + i);
             ops.push((SEND + 100 + i, false));
             ep.send(&small, to, Some(9), TSEND + 100 + i);
             ops.push((TSEND + 100 + i, false));
+            ep.send(&big, to, None, SEND + i);
+            ops.push((SEND + i, true));
+            ep.send(&big, to, Some(9), TSEND + i);
+            ops.push((TSEND + i, true));
         }
         for (local, ctx) in [(rbuf.as_mut_ptr(), READ), (big.as_ptr().cast_mut(), WRITE)] {
             let iov = [IoVec {
