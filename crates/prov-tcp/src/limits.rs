@@ -41,9 +41,10 @@ pub(crate) const EAGER_LONE_MAX: usize = 256 * 1024;
 /// rendezvous, so eager stops at 64 KiB, as before the fixed buffer.
 pub(crate) const EAGER_LONE_MAX_AUTOTUNED: usize = 64 * 1024;
 
-/// [`EAGER_LONE_MAX`] on a connection inside this host that no congestion
-/// control paces ([`crate::sys::unpaced`]), with the fixed receive
-/// buffer: every lone message of up to 8 MiB goes eagerly. Measured there
+/// The lone-eager limit (in place of [`EAGER_LONE_MAX`]) on a connection
+/// inside this host that no congestion control paces
+/// ([`crate::sys::unpaced`]), with the fixed receive buffer: every lone
+/// message of up to 8 MiB goes eagerly. Measured there
 /// (`fabric pingpong` on loopback under cubic, 3 alternating rounds,
 /// one-way us, rendezvous / eager): MSG 512 KiB 75.9 / 67.6
 /// (`fi_pingpong` 71.8), 1 MiB 142.6 / 136.7, 4 MiB 548 / 551 and 8 MiB
