@@ -185,14 +185,7 @@ impl EpInner {
         pending: Option<(u64, Pending)>,
         fence: bool,
     ) {
-        // A MSG endpoint's one connection is `msg.conn` (it becomes Ready
-        // together with its peer entry); RDM looks the peer up.
-        let conn = match self.kind {
-            Kind::Msg => st.msg.conn,
-            Kind::Rdm => st.peers.get(&key).and_then(|p| p.conn),
-        };
-        let ready = conn.filter(|cid| st.conns.get(cid).is_some_and(|c| c.phase == Phase::Ready));
-        if let Some(cid) = ready {
+        if let Some(cid) = self.ready_conn(st, key) {
             self.conn_submit(st, b, cid, frame, src, done, pending, fence);
             return;
         }
@@ -484,14 +477,21 @@ impl EpInner {
         }
     }
 
-    /// The lone-eager limit toward peer `key`: further on an established
-    /// connection inside this host that nothing paces.
-    fn lone_max_to(&self, st: &State, key: SocketAddr) -> usize {
+    /// The established connection frames to peer `key` go on: a MSG
+    /// endpoint's one connection is `msg.conn` (it becomes Ready together
+    /// with its peer entry); RDM looks the peer up.
+    fn ready_conn(&self, st: &State, key: SocketAddr) -> Option<u32> {
         let conn = match self.kind {
             Kind::Msg => st.msg.conn,
             Kind::Rdm => st.peers.get(&key).and_then(|p| p.conn),
         };
-        match conn.and_then(|cid| st.conns.get(&cid)) {
+        conn.filter(|cid| st.conns.get(cid).is_some_and(|c| c.phase == Phase::Ready))
+    }
+
+    /// The lone-eager limit toward peer `key`: further on an established
+    /// connection inside this host that nothing paces.
+    fn lone_max_to(&self, st: &State, key: SocketAddr) -> usize {
+        match self.ready_conn(st, key).and_then(|cid| st.conns.get(&cid)) {
             Some(c) if c.unpaced => self.lone_max_unpaced,
             _ => self.lone_max,
         }
