@@ -994,7 +994,10 @@ fn parse_ours(text: &str) -> Result<Sample, String> {
 }
 
 /// `fi_pingpong`'s result line: `bytes #sent #ack total time MB/sec
-/// usec/xfer Mxfers/sec`.
+/// usec/xfer Mxfers/sec`. Both rates print with two decimals, so below
+/// 1 µs per transfer the latency comes from Mxfers/sec, its inverse, which
+/// has more digits there (0.31 µs is 3.23 Mxfers/sec: a step of 0.3%
+/// rather than 3%).
 fn parse_theirs(text: &str) -> Result<Sample, String> {
     let line = text
         .lines()
@@ -1010,9 +1013,11 @@ fn parse_theirs(text: &str) -> Result<Sample, String> {
             )
         })
     };
+    let usec = field(6, "usec/xfer")?;
+    let rate = field(7, "Mxfers/sec")?;
     Ok(Sample {
         mbps: field(5, "MB/sec")?,
-        usec: field(6, "usec/xfer")?,
+        usec: if rate > usec { 1.0 / rate } else { usec },
         round: 0,
         span: None,
     })
@@ -1827,6 +1832,24 @@ fn chart(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fi_pingpong_latency_comes_from_the_reading_with_more_digits() {
+        let head =
+            "bytes   #sent   #ack     total       time     MB/sec    usec/xfer   Mxfers/sec\n";
+        let fast = parse_theirs(&format!(
+            "{head}1       2m      =2m      3.8m        2.40s      1.66       0.60       1.66\n"
+        ))
+        .unwrap();
+        assert!((fast.usec - 1.0 / 1.66).abs() < 1e-12);
+        assert_eq!(fast.mbps, 1.66);
+        let slow = parse_theirs(&format!(
+            "{head}64k     10k     =10k     1.2g        0.34s   3855.30      17.00       0.06\n"
+        ))
+        .unwrap();
+        assert_eq!(slow.usec, 17.0);
+        assert!(parse_theirs(&format!("{head}1 2m =2m 3.8m 2.40s 1.66 0.60\n")).is_err());
+    }
 
     #[test]
     fn a_group_that_spans_two_modes_runs_again() {
