@@ -113,6 +113,9 @@ impl Engine {
     /// An engine; with `auto`, it has the nudge fd of an auto-progress
     /// thread ([`crate::progress`] starts it).
     pub(crate) fn new(auto: bool) -> Result<Arc<Engine>> {
+        // The rings' look spacing, measured now rather than at the first
+        // poll, which may be an operation's path.
+        crate::ring::pace::gap();
         let inotify = sys::inotify()?;
         let unannounced = sys::eventfd(1)?;
         // Wakes blocked readers for the liveness checks.

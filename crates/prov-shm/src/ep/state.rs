@@ -241,10 +241,12 @@ impl EpRx {
             st.cq_room(sh, b);
         }
         let taken = self.rx.position();
+        let (now, gap) = (crate::ring::pace::now(), crate::ring::pace::gap());
         for _ in 0..RING_BUDGET {
-            // `is_ready` first: an empty ring (most looks of a polling
-            // reader) then costs one load, not a receive that fails.
-            if st.ring_held || !self.rx.is_ready() {
+            // `poll_ready` first: an empty ring (most looks of a polling
+            // reader) then costs one load, or none shortly after an empty
+            // look, not a receive that fails.
+            if st.ring_held || !self.rx.poll_ready(now, gap) {
                 // Polling now: the slot taken last goes back to its
                 // senders (see `ring::Receiver`).
                 self.rx.release_taken();

@@ -10,6 +10,7 @@
 //! committed slot out and hands the slot to the next lap.
 
 mod bounce;
+pub mod pace;
 mod wait;
 
 use std::sync::Arc;
@@ -558,6 +559,8 @@ pub struct Receiver {
     /// trip on the message's path; at the next call the receiver is
     /// polling. It holds one slot back for that long.
     unreleased: Option<u64>,
+    /// When [`poll_ready`](Self::poll_ready) last found the ring empty.
+    pace: pace::Pace,
 }
 
 /// Releases the head slot (and its bounce buffer) when dropped, so that a
@@ -611,7 +614,26 @@ impl Receiver {
             policy: WaitPolicy::default(),
             forsaken: Vec::new(),
             unreleased: None,
+            pace: pace::Pace::default(),
         }
+    }
+
+    /// [`is_ready`](Self::is_ready) for a reader that polls: a ring found
+    /// empty is looked at again only [`pace::LOOK_GAP`] later, and the
+    /// polls in between answer `false` without reading its slot (see
+    /// [`pace`]). `now` is [`pace::now`] and `gap` [`pace::gap`], read once
+    /// per progress call by the caller (a clock reading per look, taken
+    /// again after each command, made `fabric pingpong` 6% slower).
+    #[inline(always)]
+    pub fn poll_ready(&mut self, now: u64, gap: u64) -> bool {
+        if !self.pace.may_look(now, gap) {
+            return false;
+        }
+        let ready = self.is_ready();
+        if !ready {
+            self.pace.found_empty(now);
+        }
+        ready
     }
 
     /// Frees the slot of the command taken last, if it waits: the
