@@ -241,7 +241,15 @@ impl EpRx {
             st.cq_room(sh, b);
         }
         let taken = self.rx.position();
-        let (now, gap) = (crate::ring::pace::now(), crate::ring::pace::gap());
+        // Looks are spaced only while nothing of ours is in flight: an
+        // operation or transfer waits for its peer's next command (a `CTS`,
+        // `ACK`, `PUT_DONE`), which a gap would only delay.
+        let gap = if st.ops.len() == 0 && st.xfers.len() == 0 {
+            crate::ring::pace::gap()
+        } else {
+            0
+        };
+        let now = crate::ring::pace::now();
         for _ in 0..RING_BUDGET {
             // `poll_ready` first: an empty ring (most looks of a polling
             // reader) then costs one load, or none shortly after an empty

@@ -6,8 +6,9 @@
 //! look that falls while it writes: every such look costs the message one
 //! more trip of the line between the cores. A reader that found its ring
 //! empty therefore looks again only [`LOOK_GAP`] later; the polls in
-//! between report an empty ring without reading the slot (see the
-//! [crate docs](crate::docs#polling)).
+//! between report an empty ring without reading the slot. The engine
+//! spaces the looks of an endpoint only while none of its operations waits
+//! for a peer's answer (see the [crate docs](crate::docs#polling)).
 //!
 //! The clock is the time-stamp counter where there is one (about 8 ns a
 //! reading here, against 17 ns for `Instant::now`), its rate measured once
