@@ -170,6 +170,13 @@ reap() {
     done
     wait "$1"
 }
+# The soft-RoCE device's counters (packets, retries, sequence errors), for
+# a run that failed or hung: whether packets were lost or retries stopped.
+rxe_counters() {
+    for f in /sys/class/infiniband/rxe0/ports/1/hw_counters/*; do
+        [ -r "$f" ] && echo "rxe0 counter ${f##*/} $(cat "$f")"
+    done
+}
 # Checks a fabric run's output: exit status $2, files /tmp/$1.out, .err.
 # Counts a failure unless it succeeded and every line says verified.
 perf_verdict() {
@@ -373,7 +380,7 @@ b)
 esac
 cat /tmp/ibv.out
 count=$((count + 1))
-if [ $rc -eq 0 ]; then say "<== {name}: ok"; else say "<== {name}: FAILED (exit $rc)"; failed=$((failed + 1)); fi
+if [ $rc -eq 0 ]; then say "<== {name}: ok"; else say "<== {name}: FAILED (exit $rc)"; failed=$((failed + 1)); rxe_counters; fi
 "#
         );
     }
@@ -1073,6 +1080,8 @@ mod tests {
             assert!(s.contains(&format!("\"$FABRIC\" {args} -B ")), "{name}");
         }
         assert!(s.contains("XHOST_ROLE=$ROLE"));
+        // A failed or hung `ibv_rc_pingpong` leaves the device's counters.
+        assert!(s.contains("failed=$((failed + 1)); rxe_counters; fi"));
         assert!(!s.contains("fault_power_off"));
         assert!(s.trim_end().ends_with("finish FAIL"));
     }
