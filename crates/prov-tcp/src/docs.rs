@@ -58,7 +58,7 @@
 //!   `sendmsg` when the socket takes it. What the socket does not take
 //!   waits in the connection's queue (the rest of injected data copied
 //!   into a reused staging buffer); queued frames are written together (up
-//!   to 64 iovecs per `sendmsg`). Messages of up to 32 KiB go eagerly in
+//!   to 64 iovecs per `sendmsg`). Messages of up to 16 KiB go eagerly in
 //!   one frame, and so do lone ones of up to 256 KiB, or 8 MiB on an
 //!   unpaced connection inside this host (64 KiB without the fixed
 //!   receive buffer; lone: nothing else of the endpoint in flight and no
@@ -70,7 +70,7 @@
 //!   takes: truncation is the receiver's error), and the sender streams
 //!   `RndvData` straight from the user's buffer.
 //! - **Receiving.** A [`wire::Decoder`](crate::wire::Decoder) per connection reads the frames
-//!   from a 64 KiB read buffer. A payload of at least 16 KiB whose
+//!   from a 64 KiB read buffer. A payload of at least 40 KiB whose
 //!   destination is known (a matched receive, an accepted rendezvous, an
 //!   RMA target, a read's buffer) is read straight into it; after such a
 //!   payload the next read is small, so that the next large payload skips
@@ -305,7 +305,7 @@
 //! Rendezvous (8 bytes): one u64: the message length (`MsgRts`,
 //! `TaggedRts`), the length the receiver accepts (`Cts`; 0 to discard, and
 //! 0 with a status) or the offset of the chunk (`RndvData`). A message
-//! larger than the sender's eager limit (32 KiB, or for a lone message
+//! larger than the sender's eager limit (16 KiB, or for a lone message
 //! 256 KiB, 8 MiB inside this host unpaced, 64 KiB with autotuned receive
 //! buffers; a sender's choice,
 //! receivers take eager messages up to `max_msg_size`) is announced with

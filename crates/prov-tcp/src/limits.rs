@@ -16,8 +16,14 @@ pub const INJECT_SIZE: usize = 8192;
 pub const CM_DATA_SIZE: usize = 256;
 
 /// Largest message sent eagerly (in one frame, buffered by the receiver
-/// when no receive matches yet); larger messages go by rendezvous.
-pub(crate) const EAGER_MAX: usize = 32 * 1024;
+/// when no receive matches yet); larger messages go by rendezvous, except
+/// lone ones ([`EAGER_LONE_MAX`]). 16 KiB by measurement of streams
+/// (`fabric bw` on loopback, 64 sends in flight, 4 alternating rounds,
+/// MB/s, eager / rendezvous): 32 KiB MSG 2093-2626 / 2910-3050 and RDM
+/// 1873-2543 / 2899-3017; 20 KiB MSG 2068-2478 / 2013-2224, RDM
+/// 2022-2110 / 2156-2199. Eager streams of 20-32 KiB ran at 2.2-2.5
+/// GB/s, below 16 KiB's 3 GB/s and rendezvous' 4 GB/s from 36 KiB.
+pub(crate) const EAGER_MAX: usize = 16 * 1024;
 
 /// Largest message sent eagerly when it is lone: nothing else of the
 /// endpoint in flight and no other send posted since the last progress
@@ -76,7 +82,7 @@ pub(crate) fn eager_lone_max_unpaced() -> usize {
 /// Largest buffer of an unexpected message kept for reuse (the engine
 /// keeps up to 64): the buffer of a larger lone message (up to
 /// [`EAGER_LONE_MAX`]) that came before its receive is freed, not kept.
-const SPARE_MAX: usize = 2 * EAGER_MAX;
+const SPARE_MAX: usize = 64 * 1024;
 
 /// Bytes of unexpected messages an endpoint keeps at most (payloads, plus
 /// [`UNEXP_COST`] per entry). Beyond it, the connection that brings the

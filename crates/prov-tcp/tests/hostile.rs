@@ -417,13 +417,14 @@ fn remote_cq_data_into_a_cq_nobody_reads_pauses_the_writer() {
 fn kept_remote_cq_data_counts_against_the_budget_and_pauses_its_sender() {
     let _serial = serial();
     use fabric_core::objects::CqEntry;
-    const MSGS: usize = 250;
-    const LEN: usize = 32 << 10;
+    const MSGS: usize = 500;
+    const LEN: usize = 16 << 10;
     let n = 20_000u64;
     let mut target = auto_info_with(Caps::MSG | Caps::RMA);
     target.mode |= Mode::RX_CQ_DATA;
     let (a, b, b_at_a, _mr) = writer_and_target(&target);
-    // 250 unexpected messages of 32 KiB: most of b's 8 MiB budget.
+    // 500 unexpected messages of 16 KiB (eager: the eager limit): most of
+    // b's 8 MiB budget.
     let mut payload: Vec<u8> = (0..LEN).map(|i| (i * 7 % 251) as u8).collect();
     let piov = iov(&mut payload);
     for i in 0..MSGS {

@@ -2,8 +2,8 @@
 //! tcp MSG and RDM endpoints, checked by what an application can observe:
 //! every pair of operations is posted back to back, without waiting for a
 //! completion in between, over sizes that cross every protocol threshold
-//! (inline frames up to 4 KiB, direct reads from 16 KiB, eager messages up
-//! to 32 KiB and lone ones up to 256 KiB (8 MiB inside this host, where no
+//! (inline frames up to 4 KiB, direct reads from 40 KiB, eager messages up
+//! to 16 KiB and lone ones up to 256 KiB (8 MiB inside this host, where no
 //! congestion control paces), rendezvous above, transfers larger
 //! than a socket buffer).
 //!
@@ -86,32 +86,33 @@ const KEY: u64 = 0x0de7;
 const INJECT: usize = prov_tcp::getinfo::INJECT_SIZE;
 
 /// RMA sizes: a byte, a word, the inline frame limit and past it, the
-/// direct-read threshold, the eager limit, and transfers larger than a
-/// socket buffer.
+/// eager limit of messages, the direct-read threshold, and transfers
+/// larger than a socket buffer.
 const RMA_SIZES: [usize; 9] = [
     1,
     8,
     4096,
     4097,
     16 * 1024,
-    32 * 1024,
+    40 * 1024,
     100_000,
     1 << 20,
     4 << 20,
 ];
 
 /// Message sizes: empty, injected, inline frames, the eager limit and past
-/// it, the lone-eager limit and past it, rendezvous up to a few MiB.
+/// it, the direct-read threshold, the lone-eager limit and past it,
+/// rendezvous up to a few MiB.
 const MSG_SIZES: [usize; 13] = [
     0,
     8,
     1000,
     4096,
     INJECT,
-    32 * 1024,
-    32 * 1024 + 1,
+    16 * 1024,
+    16 * 1024 + 1,
+    40 * 1024,
     64 * 1024 + 1,
-    200_000,
     256 * 1024,
     256 * 1024 + 1,
     1 << 20,
@@ -840,7 +841,7 @@ enum Posting {
 fn stream(round: usize, posting: Posting) -> Vec<(usize, bool)> {
     if let Posting::Flood = posting {
         // 10 MiB of eager messages: more than the 8 MiB budget.
-        return (0..320).map(|i| (32 * 1024, i % 2 == 1)).collect();
+        return (0..640).map(|i| (16 * 1024, i % 2 == 1)).collect();
     }
     (0..36)
         .map(|i| {

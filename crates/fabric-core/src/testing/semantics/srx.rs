@@ -707,8 +707,10 @@ pub fn srx_flow_control(rig: &Rig) {
     };
     let (w, srx) = rig.srx_world(&info, |_| {});
     let srx = srx.as_ref();
-    const N: usize = 200;
-    const LEN: usize = 32 * 1024;
+    // 16 KiB: eager on every provider (tcp sends a burst of larger
+    // messages by rendezvous, which the receiver does not buffer).
+    const N: usize = 400;
+    const LEN: usize = 16 * 1024;
     let seeds: [u64; 2] = [seed(), seed()];
     // Endpoint 0 sends to endpoint 1, endpoint 3 to endpoint 2.
     let pairs = [(0usize, 1usize), (3, 2)];
