@@ -30,6 +30,10 @@ const RCVBUF: usize = 2 << 20;
 /// buffer would be smaller than what autotuning grows to, so the socket
 /// keeps autotuning, and lone messages go eagerly only up to 64 KiB
 /// ([`crate::limits::EAGER_LONE_MAX_AUTOTUNED`]).
+///
+/// The raw TCP floors of `cargo xtask bench` (`xtask/src/bench/floor.rs`,
+/// `Setup::Provider`) set the same options as this and [`unpaced`]: a
+/// change here belongs there too.
 pub(crate) fn tune(sock: socket2::SockRef<'_>) -> io::Result<()> {
     sock.set_nodelay(true)?;
     if fixed_rcvbuf() {
