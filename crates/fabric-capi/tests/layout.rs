@@ -142,6 +142,7 @@ fn object_layouts() -> Vec<Layout> {
         }
         FiIoc => "fi_ioc" { addr, count }
         FiRmaIoc => "fi_rma_ioc" { addr, count, key }
+        FiAtomicAttr => "fi_atomic_attr" { count, size }
         FiMsgAtomic => "fi_msg_atomic" {
             msg_iov, desc, iov_count, addr, rma_iov, rma_iov_count, datatype, op, context, data,
         }

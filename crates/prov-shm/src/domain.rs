@@ -7,8 +7,8 @@ use fabric_core::kit::lock;
 use fabric_core::kit::mr::{MrTable, Region as MrRegion};
 use fabric_core::kit::objects::{AddressBook, Av, Cq, Eq};
 use fabric_core::objects::{
-    AddressVector, AvAttr, CntrAttr, CompletionQueue, Counter, CqAttr, Domain, Endpoint, EqAttr,
-    EventQueue, Fabric, MemoryRegion, MrAttr, MrDesc, PassiveEndpoint, SharedRx,
+    AddressVector, AtomicOp, AvAttr, CntrAttr, CompletionQueue, Counter, CqAttr, Datatype, Domain,
+    Endpoint, EqAttr, EventQueue, Fabric, MemoryRegion, MrAttr, MrDesc, PassiveEndpoint, SharedRx,
 };
 use fabric_core::{
     Address, DomainAttr, EpType, Error, ErrorKind, FabricAttr, Info, MrMode, Progress, Result,
@@ -167,6 +167,16 @@ impl ShmDomain {
 impl Domain for ShmDomain {
     fn attr(&self) -> &DomainAttr {
         &self.attr
+    }
+
+    fn query_atomic(
+        &self,
+        datatype: Datatype,
+        op: AtomicOp,
+        fetch: bool,
+        compare: bool,
+    ) -> Result<usize> {
+        crate::ep::atomic_count(datatype, op, fetch, compare)
     }
 
     fn endpoint(&self, info: &Info) -> Result<Box<dyn Endpoint>> {

@@ -2,12 +2,13 @@
 
 use std::sync::Arc;
 
+use fabric_core::kit::atomic::AtomicKind;
 use fabric_core::kit::mr::{MrTable, Region};
 use fabric_core::kit::net::IpBook;
 use fabric_core::kit::objects::{Av, Cntr, Cq, Eq};
 use fabric_core::objects::{
-    AddressVector, AvAttr, CntrAttr, CompletionQueue, Counter, CqAttr, Domain, Endpoint, EqAttr,
-    EventQueue, Fabric, MemoryRegion, MrAttr, MrDesc, PassiveEndpoint, SharedRx,
+    AddressVector, AtomicOp, AvAttr, CntrAttr, CompletionQueue, Counter, CqAttr, Datatype, Domain,
+    Endpoint, EqAttr, EventQueue, Fabric, MemoryRegion, MrAttr, MrDesc, PassiveEndpoint, SharedRx,
 };
 use fabric_core::{DomainAttr, EpType, Error, ErrorKind, FabricAttr, Info, MrMode, Result, RxAttr};
 
@@ -88,6 +89,16 @@ impl TcpDomain {
 impl Domain for TcpDomain {
     fn attr(&self) -> &DomainAttr {
         &self.attr
+    }
+
+    fn query_atomic(
+        &self,
+        datatype: Datatype,
+        op: AtomicOp,
+        fetch: bool,
+        compare: bool,
+    ) -> Result<usize> {
+        crate::atomic::valid(datatype, op, AtomicKind::of(compare, fetch))
     }
 
     fn endpoint(&self, info: &Info) -> Result<Box<dyn Endpoint>> {

@@ -144,6 +144,10 @@ macro_rules! float_v {
                     }
                     Sum => old + x,
                     Prod => old * x,
+                    // C's `||`, `&&` on floating values: 1 or 0.
+                    Lor => ((old != 0.0) || (x != 0.0)) as u8 as $t,
+                    Land => ((old != 0.0) && (x != 0.0)) as u8 as $t,
+                    Lxor => ((old != 0.0) != (x != 0.0)) as u8 as $t,
                     AtomicRead => old,
                     AtomicWrite => x,
                     Cswap => {
@@ -222,16 +226,12 @@ const COMPARE: [AtomicOp; 7] = [
     AtomicOp::Mswap,
 ];
 
+/// The operations on integers only: bitwise ones (the logical ones take
+/// floating values too, as in libfabric 1.17).
 fn int_only(op: AtomicOp) -> bool {
     matches!(
         op,
-        AtomicOp::Lor
-            | AtomicOp::Land
-            | AtomicOp::Lxor
-            | AtomicOp::Bor
-            | AtomicOp::Band
-            | AtomicOp::Bxor
-            | AtomicOp::Mswap
+        AtomicOp::Bor | AtomicOp::Band | AtomicOp::Bxor | AtomicOp::Mswap
     )
 }
 

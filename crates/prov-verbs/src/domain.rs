@@ -6,8 +6,9 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use fabric_core::kit::objects::{Cntr, Eq, Progress};
 use fabric_core::kit::wait::PollSet;
 use fabric_core::objects::{
-    AddressVector, AvAttr, CntrAttr, CompletionQueue, Counter, CqAttr, Domain, Endpoint, EqAttr,
-    EventQueue, Fabric, MemoryRegion, MrAccess, MrAttr, MrDesc, PassiveEndpoint, SharedRx,
+    AddressVector, AtomicOp, AvAttr, CntrAttr, CompletionQueue, Counter, CqAttr, Datatype, Domain,
+    Endpoint, EqAttr, EventQueue, Fabric, MemoryRegion, MrAccess, MrAttr, MrDesc, PassiveEndpoint,
+    SharedRx,
 };
 use fabric_core::{DomainAttr, EpType, Error, ErrorKind, FabricAttr, Info, Result, RxAttr};
 
@@ -243,6 +244,16 @@ pub(crate) fn lkey_of(d: MrDesc) -> Option<u32> {
 impl Domain for VerbsDomain {
     fn attr(&self) -> &DomainAttr {
         &self.attr
+    }
+
+    fn query_atomic(
+        &self,
+        datatype: Datatype,
+        op: AtomicOp,
+        fetch: bool,
+        compare: bool,
+    ) -> Result<usize> {
+        crate::ep::msg::atomic_count(&self.core.limits, datatype, op, fetch, compare)
     }
 
     fn endpoint(&self, info: &Info) -> Result<Box<dyn Endpoint>> {

@@ -14,6 +14,7 @@ use std::ptr;
 use fabric::OpFlags;
 use fabric::objects::{AtomicMsg, AtomicOp, Datatype, FiAddr, IoVec, MrDesc, RmaIov};
 
+use super::domain::{self, FidDomain};
 use super::ep::{self, FidEp};
 use super::msg::MAX_IOV;
 use super::{EINVAL, guard_int, guard_sz, sz};
@@ -681,13 +682,85 @@ fn valid(ep: Ep, dt: u32, op: u32, count: *mut usize, fetch: bool, compare: bool
         let Some(e) = (unsafe { ep::get(ep) }) else {
             return EINVAL;
         };
+        // An unknown datatype or operation is one the provider does not
+        // serve: `-FI_EOPNOTSUPP`, as libfabric 1.17's providers answer.
         let (Ok(dt), Ok(op)) = (Datatype::try_from(dt), AtomicOp::try_from(op)) else {
-            return EINVAL;
+            return EOPNOTSUPP;
         };
         match e.inner.atomic_valid(dt, op, fetch, compare) {
             Ok(n) => {
                 // SAFETY: null or writable, per fi_atomic(3).
                 unsafe { super::put(count, n) };
+                0
+            }
+            Err(err) => err.code(),
+        }
+    })
+}
+
+/// `struct fi_atomic_attr`: what `fi_query_atomic` reports.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FiAtomicAttr {
+    /// `size_t count`: elements one operation may carry.
+    pub count: usize,
+    /// `size_t size`: bytes of one element of the datatype.
+    pub size: usize,
+}
+
+/// `fi_query_atomic`'s flag: as `fi_fetch_atomicvalid`.
+const FI_FETCH_ATOMIC: u64 = 1 << 58;
+/// `fi_query_atomic`'s flag: as `fi_compare_atomicvalid`.
+const FI_COMPARE_ATOMIC: u64 = 1 << 59;
+
+/// `-FI_EOPNOTSUPP`.
+const EOPNOTSUPP: c_int = fabric::ErrorKind::OpNotSupp.code();
+
+/// `fi_ops_domain.query_atomic` (`fi_query_atomic`): the domain's form of
+/// the atomic valid calls, `flags` choosing which (0: `fi_atomicvalid`,
+/// `FI_FETCH_ATOMIC`, `FI_COMPARE_ATOMIC`; both at once: `-FI_EBADFLAGS`).
+/// Atomics into tagged receive buffers (`FI_TAGGED`) and collectives
+/// (`FI_COLLECTIVE`, which `fi_query_collective` adds) are not offered:
+/// `-FI_EOPNOTSUPP`, as for an unknown datatype or operation.
+///
+/// # Safety
+///
+/// `dom` comes from `fi_domain`; `attr` is null or writable.
+pub(crate) unsafe extern "C" fn query_atomic(
+    dom: *mut FidDomain,
+    dt: u32,
+    op: u32,
+    attr: *mut c_void,
+    flags: u64,
+) -> c_int {
+    guard_int(|| {
+        // SAFETY: the application passes a domain from fi_domain.
+        let Some(d) = (unsafe { domain::get(dom) }) else {
+            return EINVAL;
+        };
+        let attr = attr.cast::<FiAtomicAttr>();
+        if attr.is_null() {
+            return EINVAL;
+        }
+        let (fetch, compare) = (flags & FI_FETCH_ATOMIC != 0, flags & FI_COMPARE_ATOMIC != 0);
+        if fetch && compare {
+            return fabric::ErrorKind::BadFlags.code();
+        }
+        if flags & (fabric::Caps::TAGGED.bits() | fabric::Caps::COLLECTIVE.bits()) != 0 {
+            return EOPNOTSUPP;
+        }
+        let (Ok(dt), Ok(op)) = (Datatype::try_from(dt), AtomicOp::try_from(op)) else {
+            return EOPNOTSUPP;
+        };
+        match d.inner.query_atomic(dt, op, fetch, compare) {
+            Ok(count) => {
+                // SAFETY: checked non-null; writable per fi_atomic(3).
+                unsafe {
+                    attr.write(FiAtomicAttr {
+                        count,
+                        size: dt.size(),
+                    })
+                };
                 0
             }
             Err(err) => err.code(),

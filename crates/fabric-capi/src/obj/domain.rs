@@ -136,7 +136,7 @@ static DOMAIN_OPS: FiOpsDomain = FiOpsDomain {
     poll_open: no_poll_open,
     stx_ctx: no_stx_ctx,
     srx_ctx: super::srx::open,
-    query_atomic: no_query_atomic,
+    query_atomic: super::atomic::query_atomic,
     query_collective: no_query_collective,
     endpoint2: ep::open2,
 };
@@ -234,15 +234,6 @@ unsafe extern "C" fn no_stx_ctx(
     _: *mut FiTxAttr,
     _: *mut *mut c_void,
     _: *mut c_void,
-) -> c_int {
-    ENOSYS
-}
-unsafe extern "C" fn no_query_atomic(
-    _: *mut FidDomain,
-    _: u32,
-    _: u32,
-    _: *mut c_void,
-    _: u64,
 ) -> c_int {
     ENOSYS
 }

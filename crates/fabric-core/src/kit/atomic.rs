@@ -6,9 +6,10 @@
 //! operation (`FI_MIN`, `FI_MAX`, `FI_SUM`, `FI_PROD`, the logical and
 //! bitwise operations, `FI_ATOMIC_READ`, `FI_ATOMIC_WRITE`, the `FI_CSWAP*`
 //! family and `FI_MSWAP`), and `FI_FLOAT` / `FI_DOUBLE` with the
-//! arithmetic, read, write and compare-swap operations (no logical or
-//! bitwise operation, no `FI_MSWAP`). Complex and long double types are not
-//! supported.
+//! arithmetic, logical (as C's `||`, `&&` on them: 1 or 0), read, write and
+//! compare-swap operations (no bitwise operation, no `FI_MSWAP`), as
+//! libfabric 1.17's providers answer `fi_atomicvalid`. Complex and long
+//! double types are not supported.
 //!
 //! Each element is updated with a compare-and-swap loop on its bits, so
 //! the update is atomic with respect to other peers' atomics and to the
@@ -135,16 +136,10 @@ pub fn valid(dt: Datatype, op: AtomicOp, kind: AtomicKind) -> Result<()> {
     }
     let int_only = matches!(
         op,
-        AtomicOp::Lor
-            | AtomicOp::Land
-            | AtomicOp::Lxor
-            | AtomicOp::Bor
-            | AtomicOp::Band
-            | AtomicOp::Bxor
-            | AtomicOp::Mswap
+        AtomicOp::Bor | AtomicOp::Band | AtomicOp::Bxor | AtomicOp::Mswap
     );
     if float && int_only {
-        return unsupported("logical and bitwise operations take integers");
+        return unsupported("bitwise operations take integers");
     }
     Ok(())
 }
@@ -270,6 +265,7 @@ macro_rules! float_elem {
                 if let Some(r) = cswap(op, old, x, cmp) {
                     return r;
                 }
+                let truth = |b: bool| if b { 1.0 } else { 0.0 };
                 Some(match op {
                     AtomicOp::Min => {
                         if x < old {
@@ -287,6 +283,11 @@ macro_rules! float_elem {
                     }
                     AtomicOp::Sum => old + x,
                     AtomicOp::Prod => old * x,
+                    // As C's `||`, `&&` on floating values: 1 or 0, and
+                    // a NaN is true.
+                    AtomicOp::Lor => truth(old != 0.0 || x != 0.0),
+                    AtomicOp::Land => truth(old != 0.0 && x != 0.0),
+                    AtomicOp::Lxor => truth((old != 0.0) != (x != 0.0)),
                     AtomicOp::AtomicWrite => x,
                     _ => return None,
                 })
@@ -461,6 +462,13 @@ mod tests {
         );
         assert_eq!(f64::combine(Max, 1.5, 2.5, 0.0), Some(2.5));
         assert_eq!(f32::combine(AtomicRead, 1.0, 2.0, 0.0), None);
+        // Logical operations on floating values: 1 or 0, a NaN true.
+        assert_eq!(f64::combine(Lor, 0.0, 2.5, 0.0), Some(1.0));
+        assert_eq!(f64::combine(Lor, 0.0, -0.0, 0.0), Some(0.0));
+        assert_eq!(f32::combine(Land, 3.0, f32::NAN, 0.0), Some(1.0));
+        assert_eq!(f32::combine(Land, 3.0, 0.0, 0.0), Some(0.0));
+        assert_eq!(f64::combine(Lxor, 3.0, 4.0, 0.0), Some(0.0));
+        assert_eq!(f64::combine(Lxor, 0.0, 4.0, 0.0), Some(1.0));
     }
 
     #[test]
@@ -473,6 +481,13 @@ mod tests {
             ErrorKind::OpNotSupp
         );
         assert!(valid(Datatype::Double, AtomicOp::Cswap, AtomicKind::Compare).is_ok());
+        assert!(valid(Datatype::Float, AtomicOp::Lxor, AtomicKind::Fetch).is_ok());
+        assert_eq!(
+            valid(Datatype::Float, AtomicOp::Mswap, AtomicKind::Compare)
+                .unwrap_err()
+                .kind(),
+            ErrorKind::OpNotSupp
+        );
         assert_eq!(
             valid(Datatype::Int8, AtomicOp::Cswap, AtomicKind::Plain)
                 .unwrap_err()

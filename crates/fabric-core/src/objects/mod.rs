@@ -152,4 +152,23 @@ pub trait Domain: AsAny + Send + Sync {
             "this provider has no shared receive contexts",
         ))
     }
+
+    /// Whether the domain's endpoints (those opened with `FI_ATOMIC`)
+    /// support `op` on `datatype` as a plain atomic, a fetching one
+    /// (`fetch`) or a comparing one (`compare`), and how many elements
+    /// one operation may carry: `fi_query_atomic`, the domain's form of
+    /// [`AtomicOps::atomic_valid`]. `OpNotSupp` when they do not.
+    fn query_atomic(
+        &self,
+        datatype: Datatype,
+        op: AtomicOp,
+        fetch: bool,
+        compare: bool,
+    ) -> Result<usize> {
+        let _ = (datatype, op, fetch, compare);
+        Err(crate::Error::new(
+            crate::ErrorKind::OpNotSupp,
+            "this provider has no atomic operations",
+        ))
+    }
 }

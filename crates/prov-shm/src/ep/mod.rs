@@ -613,6 +613,20 @@ impl RmaOps for ShmEndpoint {
     }
 }
 
+/// `fi_atomicvalid` and `fi_query_atomic`: whether shm serves `op` on
+/// `datatype` as a plain, fetching or comparing atomic, and how many
+/// elements one operation may carry.
+pub(crate) fn atomic_count(
+    datatype: Datatype,
+    op: AtomicOp,
+    fetch: bool,
+    compare: bool,
+) -> Result<usize> {
+    atomic::valid(datatype, op, AtomicKind::of(compare, fetch))
+        .map_err(|e| Error::new(e.kind(), format!("shm: {}", e.detail())))?;
+    Ok(MAX_ATOMIC_COUNT)
+}
+
 // The zero-copy operations are `unsafe` methods of the trait.
 #[allow(unsafe_code)]
 impl AtomicOps for ShmEndpoint {
@@ -623,9 +637,7 @@ impl AtomicOps for ShmEndpoint {
         fetch: bool,
         compare: bool,
     ) -> Result<usize> {
-        atomic::valid(datatype, op, AtomicKind::of(compare, fetch))
-            .map_err(|e| Error::new(e.kind(), format!("shm: {}", e.detail())))?;
-        Ok(MAX_ATOMIC_COUNT)
+        atomic_count(datatype, op, fetch, compare)
     }
 
     unsafe fn atomicmsg(&self, msg: &AtomicMsg<'_>, flags: OpFlags) -> Result<()> {

@@ -617,6 +617,25 @@ pub(crate) fn atomic_ok(dt: Datatype, op: AtomicOp, fetch: bool, compare: bool) 
         }
 }
 
+/// `fi_atomicvalid` and `fi_query_atomic` on a device with `limits`: one
+/// element per operation where the device and [`atomic_ok`] allow it.
+pub(crate) fn atomic_count(
+    limits: &crate::getinfo::Limits,
+    dt: Datatype,
+    op: AtomicOp,
+    fetch: bool,
+    compare: bool,
+) -> Result<usize> {
+    if limits.atomics && atomic_ok(dt, op, fetch, compare) {
+        Ok(1)
+    } else {
+        Err(Error::new(
+            ErrorKind::OpNotSupp,
+            format!("verbs: atomic {op} on {dt} is not supported"),
+        ))
+    }
+}
+
 impl AtomicOps for MsgEndpoint {
     fn atomic_valid(
         &self,
@@ -625,14 +644,7 @@ impl AtomicOps for MsgEndpoint {
         fetch: bool,
         compare: bool,
     ) -> Result<usize> {
-        if self.inner.domain.limits.atomics && atomic_ok(datatype, op, fetch, compare) {
-            Ok(1)
-        } else {
-            Err(Error::new(
-                ErrorKind::OpNotSupp,
-                format!("verbs: atomic {op} on {datatype} is not supported"),
-            ))
-        }
+        atomic_count(&self.inner.domain.limits, datatype, op, fetch, compare)
     }
 
     #[allow(unsafe_code)]

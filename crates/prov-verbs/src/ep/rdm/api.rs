@@ -230,14 +230,7 @@ impl AtomicOps for RdmEndpoint {
         fetch: bool,
         compare: bool,
     ) -> Result<usize> {
-        if self.inner.domain.limits.atomics && atomic_ok(datatype, op, fetch, compare) {
-            Ok(1)
-        } else {
-            Err(Error::new(
-                ErrorKind::OpNotSupp,
-                format!("verbs: atomic {op} on {datatype} is not supported"),
-            ))
-        }
+        crate::ep::msg::atomic_count(&self.inner.domain.limits, datatype, op, fetch, compare)
     }
 
     #[allow(unsafe_code)]

@@ -150,7 +150,6 @@ use fabric_core::objects::{
 };
 use fabric_core::{Address, Caps, Error, ErrorKind, Info, OpFlags, Result};
 
-use super::msg::atomic_ok;
 use super::{Binds, IOV_MAX, lock, wc_error};
 use crate::domain::{DomainCore, lkey_of};
 use crate::raw::cm::{CmEvent, CmEventKind, CmId, ConnParam, EventChannel, QpCaps};
