@@ -194,6 +194,22 @@ pub(crate) fn system_libfabric() -> Option<PathBuf> {
 }
 
 impl Stage {
+    /// Stages the library for a C program built against Debian's libfabric
+    /// and run on both libraries ([`Stage::compile_system`],
+    /// [`Stage::run_on`]); `None` (after printing why) when `cc`, the
+    /// libfabric-dev headers or Debian's libfabric are missing.
+    pub(crate) fn for_both(test: &str) -> Option<Stage> {
+        let stage = Stage::new(test, true)?;
+        if system_libfabric().is_none() {
+            skip(
+                test,
+                "Debian's libfabric.so / libfabric.so.1 are not installed (apt-get install libfabric-dev)",
+            );
+            return None;
+        }
+        Some(stage)
+    }
+
     /// Compiles `source` as program `name` against the installed libfabric
     /// (`-lfabric` from the system paths, no rpath), so that
     /// [`Stage::run_on`] chooses the library at run time: build once, run
