@@ -352,35 +352,61 @@ fi
 
 /// `ibv_rc_pingpong` from B to A at [`IBV_SIZES`]: rdma-core's own test
 /// across the link, and the anchor of the figures.
+///
+/// Each size runs twice, on both guests whatever the first run gave (they
+/// cannot tell each other how it went; the host only pairs their steps),
+/// and a guest counts the size as a failure only when both runs failed.
+/// The figure is the first good run's. In 2 of 4 clean-clone CI runs of
+/// 2026-11-29 the 64 KiB run hung until its timeout on both guests while
+/// rxe counted completer retries and duplicate requests (6-10 and
+/// 157-169): `ibv_rc_pingpong`'s fixed ACK timeout (14: 67 ms) expires in
+/// a guest that the host has not scheduled for that long, and soft-RoCE
+/// then stalls in its retransmission now and then. Our runs on the same
+/// link, whose connections wait longer, passed in both. A lone failure is
+/// said on the console with rxe's counters; two fail the run.
 fn ibv_pingpong(s: &mut String) {
     for (port, size) in (18515..).zip(IBV_SIZES) {
         let name = format!("ibv-rc-pingpong-{size}");
-        let _ = write!(
-            s,
-            r#"case "$HOST" in
+        s.push_str("ibv_ok=\n");
+        for (attempt, port) in [(1, port), (2, port + 10)] {
+            let _ = write!(
+                s,
+                r#"case "$HOST" in
 a)
-    say "==> {name} (server, gid $GID)"
-    timeout 120 ibv_rc_pingpong -d rxe0 -g "$GID" -p {port} -s {size} -n 200 >/tmp/ibv.out 2>&1 &
+    say "==> {name} (server, gid $GID, run {attempt} of 2)"
+    timeout 60 ibv_rc_pingpong -d rxe0 -g "$GID" -p {port} -s {size} -n 200 >/tmp/ibv.out 2>&1 &
     srv=$!
     listening {port} || say "ibv_rc_pingpong is not listening"
-    rendezvous {name}
-    rendezvous {name}-done
+    rendezvous {name}-{attempt}
+    rendezvous {name}-{attempt}-done
     reap $srv 30
     rc=$?
     ;;
 b)
-    rendezvous {name}
-    say "==> {name} (client, gid $GID)"
-    timeout 120 ibv_rc_pingpong -d rxe0 -g "$GID" -p {port} -s {size} -n 200 "$PEER" >/tmp/ibv.out 2>&1
+    rendezvous {name}-{attempt}
+    say "==> {name} (client, gid $GID, run {attempt} of 2)"
+    timeout 60 ibv_rc_pingpong -d rxe0 -g "$GID" -p {port} -s {size} -n 200 "$PEER" >/tmp/ibv.out 2>&1
     rc=$?
-    rendezvous {name}-done
+    rendezvous {name}-{attempt}-done
     us=$(awk '/usec\/iter/ {{ print $(NF - 1) / 2 }}' /tmp/ibv.out)
-    [ -n "$us" ] && echo "$FIGURE ibv-rc-pingpong {size} $us -"
+    [ -z "$ibv_ok" ] && [ $rc -eq 0 ] && [ -n "$us" ] && echo "$FIGURE ibv-rc-pingpong {size} $us -"
     ;;
 esac
 cat /tmp/ibv.out
-count=$((count + 1))
-if [ $rc -eq 0 ]; then say "<== {name}: ok"; else say "<== {name}: FAILED (exit $rc)"; failed=$((failed + 1)); rxe_counters; fi
+if [ $rc -eq 0 ]; then
+    [ -n "$ibv_ok" ] || say "<== {name}: ok (run {attempt})"
+    ibv_ok=yes
+else
+    say "<== {name}: run {attempt} failed (exit $rc)"
+    rxe_counters
+fi
+"#
+            );
+        }
+        let _ = write!(
+            s,
+            r#"count=$((count + 1))
+[ -n "$ibv_ok" ] || {{ say "<== {name}: FAILED (both runs)"; failed=$((failed + 1)); }}
 "#
         );
     }
@@ -1080,8 +1106,23 @@ mod tests {
             assert!(s.contains(&format!("\"$FABRIC\" {args} -B ")), "{name}");
         }
         assert!(s.contains("XHOST_ROLE=$ROLE"));
-        // A failed or hung `ibv_rc_pingpong` leaves the device's counters.
-        assert!(s.contains("failed=$((failed + 1)); rxe_counters; fi"));
+        // A failed or hung `ibv_rc_pingpong` leaves the device's counters;
+        // each size runs twice on both guests, and fails when both did.
+        for size in IBV_SIZES {
+            let name = format!("ibv-rc-pingpong-{size}");
+            for run in [1, 2] {
+                assert!(
+                    s.contains(&format!("rendezvous {name}-{run}-done\n")),
+                    "{name}"
+                );
+                assert!(s.contains(&format!(
+                    "say \"<== {name}: run {run} failed (exit $rc)\"\n    rxe_counters\n"
+                )));
+            }
+            assert!(s.contains(&format!(
+                "[ -n \"$ibv_ok\" ] || {{ say \"<== {name}: FAILED (both runs)\"; failed=$((failed + 1)); }}"
+            )));
+        }
         assert!(!s.contains("fault_power_off"));
         assert!(s.trim_end().ends_with("finish FAIL"));
     }
