@@ -51,8 +51,9 @@ pub(super) fn floor_child(args: &[String]) -> Result<(), String> {
     // just received sends them from the cache, which at 1 MiB made a raw
     // C ping-pong 110-126 us one-way against 136-152 us with two buffers
     // (5 alternating runs; level at 64 KiB and below). Both are written
-    // first, so that neither maps the kernel's shared zero page.
-    let (mut rx, tx) = (vec![0x5au8; size], vec![0xa5u8; size]);
+    // first, so that neither maps the kernel's shared zero page, and start
+    // on a page boundary, as the ping-pongs' buffers do.
+    let (mut rx, tx) = (PageBuf::new(size, 0x5a), PageBuf::new(size, 0xa5));
     match (kind, role) {
         ("floor-tcp", "server") => {
             let l = TcpListener::bind(("127.0.0.1", port)).map_err(io)?;
