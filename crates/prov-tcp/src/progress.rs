@@ -14,16 +14,18 @@
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use fabric_core::kit::objects::Progress;
+use fabric_core::kit::patient_lock;
 use fabric_core::{DomainAttr, Error, ErrorKind, Result};
 use rustix::event::epoll;
 use rustix::time::{
     Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags, Timespec, timerfd_create,
     timerfd_gettime, timerfd_settime,
 };
+use spin::mutex::SpinMutex;
 
 /// Something the engine progresses.
 pub(crate) trait EpProgress: Send + Sync + std::fmt::Debug {
@@ -116,7 +118,10 @@ pub(crate) struct Poller {
     /// A one-shot timer in the epoll set ([`TIMER`]): wakes the waiters
     /// when a resting listener is due back ([`Poller::wake_after`]).
     timer: OwnedFd,
-    state: Mutex<State>,
+    /// The endpoints and the pass's scratch: a spin lock, taken and
+    /// released by every progress call (waited for with
+    /// [`patient_lock`] by registration only).
+    state: SpinMutex<State>,
     tokens: AtomicU64,
     /// Threads inside an [`Progress::arm`]ed wait.
     waiters: AtomicU32,
@@ -175,7 +180,7 @@ impl Poller {
         Ok(Poller {
             epoll,
             timer,
-            state: Mutex::new(state),
+            state: SpinMutex::new(state),
             tokens: AtomicU64::new(1),
             waiters: AtomicU32::new(0),
             pinned: AtomicBool::new(false),
@@ -287,10 +292,7 @@ impl Poller {
 
     fn watch_all(&self) {
         let eps: Vec<_> = {
-            let st = self
-                .state
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let st = patient_lock(&self.state);
             st.eps.iter().map(|(_, ep)| ep.clone()).collect()
         };
         for ep in eps {
@@ -301,10 +303,7 @@ impl Poller {
     /// Adds endpoint number `no` to progress, until
     /// [`Poller::unregister`].
     pub(crate) fn register(&self, no: u32, ep: Arc<dyn EpProgress>) {
-        let mut st = self
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut st = patient_lock(&self.state);
         if !ep.epoll_quiet() {
             st.loud += 1;
         }
@@ -316,10 +315,7 @@ impl Poller {
     /// the engine's lock, so that its drop runs outside it.
     pub(crate) fn unregister(&self, no: u32) {
         let gone = {
-            let mut st = self
-                .state
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut st = patient_lock(&self.state);
             let gone = st
                 .eps
                 .iter()
@@ -346,11 +342,9 @@ impl Poller {
 
 impl Progress for Poller {
     fn progress(&self) -> Result<()> {
-        let mut guard = match self.state.try_lock() {
-            Ok(g) => g,
-            // Another thread is progressing this engine right now.
-            Err(std::sync::TryLockError::WouldBlock) => return Ok(()),
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        // `None`: another thread is progressing this engine right now.
+        let Some(mut guard) = self.state.try_lock() else {
+            return Ok(());
         };
         let st = &mut *guard;
         st.calls = st.calls.wrapping_add(1);
@@ -420,10 +414,7 @@ impl Progress for Poller {
             return Ok(());
         }
         let eps: Vec<_> = {
-            let st = self
-                .state
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let st = patient_lock(&self.state);
             st.eps.iter().map(|(_, ep)| ep.clone()).collect()
         };
         if eps.iter().any(|ep| ep.pending()) {

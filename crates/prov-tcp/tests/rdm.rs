@@ -814,3 +814,140 @@ fn an_endpoint_sends_to_itself() {
     assert_eq!((e.context, e.len, src), (1, 6, me));
     assert_eq!(&r[..6], b"myself");
 }
+
+/// FI_THREAD_SAFE: three threads send through one endpoint while a
+/// fourth reads its CQ; every message arrives once, each thread's in the
+/// order it sent them (FI_ORDER_SAS), and every send completes once.
+#[test]
+fn threads_share_an_endpoint() {
+    const THREADS: u64 = 3;
+    const PER: u64 = 2000;
+    const WINDOW: usize = 64;
+    // Before the endpoints, so that it outlives the receives still posted
+    // when they close.
+    let mut rbufs = vec![[0u8; 16]; WINDOW];
+    let (a, b, b_at_a, _) = pair();
+    let info = rdm_info();
+    assert_eq!(info.domain_attr.threading, Threading::Safe);
+    assert!(info.tx_attr.msg_order.contains(MsgOrder::SAS));
+    // Each thread's payloads (thread, sequence); odd sequences are sent
+    // with a completion, even ones injected.
+    let payloads: Vec<Vec<[u8; 16]>> = (0..THREADS)
+        .map(|t| {
+            (0..PER)
+                .map(|s| {
+                    let mut p = [0u8; 16];
+                    p[..8].copy_from_slice(&t.to_le_bytes());
+                    p[8..].copy_from_slice(&s.to_le_bytes());
+                    p
+                })
+                .collect()
+        })
+        .collect();
+    let sends_done = std::sync::atomic::AtomicBool::new(false);
+    let rptr = rbufs.as_mut_ptr();
+    let post = |i: usize| {
+        let riov = [IoVec {
+            addr: rptr.wrapping_add(i).cast::<u8>(),
+            len: 16,
+        }];
+        let m = msg(&riov, FiAddr::UNSPEC, 0, u64::MAX, i as u64, 0);
+        // SAFETY: buffer `i` of `rbufs`, which outlives the endpoints; it
+        // is reposted only after its completion was read.
+        unsafe { b.ep.trecvmsg(&m, OpFlags::empty()) }.unwrap();
+    };
+    for i in 0..WINDOW {
+        post(i);
+    }
+    let mut next_seq = [0u64; THREADS as usize];
+    std::thread::scope(|s| {
+        for (t, mine) in payloads.iter().enumerate() {
+            let ep = &a.ep;
+            s.spawn(move || {
+                for (seq, p) in mine.iter().enumerate() {
+                    loop {
+                        let r = if seq % 2 == 0 {
+                            ep.tinject(p, b_at_a, t as u64, None)
+                        } else {
+                            let siov = [IoVec {
+                                addr: p.as_ptr().cast_mut(),
+                                len: 16,
+                            }];
+                            let ctx = ((t as u64) << 32) | seq as u64;
+                            let m = msg(&siov, b_at_a, t as u64, 0, ctx, 0);
+                            // SAFETY: `payloads` outlives the scope, and
+                            // so every send; a send does not write.
+                            unsafe { ep.tsendmsg(&m, OpFlags::empty()) }
+                        };
+                        match r {
+                            Ok(()) => break,
+                            Err(e) if e.kind() == ErrorKind::Again => std::thread::yield_now(),
+                            Err(e) => panic!("thread {t} send {seq}: {e}"),
+                        }
+                    }
+                }
+            });
+        }
+        let (cq, done) = (&a.cq, &sends_done);
+        s.spawn(move || {
+            let want = THREADS * PER / 2;
+            let mut seen = std::collections::HashSet::new();
+            let mut e = [CqEntry::default()];
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            while (seen.len() as u64) < want {
+                match cq.read(&mut e) {
+                    Ok(_) => {
+                        let (t, seq) = (e[0].context >> 32, e[0].context & 0xffff_ffff);
+                        assert!(t < THREADS && seq < PER && seq % 2 == 1, "{:?}", e[0]);
+                        assert!(seen.insert(e[0].context), "completed twice: {:?}", e[0]);
+                    }
+                    Err(err) if err.kind() == ErrorKind::Again => {}
+                    Err(err) => panic!("send completion: {err}"),
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{} sends completed",
+                    seen.len()
+                );
+            }
+            done.store(true, std::sync::atomic::Ordering::Release);
+        });
+        let mut got = 0;
+        let mut e = [CqEntry::default()];
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while got < THREADS * PER {
+            match b.cq.read(&mut e) {
+                Ok(_) => {
+                    let i = e[0].context as usize;
+                    assert_eq!(e[0].len, 16);
+                    let p = rbufs_at(rptr, i);
+                    let t = u64::from_le_bytes(p[..8].try_into().unwrap());
+                    let seq = u64::from_le_bytes(p[8..].try_into().unwrap());
+                    assert_eq!(e[0].tag, t, "the tag is the sending thread");
+                    assert_eq!(seq, next_seq[t as usize], "thread {t}'s messages in order");
+                    next_seq[t as usize] += 1;
+                    got += 1;
+                    post(i);
+                }
+                Err(err) if err.kind() == ErrorKind::Again => {}
+                Err(err) => panic!("receive completion: {err}"),
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{got} messages arrived"
+            );
+        }
+    });
+    assert!(sends_done.load(std::sync::atomic::Ordering::Acquire));
+    assert_eq!(next_seq, [PER; THREADS as usize]);
+    // The window's receives are still posted; nothing else came.
+    let mut e = [CqEntry::default()];
+    assert_eq!(b.cq.read(&mut e).unwrap_err().kind(), ErrorKind::Again);
+}
+
+/// Receive buffer `i` of the window at `base` (read after its completion).
+fn rbufs_at(base: *mut [u8; 16], i: usize) -> [u8; 16] {
+    // SAFETY: `i` is a context the test posted (below the window), and the
+    // receive into it has completed.
+    unsafe { *base.add(i) }
+}

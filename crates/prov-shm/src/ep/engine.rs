@@ -148,21 +148,9 @@ impl Engine {
 
     /// The state, waiting for it (opening and closing endpoints): another
     /// thread may be in a progress pass, which can take a while (a large
-    /// copy), so the waiter yields the CPU between tries, then sleeps
-    /// between them, rather than spinning on it.
+    /// copy), so the waiter soon yields the CPU, then sleeps, between tries.
     fn lock(&self) -> SpinMutexGuard<'_, State> {
-        let mut yields = 0u32;
-        loop {
-            if let Some(g) = self.state.try_lock() {
-                return g;
-            }
-            if yields < 64 {
-                yields += 1;
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(50));
-            }
-        }
+        fabric_core::kit::patient_lock(&self.state)
     }
 
     /// Adds an endpoint and watches its region.

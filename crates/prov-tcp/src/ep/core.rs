@@ -25,10 +25,11 @@ use std::time::Instant;
 
 use fabric_core::kit::binds::Binds;
 use fabric_core::kit::hash::IdMap;
-use fabric_core::kit::lock;
 use fabric_core::kit::mr::MrTable;
+use fabric_core::kit::patient_lock;
 use fabric_core::kit::rx::Action;
 use fabric_core::{Address, Caps, Error, ErrorKind, Info, Result};
+use spin::mutex::{SpinMutex, SpinMutexGuard};
 
 use super::conns::Conns;
 use super::srx::{Pass, SrxInner};
@@ -152,7 +153,10 @@ pub(crate) struct EpInner {
     pub nonce: u64,
     /// The RDM listening address (the endpoint's name).
     pub name: Option<SocketAddr>,
-    pub state: Mutex<State>,
+    /// Everything an operation or a progress pass changes. A spin lock
+    /// ([`patient_lock`](fabric_core::kit::patient_lock) when waiting for
+    /// it): a busy-polling reader takes and releases it on every look.
+    pub state: SpinMutex<State>,
     pub binds: Mutex<Binds>,
     pub bound: OnceLock<Binds>,
     pub enabled: AtomicBool,
@@ -241,7 +245,7 @@ impl EpInner {
             fid: sys::next_fid(),
             nonce: fabric_core::kit::random_u64(),
             name,
-            state: Mutex::new(state),
+            state: SpinMutex::new(state),
             binds: Mutex::new(Binds::default()),
             bound: OnceLock::new(),
             enabled: AtomicBool::new(false),
@@ -270,7 +274,7 @@ impl EpInner {
     /// Takes the endpoint's state for one operation or progress pass.
     #[inline]
     pub(crate) fn lock(&self) -> Pass<'_> {
-        Pass::new(self, lock(&self.state))
+        Pass::new(self, patient_lock(&self.state))
     }
 
     /// As [`lock`](Self::lock), unless another thread holds the state.
@@ -283,12 +287,8 @@ impl EpInner {
     /// [`Pass::new`]. Apart, they keep a busy-polling pass from moving an
     /// `Option<Pass>` field by field.
     #[inline]
-    fn try_state(&self) -> Option<std::sync::MutexGuard<'_, State>> {
-        match self.state.try_lock() {
-            Ok(g) => Some(g),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-        }
+    fn try_state(&self) -> Option<SpinMutexGuard<'_, State>> {
+        self.state.try_lock()
     }
 
     pub(crate) fn bound(&self) -> Result<&Binds> {

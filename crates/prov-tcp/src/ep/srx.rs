@@ -31,6 +31,7 @@ use fabric_core::kit::lock;
 use fabric_core::kit::rx::{Action, MIN_MULTI_RECV, Route};
 use fabric_core::objects::{Msg, MsgOps, SharedRx, TaggedOps};
 use fabric_core::{Caps, Error, ErrorKind, OpFlags, Result};
+use spin::mutex::SpinMutexGuard;
 
 use super::core::{EpInner, State};
 use crate::conn::{Engine, Remote, Sink, TcpWire};
@@ -337,13 +338,13 @@ impl EpInner {
 /// too, with the context's engine in `State::rx`; without one it is the
 /// state's guard and a check.
 pub(crate) struct Pass<'a> {
-    st: MutexGuard<'a, State>,
+    st: SpinMutexGuard<'a, State>,
     srx: Option<(&'a EpInner, MutexGuard<'a, SrxState>)>,
 }
 
 impl<'a> Pass<'a> {
     #[inline]
-    pub(super) fn new(ep: &'a EpInner, st: MutexGuard<'a, State>) -> Self {
+    pub(super) fn new(ep: &'a EpInner, st: SpinMutexGuard<'a, State>) -> Self {
         match ep.srx.get() {
             None => Pass { st, srx: None },
             Some(srx) => Self::shared(ep, st, srx),
@@ -351,7 +352,7 @@ impl<'a> Pass<'a> {
     }
 
     #[cold]
-    fn shared(ep: &'a EpInner, mut st: MutexGuard<'a, State>, srx: &'a SrxInner) -> Self {
+    fn shared(ep: &'a EpInner, mut st: SpinMutexGuard<'a, State>, srx: &'a SrxInner) -> Self {
         let mut g = lock(&srx.state);
         mem::swap(&mut st.rx, &mut g.engine);
         if ep.srx_mail.swap(false, Ordering::AcqRel) {
