@@ -46,7 +46,7 @@
 //!   unexpected messages below). Without the fixed buffer, lone messages
 //!   go eagerly only up to 64 KiB. A connection whose two ends are on this
 //!   host that the system gave BBR (which paces every connection to its
-//!   bandwidth estimate) switches to cubic, or reno where cubic is not
+//!   bandwidth estimate) switches to reno, or cubic where reno is not
 //!   allowed (`sys::unpaced`): on loopback BBR held large messages back
 //!   (4 MiB one-way 1118 -> 563 µs, 1 MiB 206 -> 158, 512 KiB 101 -> 75);
 //!   connections to other hosts keep the system's choice.

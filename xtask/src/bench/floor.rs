@@ -142,7 +142,7 @@ enum Setup {
     /// The system's defaults (here BBR, an autotuned receive buffer).
     System,
     /// What prov-tcp does to a connection inside this host
-    /// (`prov_tcp::sys::tune` and `unpaced`): cubic (or reno) in place of
+    /// (`prov_tcp::sys::tune` and `unpaced`): reno (or cubic) in place of
     /// BBR, and a 2 MiB receive buffer where `net.core.rmem_max` allows
     /// it. Under BBR a raw 1 MiB ping-pong took 239-286 µs one-way, with
     /// these 102-104; a busy-polling 64 KiB stream ran at 1.7-2.0 GB/s,
@@ -160,9 +160,9 @@ impl Setup {
         if let Setup::Provider = self {
             let r = socket2::SockRef::from(s);
             if r.tcp_congestion().is_ok_and(|cc| cc.starts_with(b"bbr"))
-                && r.set_tcp_congestion(b"cubic").is_err()
+                && r.set_tcp_congestion(b"reno").is_err()
             {
-                let _ = r.set_tcp_congestion(b"reno");
+                let _ = r.set_tcp_congestion(b"cubic");
             }
             let rmem_max = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
                 .ok()
