@@ -389,6 +389,55 @@ mod tests {
         h.join().unwrap();
     }
 
+    /// A producer and a consumer that goes to block in every round: no
+    /// notification is lost, whichever side gets there first. A lost one
+    /// shows as a wait that sleeps until its timeout (its last look then
+    /// finds the work). 3,000 rounds take about 0.05 s here; a round is
+    /// allowed 5 s.
+    #[test]
+    fn no_wakeup_is_lost_between_racing_threads() {
+        let s = Arc::new(
+            Signal::with_policy(SpinPolicy {
+                spin: Duration::ZERO,
+                yields: 0,
+            })
+            .unwrap(),
+        );
+        const ROUNDS: u64 = 3000;
+        let published = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let taken = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (s2, p2, t2) = (s.clone(), published.clone(), taken.clone());
+        let producer = std::thread::spawn(move || {
+            for i in 1..=ROUNDS {
+                // Every few rounds, let the consumer get to its sleep.
+                if i % 3 == 0 {
+                    std::thread::yield_now();
+                }
+                p2.store(i, Ordering::Release);
+                s2.notify();
+                while t2.load(Ordering::Acquire) < i {
+                    std::hint::spin_loop();
+                }
+            }
+        });
+        for i in 1..=ROUNDS {
+            let t = Instant::now();
+            let r = s
+                .wait(&[], Some(Duration::from_secs(20)), || {
+                    Ok((published.load(Ordering::Acquire) >= i).then_some(()))
+                })
+                .unwrap();
+            assert_eq!(r, Some(()));
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "round {i}: the wake-up was lost (the wait slept {:?})",
+                t.elapsed()
+            );
+            taken.store(i, Ordering::Release);
+        }
+        producer.join().unwrap();
+    }
+
     #[test]
     fn notify_without_sleepers_makes_no_readiness() {
         let s = Signal::new().unwrap();
