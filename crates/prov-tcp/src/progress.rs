@@ -118,9 +118,9 @@ pub(crate) struct Poller {
     /// A one-shot timer in the epoll set ([`TIMER`]): wakes the waiters
     /// when a resting listener is due back ([`Poller::wake_after`]).
     timer: OwnedFd,
-    /// The endpoints and the pass's scratch: a spin lock, taken and
-    /// released by every progress call (waited for with
-    /// [`patient_lock`] by registration only).
+    /// The endpoints and the pass's scratch: a spin lock, tried by every
+    /// progress call and waited for with [`patient_lock`] by the rest
+    /// (registration, `trywait`, the end of busy polling).
     state: SpinMutex<State>,
     tokens: AtomicU64,
     /// Threads inside an [`Progress::arm`]ed wait.
