@@ -56,6 +56,7 @@ macro_rules! semantics_tests {
     ($rig:path) => {
         $crate::semantics_tests!(@each $rig;
             messages,
+            unexpected_burst,
             tagged,
             peek_claim_discard,
             directed_recv,
@@ -64,6 +65,7 @@ macro_rules! semantics_tests {
             enable_rules,
             addresses,
             rma_protection,
+            rma_burst,
             errors_spare_the_endpoint,
             atomic_protection,
             cq_behaviour,
@@ -95,8 +97,10 @@ mod protection;
 mod queues;
 mod rules;
 mod srx;
-pub use messages::{cancel, directed_recv, messages, multi_recv, peek_claim_discard, tagged};
-pub use protection::{atomic_protection, errors_spare_the_endpoint, rma_protection};
+pub use messages::{
+    cancel, directed_recv, messages, multi_recv, peek_claim_discard, tagged, unexpected_burst,
+};
+pub use protection::{atomic_protection, errors_spare_the_endpoint, rma_burst, rma_protection};
 pub use queues::{counters, cq_behaviour, eq_behaviour, error_completions};
 pub use rules::{addresses, enable_rules};
 pub use srx::{srx_cancel, srx_close, srx_flow_control, srx_messages, srx_multi_recv, srx_tagged};

@@ -3,6 +3,8 @@
 #[allow(clippy::wildcard_imports)]
 use super::*;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 /// Messages: sizes from one byte to a rendezvous MiB arrive whole, in
 /// order, with their length, flags and source; the receive buffer past
 /// the message is untouched; unexpected messages (eager and rendezvous)
@@ -84,6 +86,94 @@ pub fn messages(rig: &Rig) {
     assert_eq!(w.ok(1).0.context, 500);
     same("injected", r, &d);
     w.nothing(0);
+}
+
+/// A burst of unexpected messages beyond the transport's queues: one
+/// sender posts 1,000 tagged messages of 20 KiB (rendezvous on some
+/// providers, more than the unexpected budget on the others) before any
+/// receive. Once the last has arrived (FI_PEEK finds it), or the sender
+/// has been held back for 200 ms (a budget paused it), 1,000 receives go
+/// in back to back. Each message lands whole in the receive that names
+/// its tag, and every receive and send completes exactly once. Every
+/// endpoint is progressed throughout, as a manual-progress application
+/// does.
+pub fn unexpected_burst(rig: &Rig) {
+    // At most `tx_attr.size` (1024 on tcp and verbs) outstanding sends.
+    const N: usize = 1000;
+    const LEN: usize = 20 * 1024;
+    let Some(info) = rig.offers(Caps::TAGGED, "unexpected burst") else {
+        return;
+    };
+    let w = rig.world(&info, 2, Opts::default());
+    let sd = seed();
+    let want = |k: usize| pattern(LEN, sd.wrapping_add(k as u64));
+    let sent = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        let (w, sent) = (&w, &sent);
+        scope.spawn(move || {
+            for k in 0..N {
+                w.tsend(0, 1, k as u64, &want(k), k as u64);
+                sent.store(k + 1, Ordering::Release);
+            }
+        });
+        let start = Instant::now();
+        let (mut count, mut since) = (0, start);
+        for peek in 0u64.. {
+            let last = Some(((N - 1) as u64, 0));
+            w.recv(1, 0, FiAddr::UNSPEC, last, u64::MAX - peek, OpFlags::PEEK)
+                .expect("peek");
+            match w.next(1) {
+                Ok((e, _)) => {
+                    assert_eq!((e.tag, e.len), ((N - 1) as u64, LEN), "peek");
+                    break;
+                }
+                Err(e) => assert_eq!(e.err, ErrorKind::NoMsg, "peek: {e:?}"),
+            }
+            let now = sent.load(Ordering::Acquire);
+            if now != count {
+                (count, since) = (now, Instant::now());
+            } else if since.elapsed() > Duration::from_millis(200) {
+                break;
+            }
+            assert!(start.elapsed() < T, "only {count} of {N} sends in {T:?}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let bufs: Vec<&[u8]> = (0..N)
+            .map(|k| {
+                let tag = Some((k as u64, 0));
+                w.recv(1, LEN, FiAddr::UNSPEC, tag, k as u64, OpFlags::empty())
+                    .expect("trecv")
+            })
+            .collect();
+        let mut done = vec![false; N];
+        for _ in 0..N {
+            let (e, src) = w.ok(1);
+            let k = usize::try_from(e.context).expect("context");
+            assert!(
+                k < N && !done[k],
+                "receive {k}: completed twice, or never posted"
+            );
+            done[k] = true;
+            assert_eq!(
+                (e.tag, e.len, src),
+                (k as u64, LEN, w.addr[0]),
+                "receive {k}"
+            );
+            same(&format!("message {k}"), bufs[k], &want(k));
+        }
+    });
+    let mut done = vec![false; N];
+    for _ in 0..N {
+        let (e, _) = w.ok(0);
+        let k = usize::try_from(e.context).expect("context");
+        assert!(
+            k < N && !done[k],
+            "send {k}: completed twice, or never posted"
+        );
+        done[k] = true;
+    }
+    w.nothing(0);
+    w.nothing(1);
 }
 
 /// Tagged messages: tag and ignore-mask matching, the tag in the

@@ -23,6 +23,44 @@ pub fn rma_protection(rig: &Rig) {
     }
 }
 
+/// A burst of RMA writes beyond the transport's queues, the first
+/// operations towards the peer (verbs makes the connection meanwhile):
+/// 2,000 writes of 64 bytes go in back to back, retried while the
+/// provider says `Again`. Each completes exactly once, without error, and
+/// the target holds every one.
+pub fn rma_burst(rig: &Rig) {
+    const N: usize = 2000;
+    const LEN: usize = 64;
+    let Some(info) = rig.offers(Caps::RMA | DIRECTIONS, "RMA burst") else {
+        return;
+    };
+    let w = rig.world(&info, 2, Opts::default());
+    let (mr, buf) = w.region(N * LEN, 0, MrAccess::REMOTE_WRITE);
+    let d = pattern(N * LEN, seed());
+    for (k, piece) in d.chunks(LEN).enumerate() {
+        let at = RmaIov {
+            addr: w.raddr(buf, k * LEN),
+            len: LEN,
+            key: mr.key(),
+        };
+        w.rma(true, leak(piece.to_vec()), at, k as u64)
+            .expect("write");
+    }
+    let mut done = vec![false; N];
+    for _ in 0..N {
+        let (e, _) = w.ok(0);
+        let k = usize::try_from(e.context).expect("context");
+        assert!(
+            k < N && !done[k],
+            "write {k}: completed twice, or never posted"
+        );
+        done[k] = true;
+    }
+    same("written", buf, &d);
+    w.nothing(0);
+    w.nothing(1);
+}
+
 /// The refusals of [`rma_protection`], and a stale key and a region
 /// closed in use after them.
 const RMA_CASES: usize = 7;

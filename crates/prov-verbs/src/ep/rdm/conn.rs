@@ -4,9 +4,14 @@
 use super::*;
 
 impl Engine {
+    /// The depth of each connection's send queue.
+    pub(super) fn sq_depth(&self) -> usize {
+        QP_DEPTH.min(self.domain.limits.max_qp_wr.max(1) as u32) as usize
+    }
+
     pub(super) fn new_qp(&self, id: &mut CmId) -> Result<()> {
         let mut caps = QpCaps {
-            max_send_wr: QP_DEPTH.min(self.domain.limits.max_qp_wr.max(1) as u32),
+            max_send_wr: self.sq_depth() as u32,
             max_recv_wr: 0,
             max_send_sge: 1,
             max_recv_sge: 1,
@@ -72,6 +77,7 @@ impl Engine {
             parked: Vec::new(),
             posted: 0,
             heard: false,
+            reads: VecDeque::new(),
         });
         st.out.insert(peer, i);
         Ok(i)
@@ -93,6 +99,7 @@ impl Engine {
         for d in backlog {
             self.fail_deferred(st, d, err);
         }
+        self.fail_queued_reads(st, i, err);
         let Some(c) = st.conns.get_mut(i) else { return };
         if let Some(p) = c.peer {
             if c.outgoing && st.out.get(&p) == Some(&i) {
@@ -283,6 +290,7 @@ impl Engine {
                 parked: Vec::new(),
                 posted: 0,
                 heard: false,
+                reads: VecDeque::new(),
             });
             return;
         }
@@ -428,11 +436,19 @@ impl Engine {
     }
 
     /// Sends a control header (FIN) now, or queues it until a send buffer
-    /// is free.
+    /// is free and its connection's send queue has room.
     pub(super) fn send_control(&self, st: &mut State, conn: usize, h: Hdr) {
-        let Some(slot) = st.tx_free.pop() else {
-            st.control.push_back((conn, h));
-            return;
+        let full = st
+            .conns
+            .get(conn)
+            .is_some_and(|c| c.posted >= self.sq_depth());
+        let slot = match st.tx_free.pop() {
+            Some(slot) if !full => slot,
+            other => {
+                st.tx_free.extend(other);
+                st.control.push_back((conn, h));
+                return;
+            }
         };
         // The slot's buffer is ours until its completion; BUF >= HDR.
         self.tx_pool.write(slot, 0, &h.encode());
@@ -445,14 +461,27 @@ impl Engine {
             rndv: 0,
             conn,
         };
-        if let Err(e) = self.post_buf(st, conn, slot, HDR, false) {
-            tracing::debug!(error = %e, "verbs: cannot send a control message");
-            st.tx_free.push(slot);
+        match self.post_buf(st, conn, slot, HDR, false) {
+            Ok(()) => {}
+            Err(e) => {
+                st.tx_free.push(slot);
+                if e.kind() == ErrorKind::Again {
+                    st.control.push_back((conn, h));
+                } else {
+                    // The connection is gone: its sender has no use for it.
+                    tracing::debug!(error = %e, "verbs: cannot send a control message");
+                }
+            }
         }
     }
 
+    /// Sends the queued control messages that can go now; the others stay
+    /// queued, in order.
     pub(super) fn flush_control(&self, st: &mut State) {
-        while !st.tx_free.is_empty() {
+        for _ in 0..st.control.len() {
+            if st.tx_free.is_empty() {
+                break;
+            }
             let Some((conn, h)) = st.control.pop_front() else {
                 break;
             };

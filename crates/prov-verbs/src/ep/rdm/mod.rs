@@ -101,6 +101,16 @@
 //!   reads and sends an RTS; once a receive matches, the receiver reads the
 //!   data with one RDMA read straight into the receive buffer (registered
 //!   on the fly) and answers FIN; the send completes on the FIN.
+//! - Each connection's send queue holds [`QP_DEPTH`] work requests. Reads
+//!   and FINs beyond that wait in the endpoint (reads in order per
+//!   connection) and go out as completions make room, so a receiver may
+//!   post receives for any number of announced messages at once. A FIN
+//!   takes one of the sender's receive buffers: a sender that stops
+//!   driving progress (`FI_PROGRESS_MANUAL`) stops reposting them, and
+//!   once they are used up its FINs wait on the connection (RNR), with
+//!   the reads of its later messages behind them. So a sender's
+//!   rendezvous messages need its progress to be read; its eager messages
+//!   need nothing of it.
 //! - Tag matching, the unexpected queue and its budget, directed receive,
 //!   FI_PEEK / FI_CLAIM / FI_DISCARD, FI_MULTI_RECV and cancel are the
 //!   kit's receive engine ([`fabric_core::kit::rx::RxEngine`], driven by
@@ -125,8 +135,9 @@
 //! (an RTS until its FIN); a fenced operation finding any waits, with
 //! what comes after it, in the connection's backlog (the queue operations
 //! also wait in while the connection is made), and the backlog is posted
-//! in order as the count drops to zero. Control messages (FIN) never wait
-//! behind a fence.
+//! in order as the count drops to zero, as far as the send queue has
+//! room (progress posts the rest as completions make room). Control
+//! messages (FIN) never wait behind a fence.
 //!
 //! Headers of another version, unknown ops or lengths that do not add up
 //! are dropped with a debug line; the peer is then stuck, not this
@@ -239,6 +250,9 @@ struct Conn {
     parked: Vec<usize>,
     /// Work requests on its send queue not yet completed (all signaled).
     posted: usize,
+    /// RDMA reads of rendezvous messages from the peer waiting for room
+    /// on the send queue (posted in order by progress).
+    reads: VecDeque<QueuedRead>,
     /// Something came from the peer since the last liveness sweep (a
     /// message, or the acknowledgement of a work request).
     heard: bool,
@@ -338,6 +352,17 @@ struct ReadOp {
     bounce: Option<RegVec>,
 }
 
+/// An RDMA read not posted yet: its connection's send queue was full, or
+/// reads waited before it.
+struct QueuedRead {
+    op: ReadOp,
+    /// Where the data lands (registered, kept by `op`).
+    sge: Sge,
+    /// The sender's buffer.
+    addr: u64,
+    rkey: u32,
+}
+
 /// An RMA or atomic operation.
 struct RmaOp {
     /// The connection it is posted on (set when posted).
@@ -365,7 +390,15 @@ struct State {
     rndv: Slab<RndvTx>,
     reads: Slab<ReadOp>,
     rma: Slab<RmaOp>,
+    /// Control messages waiting for a send buffer or for room on their
+    /// connection's send queue.
     control: VecDeque<(usize, Hdr)>,
+    /// Reads waiting in the connections' queues (`Conn::reads`), all
+    /// together.
+    queued_reads: usize,
+    /// A connection's backlog stopped for want of room on its send queue
+    /// (progress drains it further).
+    backlog_waits: bool,
     /// Connections torn down whose queue pairs are destroyed once their
     /// flushed work has been reaped.
     closing: Vec<usize>,
@@ -533,6 +566,8 @@ impl RdmEndpoint {
                 reads: Slab::new(),
                 rma: Slab::new(),
                 control: VecDeque::new(),
+                queued_reads: 0,
+                backlog_waits: false,
                 closing: Vec::new(),
                 foreign: Vec::new(),
                 swept: Instant::now(),
@@ -698,11 +733,22 @@ impl Engine {
                 Some(_) => {}
                 None => return,
             }
+            if c.posted >= self.sq_depth() {
+                // Progress drains it further as completions make room.
+                st.backlog_waits = true;
+                return;
+            }
             let Some(d) = c.backlog.pop_front() else {
                 return;
             };
-            if let Err(e) = self.post_deferred(st, conn, &d) {
-                self.fail_deferred(st, d, &e);
+            match self.post_deferred(st, conn, &d) {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::Again => {
+                    st.conns[conn].backlog.push_front(d);
+                    st.backlog_waits = true;
+                    return;
+                }
+                Err(e) => self.fail_deferred(st, d, &e),
             }
         }
     }
@@ -791,6 +837,17 @@ impl Engine {
         self.rx_progress(st);
         if !st.control.is_empty() {
             self.flush_control(st);
+        }
+        if st.queued_reads > 0 {
+            self.flush_reads(st);
+        }
+        if st.backlog_waits {
+            st.backlog_waits = false;
+            for i in 0..st.conns.len() {
+                if !st.conns[i].backlog.is_empty() {
+                    self.drain(st, i);
+                }
+            }
         }
         Ok(())
     }

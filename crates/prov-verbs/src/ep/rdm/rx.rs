@@ -342,24 +342,109 @@ impl Engine {
                 ),
             );
         }
-        let idx = st.reads.insert(ReadOp {
-            recv,
-            meta,
-            id: hdr.id,
-            conn,
-            _mr: mr,
-            bounce,
-        });
+        let q = QueuedRead {
+            op: ReadOp {
+                recv,
+                meta,
+                id: hdr.id,
+                conn,
+                _mr: mr,
+                bounce,
+            },
+            sge,
+            addr: hdr.addr,
+            rkey: hdr.rkey,
+        };
+        let c = &st.conns[conn];
+        let q = if c.reads.is_empty() && c.posted < self.sq_depth() {
+            match self.post_read(st, b, q) {
+                Some(q) => q,
+                None => return,
+            }
+        } else {
+            q
+        };
+        // Behind earlier reads, or no room on the send queue: posted by
+        // progress as completions make room ([`Self::flush_reads`]).
+        st.conns[conn].reads.push_back(q);
+        st.queued_reads += 1;
+    }
+
+    /// Posts read `q`; gives it back when the send queue has no room.
+    fn post_read(&self, st: &mut State, b: &Binds, q: QueuedRead) -> Option<QueuedRead> {
+        let QueuedRead {
+            op,
+            sge,
+            addr,
+            rkey,
+        } = q;
+        let conn = op.conn;
+        let idx = st.reads.insert(op);
         let mut wr = SendWr::new(K_READ | idx as u64, Opcode::Read, SgeList::<1>::one(sge))
-            .remote(hdr.addr, hdr.rkey)
+            .remote(addr, rkey)
             .flags(SendFlags::SIGNALED);
         // The local memory is registered and kept by the read op.
-        match st.conns[conn].id.post_send(&mut wr) {
-            Ok(()) => st.conns[conn].posted += 1,
-            Err(e) => {
-                let _ = st.reads.remove(idx);
-                fail(self, st, from_errno(e, "ibv_post_send (RDMA read)"));
+        let e = match st.conns[conn].id.post_send(&mut wr) {
+            Ok(()) => {
+                st.conns[conn].posted += 1;
+                return None;
             }
+            Err(e) => e,
+        };
+        let op = st.reads.remove(idx)?;
+        if e == libc::ENOMEM {
+            return Some(QueuedRead {
+                op,
+                sge,
+                addr,
+                rkey,
+            });
+        }
+        st.rx.fail(
+            b,
+            op.recv,
+            op.meta.tagged,
+            &from_errno(e, "ibv_post_send (RDMA read)"),
+        );
+        let fin = Hdr {
+            op: OP_FIN,
+            flags: F_ERROR,
+            id: op.id,
+            ..Hdr::default()
+        };
+        self.send_control(st, conn, fin);
+        None
+    }
+
+    /// Posts the reads that waited for room on their connection's send
+    /// queue, in order, while there is room.
+    pub(super) fn flush_reads(&self, st: &mut State) {
+        let Some(b) = self.binds() else { return };
+        let depth = self.sq_depth();
+        for i in 0..st.conns.len() {
+            while st.conns[i].posted < depth {
+                let Some(q) = st.conns[i].reads.pop_front() else {
+                    break;
+                };
+                st.queued_reads -= 1;
+                if let Some(q) = self.post_read(st, b, q) {
+                    st.conns[i].reads.push_front(q);
+                    st.queued_reads += 1;
+                    break;
+                }
+            }
+        }
+    }
+
+    /// The reads waiting on connection `i` fail with `err`: it is down,
+    /// so there is nobody to send their FIN to.
+    pub(super) fn fail_queued_reads(&self, st: &mut State, i: usize, err: &Error) {
+        let Some(c) = st.conns.get_mut(i) else { return };
+        let reads = std::mem::take(&mut c.reads);
+        st.queued_reads -= reads.len();
+        let Some(b) = self.binds() else { return };
+        for q in reads {
+            st.rx.fail(b, q.op.recv, q.op.meta.tagged, err);
         }
     }
 

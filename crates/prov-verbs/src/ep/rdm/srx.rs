@@ -347,6 +347,12 @@ impl SrxInner {
                 g.engine.fail(own, op.recv, op.meta.tagged, &closed());
             }
         }
+        for c in &mut st.conns {
+            for q in c.reads.drain(..) {
+                g.engine.fail(own, q.op.recv, q.op.meta.tagged, &closed());
+            }
+        }
+        st.queued_reads = 0;
         let mut i = 0;
         while i < g.mail.len() {
             if g.mail[i].0 != ep_no {
