@@ -1,6 +1,7 @@
 //! The RDM receive side on the kit's receive engine, on a real RDMA
 //! device: FI_MULTI_RECV (eager and rendezvous messages, expected and
-//! unexpected), and the unexpected budget against a peer that floods.
+//! unexpected), the unexpected budget against a peer that floods, and
+//! the share of the receiver a sender that stops progressing holds.
 //! Skips without a device (see `common`).
 
 #![allow(
@@ -555,5 +556,132 @@ fn remote_cq_data_that_fills_the_cq_pauses_the_writer() {
             Err(err) if err.kind() == ErrorKind::Again => {}
             Err(err) => panic!("target CQ: {err:?}: {:?}", w.b.cq.readerr()),
         }
+    }
+}
+
+/// A sender that stops driving progress once its rendezvous messages are
+/// announced: the receiver reads what it can, and the FINs the sender
+/// does not take back stall (RNR) with the reads behind them. What that
+/// peer holds of the receiver is bounded (`CONTROL_WINDOW` send buffers,
+/// `READ_WINDOW` reads): the receiver keeps sending (to itself) all the
+/// while. Once the sender progresses again, everything completes.
+#[test]
+fn a_sender_that_stops_progressing_holds_a_bounded_share_of_the_receiver() {
+    const N: usize = 600;
+    const LEN: usize = 16 * 1024;
+    /// The receiver's own traffic meanwhile: more than its 256 send
+    /// buffers, so that every one of them must come back.
+    const OWN: usize = 400;
+    let Some(w) = world(|_| {}) else {
+        return;
+    };
+    let mut bufs: Vec<Vec<u8>> = (0..N).map(|k| pattern(k as u64, LEN)).collect();
+    for (k, b) in bufs.iter_mut().enumerate() {
+        w.send(b, k as u64);
+    }
+    // Let the announcements land at b, unexpected.
+    let until = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < until {
+        w.spin();
+    }
+    // From here on, a makes no progress until told.
+    let mut rbufs: Vec<Vec<u8>> = (0..N).map(|_| vec![0u8; LEN]).collect();
+    for (k, r) in rbufs.iter_mut().enumerate() {
+        let riov = iov(r);
+        // SAFETY: `rbufs` outlives every completion.
+        unsafe {
+            w.b.ep
+                .recvmsg(&msg_to(&riov, FiAddr::UNSPEC, k as u64), OpFlags::empty())
+        }
+        .unwrap();
+    }
+    let mut got = Vec::new();
+    let mut e = [CqEntry::default(); 16];
+    let mut read_b = |got: &mut Vec<u64>| match w.b.cq.read(&mut e) {
+        Ok(k) => got.extend(e[..k].iter().map(|c| c.context)),
+        Err(err) if err.kind() == ErrorKind::Again => {}
+        Err(err) => panic!("receiver CQ: {err:?}: {:?}", w.b.cq.readerr()),
+    };
+    let until = Instant::now() + Duration::from_millis(1500);
+    while Instant::now() < until {
+        read_b(&mut got);
+    }
+    eprintln!("{} of {N} received while the sender was still", got.len());
+    // b sends tagged messages to itself meanwhile (tag 7: a's messages are
+    // untagged), more than it has send buffers.
+    let to_self = {
+        let mut out = [FiAddr(0)];
+        let name = w.b.ep.getname().unwrap();
+        assert_eq!(w._av.insert(&[name], &mut out).unwrap(), 1);
+        out[0]
+    };
+    let mut own: Vec<Vec<u8>> = (0..OWN).map(|k| pattern(1000 + k as u64, 1024)).collect();
+    let mut own_r: Vec<Vec<u8>> = (0..OWN).map(|_| vec![0u8; 1024]).collect();
+    fn tag(m: fabric_core::objects::Msg<'_>) -> fabric_core::objects::Msg<'_> {
+        fabric_core::objects::Msg { tag: 7, ..m }
+    }
+    for (k, r) in own_r.iter_mut().enumerate() {
+        let riov = iov(r);
+        let ctx = (1 << 32) + k as u64;
+        // SAFETY: `own_r` outlives every completion.
+        unsafe {
+            w.b.ep
+                .trecvmsg(&tag(msg_to(&riov, FiAddr::UNSPEC, ctx)), OpFlags::empty())
+        }
+        .unwrap();
+    }
+    let (mut sent, mut own_done) = (0usize, 0usize);
+    let deadline = Instant::now() + T;
+    while own_done < 2 * OWN {
+        assert!(
+            Instant::now() < deadline,
+            "the receiver's own traffic stalled: {sent} of {OWN} sent, {own_done} of {} \
+             completions (a stalled sender holds its send buffers?)",
+            2 * OWN
+        );
+        if sent < OWN {
+            let siov = iov(&mut own[sent]);
+            let ctx = (2 << 32) + sent as u64;
+            // SAFETY: `own` outlives every completion.
+            match unsafe {
+                w.b.ep
+                    .tsendmsg(&tag(msg_to(&siov, to_self, ctx)), OpFlags::empty())
+            } {
+                Ok(()) => sent += 1,
+                Err(err) if err.kind() == ErrorKind::Again => {}
+                Err(err) => panic!("send to itself: {err:?}"),
+            }
+        }
+        let mut mine = Vec::new();
+        read_b(&mut mine);
+        for c in mine {
+            if c >> 32 == 0 {
+                got.push(c);
+            } else {
+                own_done += 1;
+            }
+        }
+    }
+    for (k, r) in own_r.iter().enumerate() {
+        assert_eq!(r[..], pattern(1000 + k as u64, 1024)[..], "own message {k}");
+    }
+    // a progresses again: everything completes, each once.
+    let sends = w.completions(w.a.cq.as_ref(), N);
+    let rest = w.completions(w.b.cq.as_ref(), N - got.len());
+    got.extend(rest.iter().map(|c| c.context));
+    let mut seen = vec![false; N];
+    for c in got {
+        let k = usize::try_from(c).unwrap();
+        assert!(k < N && !seen[k], "receive {k} completed twice");
+        seen[k] = true;
+    }
+    let mut seen = vec![false; N];
+    for c in sends {
+        let k = usize::try_from(c.context).unwrap();
+        assert!(k < N && !seen[k], "send {k} completed twice");
+        seen[k] = true;
+    }
+    for (k, r) in rbufs.iter().enumerate() {
+        assert_eq!(r[..], pattern(k as u64, LEN)[..], "message {k}");
     }
 }

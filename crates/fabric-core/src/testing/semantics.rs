@@ -66,6 +66,7 @@ macro_rules! semantics_tests {
             addresses,
             rma_protection,
             rma_burst,
+            rma_fan_out,
             errors_spare_the_endpoint,
             atomic_protection,
             cq_behaviour,
@@ -100,7 +101,9 @@ mod srx;
 pub use messages::{
     cancel, directed_recv, messages, multi_recv, peek_claim_discard, tagged, unexpected_burst,
 };
-pub use protection::{atomic_protection, errors_spare_the_endpoint, rma_burst, rma_protection};
+pub use protection::{
+    atomic_protection, errors_spare_the_endpoint, rma_burst, rma_fan_out, rma_protection,
+};
 pub use queues::{counters, cq_behaviour, eq_behaviour, error_completions};
 pub use rules::{addresses, enable_rules};
 pub use srx::{srx_cancel, srx_close, srx_flow_control, srx_messages, srx_multi_recv, srx_tagged};

@@ -61,6 +61,64 @@ pub fn rma_burst(rig: &Rig) {
     w.nothing(1);
 }
 
+/// RMA writes fanned out to 7 peers at once, more than one endpoint's
+/// queues hold together: 1,000 writes of 64 bytes to each, in turns, go
+/// in back to back, retried while the provider says `Again`. Each
+/// completes exactly once, without error, and every target holds its
+/// writes.
+pub fn rma_fan_out(rig: &Rig) {
+    const PEERS: usize = 7;
+    const N: usize = 1000;
+    const LEN: usize = 64;
+    let Some(info) = rig.offers(Caps::RMA | DIRECTIONS, "RMA fan-out") else {
+        return;
+    };
+    let w = rig.world(&info, PEERS + 1, Opts::default());
+    let targets: Vec<_> = (1..=PEERS)
+        .map(|_| {
+            let (mr, buf) = w.region(N * LEN, 0, MrAccess::REMOTE_WRITE);
+            (mr, buf, pattern(N * LEN, seed()))
+        })
+        .collect();
+    for k in 0..N {
+        for (t, (mr, buf, d)) in targets.iter().enumerate() {
+            let v = iov_of(leak(d[k * LEN..(k + 1) * LEN].to_vec()));
+            let r = [RmaIov {
+                addr: w.raddr(buf, k * LEN),
+                len: LEN,
+                key: mr.key(),
+            }];
+            let msg = RmaMsg {
+                iov: &v,
+                desc: &[],
+                addr: w.addr[t + 1],
+                rma_iov: &r,
+                context: (k * PEERS + t) as u64,
+                data: 0,
+            };
+            // SAFETY: the local buffer is leaked.
+            w.retry(|| unsafe { w.ep(0).writemsg(&msg, OpFlags::empty()) })
+                .unwrap_or_else(|e| panic!("write {k} to endpoint {}: {e}", t + 1));
+        }
+    }
+    let mut done = vec![false; N * PEERS];
+    for _ in 0..N * PEERS {
+        let (e, _) = w.ok(0);
+        let k = usize::try_from(e.context).expect("context");
+        assert!(
+            k < N * PEERS && !done[k],
+            "write {k}: completed twice, or never posted"
+        );
+        done[k] = true;
+    }
+    for (t, (_, buf, d)) in targets.iter().enumerate() {
+        same(&format!("written at endpoint {}", t + 1), buf, d);
+    }
+    for i in 0..=PEERS {
+        w.nothing(i);
+    }
+}
+
 /// The refusals of [`rma_protection`], and a stale key and a region
 /// closed in use after them.
 const RMA_CASES: usize = 7;

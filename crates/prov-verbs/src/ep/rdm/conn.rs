@@ -9,6 +9,18 @@ impl Engine {
         QP_DEPTH.min(self.domain.limits.max_qp_wr.max(1) as u32) as usize
     }
 
+    /// Whether connection `conn` may take one more work request: its send
+    /// queue has room, and so has the endpoint's CQ for the completion
+    /// (the CQ is shared by every connection's send queue and the
+    /// receive queue: an overflow would lose completions).
+    pub(super) fn room(&self, st: &State, conn: usize) -> bool {
+        st.posted_all < self.wr_budget
+            && st
+                .conns
+                .get(conn)
+                .is_some_and(|c| c.posted < self.sq_depth())
+    }
+
     pub(super) fn new_qp(&self, id: &mut CmId) -> Result<()> {
         let mut caps = QpCaps {
             max_send_wr: self.sq_depth() as u32,
@@ -78,6 +90,8 @@ impl Engine {
             posted: 0,
             heard: false,
             reads: VecDeque::new(),
+            reads_posted: 0,
+            control_posted: 0,
         });
         st.out.insert(peer, i);
         Ok(i)
@@ -211,11 +225,19 @@ impl Engine {
             if !fresh || heard || c.state != ConnState::Up || c.inflight == 0 || c.posted > 0 {
                 continue;
             }
+            if st.posted_all >= self.wr_budget {
+                // Work requests are in flight: their completions (or
+                // failures) tell as much as a probe.
+                continue;
+            }
             let mut wr = SendWr::new(K_PROBE | i as u64, Opcode::Write, SgeList::<1>::default())
                 .remote(0, 0)
                 .flags(SendFlags::SIGNALED);
             match c.id.post_send(&mut wr) {
-                Ok(()) => c.posted += 1,
+                Ok(()) => {
+                    c.posted += 1;
+                    st.posted_all += 1;
+                }
                 Err(e) => tracing::debug!(errno = e, "verbs: cannot post a liveness probe"),
             }
         }
@@ -291,6 +313,8 @@ impl Engine {
                 posted: 0,
                 heard: false,
                 reads: VecDeque::new(),
+                reads_posted: 0,
+                control_posted: 0,
             });
             return;
         }
@@ -394,6 +418,7 @@ impl Engine {
         fence: bool,
     ) -> Result<()> {
         let app = st.tx.get(slot).is_some_and(|t| t.kind != TxKind::Control);
+        let room = self.room(st, conn);
         let c = st
             .conns
             .get_mut(conn)
@@ -411,8 +436,12 @@ impl Engine {
                 ));
             }
         }
+        if !room {
+            return Err(again("verbs: the send queue is full"));
+        }
         self.post_buf_now(&c.id, slot, bytes)?;
         c.posted += 1;
+        st.posted_all += 1;
         if app {
             c.inflight += 1;
         }
@@ -438,10 +467,11 @@ impl Engine {
     /// Sends a control header (FIN) now, or queues it until a send buffer
     /// is free and its connection's send queue has room.
     pub(super) fn send_control(&self, st: &mut State, conn: usize, h: Hdr) {
-        let full = st
-            .conns
-            .get(conn)
-            .is_some_and(|c| c.posted >= self.sq_depth());
+        let full = match st.conns.get(conn) {
+            Some(c) => c.control_posted >= CONTROL_WINDOW || !self.room(st, conn),
+            // `post_buf` says why.
+            None => false,
+        };
         let slot = match st.tx_free.pop() {
             Some(slot) if !full => slot,
             other => {
@@ -462,7 +492,11 @@ impl Engine {
             conn,
         };
         match self.post_buf(st, conn, slot, HDR, false) {
-            Ok(()) => {}
+            Ok(()) => {
+                if let Some(c) = st.conns.get_mut(conn) {
+                    c.control_posted += 1;
+                }
+            }
             Err(e) => {
                 st.tx_free.push(slot);
                 if e.kind() == ErrorKind::Again {

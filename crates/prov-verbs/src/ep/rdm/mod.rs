@@ -101,16 +101,23 @@
 //!   reads and sends an RTS; once a receive matches, the receiver reads the
 //!   data with one RDMA read straight into the receive buffer (registered
 //!   on the fly) and answers FIN; the send completes on the FIN.
-//! - Each connection's send queue holds [`QP_DEPTH`] work requests. Reads
-//!   and FINs beyond that wait in the endpoint (reads in order per
-//!   connection) and go out as completions make room, so a receiver may
-//!   post receives for any number of announced messages at once. A FIN
-//!   takes one of the sender's receive buffers: a sender that stops
+//! - Each connection's send queue holds [`QP_DEPTH`] work requests, and
+//!   all of them together stay below what the receive queue leaves of the
+//!   endpoint's CQ ([`CQ_DEPTH`]): an overflowing CQ loses completions.
+//!   A connection posts at most [`READ_WINDOW`] reads and
+//!   [`CONTROL_WINDOW`] FINs at once. Reads and FINs beyond those bounds
+//!   wait in the endpoint (reads in order per connection) and go out as
+//!   completions make room, so a receiver may post receives for any
+//!   number of announced messages at once; the application's own
+//!   operations get `FI_EAGAIN`, and a backlog waits.
+//! - A FIN takes one of the sender's receive buffers: a sender that stops
 //!   driving progress (`FI_PROGRESS_MANUAL`) stops reposting them, and
-//!   once they are used up its FINs wait on the connection (RNR), with
-//!   the reads of its later messages behind them. So a sender's
-//!   rendezvous messages need its progress to be read; its eager messages
-//!   need nothing of it.
+//!   once they are used up its FINs wait on the connection (RNR, retried
+//!   for ever: a peer busy computing is not dead), with the reads of its
+//!   later messages behind them. So a sender's rendezvous messages need
+//!   its progress to be read (its eager messages need nothing of it), and
+//!   what such a peer holds of the receiver is bounded by the windows:
+//!   [`CONTROL_WINDOW`] send buffers and [`READ_WINDOW`] work requests.
 //! - Tag matching, the unexpected queue and its budget, directed receive,
 //!   FI_PEEK / FI_CLAIM / FI_DISCARD, FI_MULTI_RECV and cancel are the
 //!   kit's receive engine ([`fabric_core::kit::rx::RxEngine`], driven by
@@ -187,8 +194,22 @@ const TX_BUFS: usize = 256;
 const RX_BUFS: usize = 256;
 /// Send queue depth of each connection.
 const QP_DEPTH: u32 = 640;
+/// Entries of an endpoint's CQ: the receive queue's completions and
+/// those of every connection's send queue, whose work requests together
+/// are held below what the receive queue leaves ([`Engine::room`]).
+const CQ_DEPTH: i32 = 4096;
 /// Outstanding reads / atomics per connection.
 const RD_ATOMIC: u8 = 16;
+/// RDMA reads of rendezvous messages a connection has posted at once
+/// (the rest wait in the endpoint): the NIC runs at most [`RD_ATOMIC`]
+/// at a time, so more would gain nothing, and a sender that stops
+/// progressing holds at most this many behind its FINs.
+const READ_WINDOW: usize = 64;
+/// FINs a connection has posted at once (the rest wait in the
+/// endpoint): a sender that stops progressing leaves its FINs stalled
+/// (RNR), each holding a send buffer, and may hold no more than this
+/// many of the endpoint's [`TX_BUFS`].
+const CONTROL_WINDOW: usize = 32;
 /// How long a connection on which operations wait for the peer (see
 /// [`Engine::liveness`]) may stay quiet before a probe goes out.
 const PROBE_IDLE: Duration = Duration::from_secs(1);
@@ -253,6 +274,11 @@ struct Conn {
     /// RDMA reads of rendezvous messages from the peer waiting for room
     /// on the send queue (posted in order by progress).
     reads: VecDeque<QueuedRead>,
+    /// Reads posted and not completed (at most [`READ_WINDOW`]).
+    reads_posted: usize,
+    /// Control messages posted or in the backlog and not completed (at
+    /// most [`CONTROL_WINDOW`]).
+    control_posted: usize,
     /// Something came from the peer since the last liveness sweep (a
     /// message, or the acknowledgement of a work request).
     heard: bool,
@@ -396,6 +422,9 @@ struct State {
     /// Reads waiting in the connections' queues (`Conn::reads`), all
     /// together.
     queued_reads: usize,
+    /// Work requests posted on all the connections and not completed
+    /// (at most [`Engine::wr_budget`]).
+    posted_all: usize,
     /// A connection's backlog stopped for want of room on its send queue
     /// (progress drains it further).
     backlog_waits: bool,
@@ -430,6 +459,9 @@ pub(crate) struct Engine {
     cm_hint: AtomicBool,
     ticks: std::sync::atomic::AtomicU32,
     max_msg: usize,
+    /// Work requests the connections may have posted at once: what the
+    /// receive queue leaves of the CQ.
+    wr_budget: usize,
     /// `FI_OPT_MIN_MULTI_RECV` (the receive engine holds it too).
     min_multi: AtomicUsize,
     /// The endpoint's number (its senders are named by it and their
@@ -514,10 +546,10 @@ impl RdmEndpoint {
             .local_addr()
             .and_then(|a| a.socket_addr())
             .ok_or_else(|| Error::new(ErrorKind::Io, "verbs: the listener has no address"))?;
-        let cq = HwCq::new(
-            domain.ctx,
-            4096.min(i32::try_from(domain.max_cqe).unwrap_or(4096)),
-        )?;
+        let cqe = CQ_DEPTH.min(i32::try_from(domain.max_cqe).unwrap_or(CQ_DEPTH));
+        let cq = HwCq::new(domain.ctx, cqe)?;
+        // What the receive queue leaves of the CQ.
+        let wr_budget = usize::try_from(cqe).map_or(1, |n| n.saturating_sub(RX_BUFS).max(1));
         let srq = Srq::new(&domain.pd, RX_BUFS as u32)?;
         let tx_pool = Pool::new(&domain.pd, BUF, TX_BUFS)?;
         let rx_pool = Pool::new(&domain.pd, BUF, RX_BUFS)?;
@@ -567,6 +599,7 @@ impl RdmEndpoint {
                 rma: Slab::new(),
                 control: VecDeque::new(),
                 queued_reads: 0,
+                posted_all: 0,
                 backlog_waits: false,
                 closing: Vec::new(),
                 foreign: Vec::new(),
@@ -587,6 +620,7 @@ impl RdmEndpoint {
             cm_hint: AtomicBool::new(true),
             ticks: std::sync::atomic::AtomicU32::new(0),
             max_msg,
+            wr_budget,
             min_multi: AtomicUsize::new(MIN_MULTI_RECV),
             ep_no: srx::next_ep_no(),
             srx: OnceLock::new(),
@@ -677,7 +711,12 @@ impl Engine {
                     self.op_done(st, t.conn);
                 }
             }
-            TxKind::Control | TxKind::Stage => {}
+            TxKind::Control => {
+                if let Some(c) = st.conns.get_mut(t.conn) {
+                    c.control_posted = c.control_posted.saturating_sub(1);
+                }
+            }
+            TxKind::Stage => {}
         }
     }
 
@@ -722,6 +761,7 @@ impl Engine {
     /// operation that must wait for the ones before it to complete.
     fn drain(&self, st: &mut State, conn: usize) {
         loop {
+            let room = self.room(st, conn);
             let Some(c) = st.conns.get_mut(conn) else {
                 return;
             };
@@ -733,7 +773,7 @@ impl Engine {
                 Some(_) => {}
                 None => return,
             }
-            if c.posted >= self.sq_depth() {
+            if !room {
                 // Progress drains it further as completions make room.
                 st.backlog_waits = true;
                 return;
@@ -761,6 +801,7 @@ impl Engine {
                 .and_then(|&c| st.conns.get_mut(c))
             {
                 c.posted = c.posted.saturating_sub(1);
+                st.posted_all = st.posted_all.saturating_sub(1);
                 // Acknowledged by the peer: it is alive.
                 c.heard |= wc.ok();
             }
@@ -986,12 +1027,18 @@ impl Engine {
         let stage = op.stage;
         op.conn = conn;
         let idx = st.rma.insert(op);
+        let room = self.room(st, conn);
         let c = &mut st.conns[conn];
         if c.must_wait(fence) {
             c.backlog.push_back(Deferred::Rma { idx, wr, fence });
             return Ok(());
         }
-        if let Err(e) = Self::post_rma_now(&c.id, idx, &wr) {
+        let posted = if room {
+            Self::post_rma_now(&c.id, idx, &wr)
+        } else {
+            Err(again("verbs: the send queue is full"))
+        };
+        if let Err(e) = posted {
             let _ = st.rma.remove(idx);
             if let Some(s) = stage {
                 st.tx_free.push(s);
@@ -1000,6 +1047,7 @@ impl Engine {
         }
         c.posted += 1;
         c.inflight += 1;
+        st.posted_all += 1;
         Ok(())
     }
 
@@ -1034,6 +1082,7 @@ impl Engine {
         if app {
             c.inflight += 1;
         }
+        st.posted_all += 1;
         Ok(())
     }
 

@@ -355,8 +355,7 @@ impl Engine {
             addr: hdr.addr,
             rkey: hdr.rkey,
         };
-        let c = &st.conns[conn];
-        let q = if c.reads.is_empty() && c.posted < self.sq_depth() {
+        let q = if st.conns[conn].reads.is_empty() && self.read_room(st, conn) {
             match self.post_read(st, b, q) {
                 Some(q) => q,
                 None => return,
@@ -368,6 +367,11 @@ impl Engine {
         // progress as completions make room ([`Self::flush_reads`]).
         st.conns[conn].reads.push_back(q);
         st.queued_reads += 1;
+    }
+
+    /// Whether connection `conn` may post one more read.
+    fn read_room(&self, st: &State, conn: usize) -> bool {
+        st.conns[conn].reads_posted < READ_WINDOW && self.room(st, conn)
     }
 
     /// Posts read `q`; gives it back when the send queue has no room.
@@ -387,6 +391,8 @@ impl Engine {
         let e = match st.conns[conn].id.post_send(&mut wr) {
             Ok(()) => {
                 st.conns[conn].posted += 1;
+                st.conns[conn].reads_posted += 1;
+                st.posted_all += 1;
                 return None;
             }
             Err(e) => e,
@@ -420,9 +426,8 @@ impl Engine {
     /// queue, in order, while there is room.
     pub(super) fn flush_reads(&self, st: &mut State) {
         let Some(b) = self.binds() else { return };
-        let depth = self.sq_depth();
         for i in 0..st.conns.len() {
-            while st.conns[i].posted < depth {
+            while self.read_room(st, i) {
                 let Some(q) = st.conns[i].reads.pop_front() else {
                     break;
                 };
@@ -454,6 +459,9 @@ impl Engine {
         let Some(op) = st.reads.remove(idx) else {
             return;
         };
+        if let Some(c) = st.conns.get_mut(op.conn) {
+            c.reads_posted = c.reads_posted.saturating_sub(1);
+        }
         let ok = wc.ok();
         self.send_control(
             st,
