@@ -458,6 +458,24 @@ impl World {
         }
     }
 
+    /// The next `n` completions of endpoint `i`, whose contexts must be
+    /// `0..n`, each once (`what`: the operations, for the message).
+    pub fn each_once(&self, i: usize, n: usize, what: &str) -> Vec<(CqEntry, FiAddr)> {
+        let mut done = vec![false; n];
+        (0..n)
+            .map(|_| {
+                let (e, src) = self.ok(i);
+                let k = usize::try_from(e.context).expect("context");
+                assert!(
+                    k < n && !done[k],
+                    "{what} {k}: completed twice, or never posted"
+                );
+                done[k] = true;
+                (e, src)
+            })
+            .collect()
+    }
+
     /// Panics unless endpoint `i`'s CQ stays empty while every endpoint
     /// progresses for a while.
     pub fn nothing(&self, i: usize) {

@@ -145,15 +145,8 @@ pub fn unexpected_burst(rig: &Rig) {
                     .expect("trecv")
             })
             .collect();
-        let mut done = vec![false; N];
-        for _ in 0..N {
-            let (e, src) = w.ok(1);
-            let k = usize::try_from(e.context).expect("context");
-            assert!(
-                k < N && !done[k],
-                "receive {k}: completed twice, or never posted"
-            );
-            done[k] = true;
+        for (e, src) in w.each_once(1, N, "receive") {
+            let k = e.context as usize;
             assert_eq!(
                 (e.tag, e.len, src),
                 (k as u64, LEN, w.addr[0]),
@@ -162,16 +155,7 @@ pub fn unexpected_burst(rig: &Rig) {
             same(&format!("message {k}"), bufs[k], &want(k));
         }
     });
-    let mut done = vec![false; N];
-    for _ in 0..N {
-        let (e, _) = w.ok(0);
-        let k = usize::try_from(e.context).expect("context");
-        assert!(
-            k < N && !done[k],
-            "send {k}: completed twice, or never posted"
-        );
-        done[k] = true;
-    }
+    w.each_once(0, N, "send");
     w.nothing(0);
     w.nothing(1);
 }

@@ -46,16 +46,7 @@ pub fn rma_burst(rig: &Rig) {
         w.rma(true, leak(piece.to_vec()), at, k as u64)
             .expect("write");
     }
-    let mut done = vec![false; N];
-    for _ in 0..N {
-        let (e, _) = w.ok(0);
-        let k = usize::try_from(e.context).expect("context");
-        assert!(
-            k < N && !done[k],
-            "write {k}: completed twice, or never posted"
-        );
-        done[k] = true;
-    }
+    w.each_once(0, N, "write");
     same("written", buf, &d);
     w.nothing(0);
     w.nothing(1);
@@ -101,16 +92,7 @@ pub fn rma_fan_out(rig: &Rig) {
                 .unwrap_or_else(|e| panic!("write {k} to endpoint {}: {e}", t + 1));
         }
     }
-    let mut done = vec![false; N * PEERS];
-    for _ in 0..N * PEERS {
-        let (e, _) = w.ok(0);
-        let k = usize::try_from(e.context).expect("context");
-        assert!(
-            k < N * PEERS && !done[k],
-            "write {k}: completed twice, or never posted"
-        );
-        done[k] = true;
-    }
+    w.each_once(0, N * PEERS, "write");
     for (t, (_, buf, d)) in targets.iter().enumerate() {
         same(&format!("written at endpoint {}", t + 1), buf, d);
     }
