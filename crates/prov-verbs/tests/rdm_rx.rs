@@ -685,3 +685,79 @@ fn a_sender_that_stops_progressing_holds_a_bounded_share_of_the_receiver() {
         assert_eq!(r[..], pattern(k as u64, LEN)[..], "message {k}");
     }
 }
+
+/// `tx_attr.size` bounds the transmits outstanding: rendezvous sends that
+/// no receive takes yet (each keeps its buffer registered until its FIN)
+/// are accepted up to that many, then `Again`; once the receiver takes
+/// them, the rest go through and everything completes once.
+#[test]
+fn rendezvous_sends_stop_at_tx_attr_size() {
+    const LEN: usize = 16 * 1024;
+    let Some(size) =
+        entries(EpType::Rdm, rdm_hints()).map(|l| l.into_iter().next().unwrap().tx_attr.size)
+    else {
+        return;
+    };
+    let n = size + 100;
+    let Some(w) = world(|_| {}) else {
+        return;
+    };
+    let mut bufs: Vec<Vec<u8>> = (0..n).map(|k| pattern(k as u64, LEN)).collect();
+    let mut sent = 0usize;
+    let mut refused_since: Option<Instant> = None;
+    let start = Instant::now();
+    while sent < n {
+        assert!(start.elapsed() < T, "{sent} sends in {T:?}");
+        let siov = iov(&mut bufs[sent]);
+        // SAFETY: `bufs` outlives every completion.
+        match unsafe {
+            w.a.ep
+                .sendmsg(&msg_to(&siov, w.to_b, sent as u64), OpFlags::empty())
+        } {
+            Ok(()) => {
+                sent += 1;
+                refused_since = None;
+            }
+            Err(err) if err.kind() == ErrorKind::Again => {
+                let since = *refused_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > Duration::from_millis(500) {
+                    break;
+                }
+            }
+            Err(err) => panic!("send failed: {err:?}"),
+        }
+        w.spin();
+    }
+    assert_eq!(
+        sent, size,
+        "rendezvous sends accepted with no receive posted"
+    );
+    let mut rbufs: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; LEN]).collect();
+    for (k, r) in rbufs.iter_mut().enumerate() {
+        let riov = iov(r);
+        // SAFETY: `rbufs` outlives every completion.
+        unsafe {
+            w.b.ep
+                .recvmsg(&msg_to(&riov, FiAddr::UNSPEC, k as u64), OpFlags::empty())
+        }
+        .unwrap();
+    }
+    let mut sent_done = w.completions(w.a.cq.as_ref(), size);
+    for b in &mut bufs[size..] {
+        w.send(b, sent as u64);
+        sent += 1;
+    }
+    sent_done.extend(w.completions(w.a.cq.as_ref(), n - size));
+    let got = w.completions(w.b.cq.as_ref(), n);
+    for list in [&sent_done, &got] {
+        let mut seen = vec![false; n];
+        for c in list {
+            let k = usize::try_from(c.context).unwrap();
+            assert!(k < n && !seen[k], "operation {k} completed twice");
+            seen[k] = true;
+        }
+    }
+    for (k, r) in rbufs.iter().enumerate() {
+        assert_eq!(r[..], pattern(k as u64, LEN)[..], "message {k}");
+    }
+}

@@ -189,6 +189,7 @@ impl RdmEndpoint {
             None
         };
         let mut st = e.lock();
+        e.tx_admit(&mut st)?;
         if st.tx_free.is_empty() {
             e.progress_locked(&mut st, false)?;
         }
@@ -285,6 +286,7 @@ impl RdmEndpoint {
             }
         };
         let mut st = e.lock();
+        e.tx_admit(&mut st)?;
         if st.tx_free.is_empty() {
             e.progress_locked(&mut st, false)?;
         }

@@ -131,8 +131,8 @@ impl Engine {
         for k in waiting {
             if let Some(r) = st.rndv.remove(k) {
                 self.op_done(st, r.conn);
-                self.failed(
-                    false,
+                self.tx_failed(
+                    st,
                     CqErrEntry {
                         entry: CqEntry {
                             context: r.context,

@@ -101,6 +101,10 @@
 //!   reads and sends an RTS; once a receive matches, the receiver reads the
 //!   data with one RDMA read straight into the receive buffer (registered
 //!   on the fly) and answers FIN; the send completes on the FIN.
+//! - At most `tx_attr.size` of the application's transmits (sends, RMA,
+//!   atomics) are outstanding at once; the next returns `FI_EAGAIN`. A
+//!   rendezvous send keeps its buffer registered until its FIN, so this
+//!   bounds what a burst of them pins.
 //! - Each connection's send queue holds [`QP_DEPTH`] work requests, and
 //!   all of them together stay below what the receive queue leaves of the
 //!   endpoint's CQ ([`CQ_DEPTH`]): an overflowing CQ loses completions.
@@ -425,6 +429,9 @@ struct State {
     /// Work requests posted on all the connections and not completed
     /// (at most [`Engine::wr_budget`]).
     posted_all: usize,
+    /// The application's transmits (sends, RMA, atomics) started and not
+    /// completed (at most [`Engine::tx_size`]).
+    tx_out: usize,
     /// A connection's backlog stopped for want of room on its send queue
     /// (progress drains it further).
     backlog_waits: bool,
@@ -462,6 +469,9 @@ pub(crate) struct Engine {
     /// Work requests the connections may have posted at once: what the
     /// receive queue leaves of the CQ.
     wr_budget: usize,
+    /// `tx_attr.size`: transmits outstanding at once (a rendezvous send
+    /// keeps its buffer registered until its FIN).
+    tx_size: usize,
     /// `FI_OPT_MIN_MULTI_RECV` (the receive engine holds it too).
     min_multi: AtomicUsize,
     /// The endpoint's number (its senders are named by it and their
@@ -600,6 +610,7 @@ impl RdmEndpoint {
                 control: VecDeque::new(),
                 queued_reads: 0,
                 posted_all: 0,
+                tx_out: 0,
                 backlog_waits: false,
                 closing: Vec::new(),
                 foreign: Vec::new(),
@@ -621,6 +632,10 @@ impl RdmEndpoint {
             ticks: std::sync::atomic::AtomicU32::new(0),
             max_msg,
             wr_budget,
+            tx_size: match info.tx_attr.size {
+                0 => crate::getinfo::QUEUE_SIZE,
+                n => n,
+            },
             min_multi: AtomicUsize::new(MIN_MULTI_RECV),
             ep_no: srx::next_ep_no(),
             srx: OnceLock::new(),
@@ -655,17 +670,32 @@ impl Engine {
     }
 
     /// A transmit finished well (reported when `report`).
-    fn tx_ok(&self, e: CqEntry, report: bool) {
+    fn tx_ok(&self, st: &mut State, e: CqEntry, report: bool) {
+        st.tx_out = st.tx_out.saturating_sub(1);
         if let Some(b) = self.binds() {
             b.tx_done(e, report);
         }
     }
 
-    /// A receive (`rx`) or transmit failed: an error count and `e`.
-    fn failed(&self, rx: bool, e: CqErrEntry) {
+    /// A transmit failed: an error count and `e`.
+    fn tx_failed(&self, st: &mut State, e: CqErrEntry) {
+        st.tx_out = st.tx_out.saturating_sub(1);
         if let Some(b) = self.binds() {
-            b.failed_entry(rx, e);
+            b.failed_entry(false, e);
         }
+    }
+
+    /// Whether another transmit may start: fewer than `tx_attr.size` are
+    /// outstanding (after a progress pass, if not at first).
+    fn tx_admit(&self, st: &mut State) -> Result<()> {
+        if st.tx_out < self.tx_size {
+            return Ok(());
+        }
+        self.progress_locked(st, false)?;
+        if st.tx_out < self.tx_size {
+            return Ok(());
+        }
+        Err(again("verbs: tx_attr.size transmits are outstanding"))
     }
 
     fn av(&self) -> Result<&Arc<AvTable>> {
@@ -699,15 +729,15 @@ impl Engine {
         match t.kind {
             TxKind::Eager => {
                 if ok {
-                    self.tx_ok(entry, t.report);
+                    self.tx_ok(st, entry, t.report);
                 } else {
-                    self.failed(false, wc_error(wc, entry));
+                    self.tx_failed(st, wc_error(wc, entry));
                 }
                 self.op_done(st, t.conn);
             }
             TxKind::Rts => {
                 if !ok && st.rndv.remove(t.rndv).is_some() {
-                    self.failed(false, wc_error(wc, entry));
+                    self.tx_failed(st, wc_error(wc, entry));
                     self.op_done(st, t.conn);
                 }
             }
@@ -738,9 +768,9 @@ impl Engine {
             ..CqEntry::default()
         };
         if wc.ok() {
-            self.tx_ok(entry, op.report);
+            self.tx_ok(st, entry, op.report);
         } else {
-            self.failed(false, wc_error(wc, entry));
+            self.tx_failed(st, wc_error(wc, entry));
         }
         self.op_done(st, op.conn);
     }
@@ -912,6 +942,7 @@ impl Engine {
         let data = flags.contains(OpFlags::REMOTE_CQ_DATA);
         let fence = flags.contains(OpFlags::FENCE);
         let mut st = self.lock();
+        self.tx_admit(&mut st)?;
         let conn = self.conn_to(&mut st, msg.addr)?;
         if st.tx_free.is_empty() {
             self.progress_locked(&mut st, false)?;
@@ -949,6 +980,7 @@ impl Engine {
                 st.tx_free.push(slot);
                 return Err(e);
             }
+            st.tx_out += 1;
             return Ok(());
         }
         // Rendezvous: the data is read by the receiver from here (the
@@ -1002,6 +1034,7 @@ impl Engine {
             let _ = st.rndv.remove(rid);
             return Err(e);
         }
+        st.tx_out += 1;
         Ok(())
     }
 
@@ -1031,6 +1064,7 @@ impl Engine {
         let c = &mut st.conns[conn];
         if c.must_wait(fence) {
             c.backlog.push_back(Deferred::Rma { idx, wr, fence });
+            st.tx_out += 1;
             return Ok(());
         }
         let posted = if room {
@@ -1048,6 +1082,7 @@ impl Engine {
         c.posted += 1;
         c.inflight += 1;
         st.posted_all += 1;
+        st.tx_out += 1;
         Ok(())
     }
 
@@ -1120,8 +1155,8 @@ impl Engine {
                 }
             }
         };
-        self.failed(
-            false,
+        self.tx_failed(
+            st,
             CqErrEntry {
                 entry,
                 olen: 0,

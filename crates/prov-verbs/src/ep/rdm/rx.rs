@@ -498,8 +498,8 @@ impl Engine {
             ..CqEntry::default()
         };
         if h.flags & F_ERROR != 0 {
-            self.failed(
-                false,
+            self.tx_failed(
+                st,
                 CqErrEntry {
                     entry,
                     olen: 0,
@@ -510,7 +510,7 @@ impl Engine {
                 },
             );
         } else {
-            self.tx_ok(entry, r.report);
+            self.tx_ok(st, entry, r.report);
         }
     }
 
