@@ -131,6 +131,22 @@ impl World {
         }
     }
 
+    /// Tries to send `buf` from a to b once: whether it was accepted
+    /// (`false`: `Again`); its completion is read later.
+    fn try_send(&self, buf: &mut [u8], context: u64) -> bool {
+        let siov = iov(buf);
+        // SAFETY: the caller keeps `buf` alive until the completion.
+        match unsafe {
+            self.a
+                .ep
+                .sendmsg(&msg_to(&siov, self.to_b, context), OpFlags::empty())
+        } {
+            Ok(()) => true,
+            Err(e) if e.kind() == ErrorKind::Again => false,
+            Err(e) => panic!("send failed: {e:?}"),
+        }
+    }
+
     /// `n` completions from `cq`, progressing both sides.
     fn completions(&self, cq: &dyn CompletionQueue, n: usize) -> Vec<CqEntry> {
         let deadline = Instant::now() + T;
@@ -152,6 +168,37 @@ impl World {
             );
         }
         got
+    }
+}
+
+/// Posts one untagged receive per buffer of `bufs` at `ep`, its index
+/// as context.
+fn post_recvs(ep: &dyn Endpoint, bufs: &mut [Vec<u8>]) {
+    for (k, r) in bufs.iter_mut().enumerate() {
+        let riov = iov(r);
+        // SAFETY: the caller keeps `bufs` alive until every completion.
+        unsafe { ep.recvmsg(&msg_to(&riov, FiAddr::UNSPEC, k as u64), OpFlags::empty()) }.unwrap();
+    }
+}
+
+/// Checks that `contexts` are `0..n`, each once (`what`: the operations).
+fn each_once(contexts: impl IntoIterator<Item = u64>, n: usize, what: &str) {
+    let mut seen = vec![false; n];
+    for c in contexts {
+        let k = usize::try_from(c).unwrap();
+        assert!(
+            k < n && !seen[k],
+            "{what} {k}: completed twice, or never posted"
+        );
+        seen[k] = true;
+    }
+    assert!(seen.iter().all(|&s| s), "{what}: some never completed");
+}
+
+/// Checks that receive buffer `k` of `bufs` holds message `k`.
+fn holds_messages(bufs: &[Vec<u8>], len: usize) {
+    for (k, r) in bufs.iter().enumerate() {
+        assert_eq!(r[..], pattern(k as u64, len)[..], "message {k}");
     }
 }
 
@@ -270,18 +317,9 @@ fn a_flooding_peer_is_held_to_the_budget() {
     // Flood with nothing posted until the sender makes no headway.
     while sent < N && last_change.elapsed() < Duration::from_millis(1500) {
         assert!(start.elapsed() < T, "the flood did not settle");
-        let siov = iov(&mut bufs[sent]);
-        // SAFETY: `bufs` outlives every completion.
-        match unsafe {
-            w.a.ep
-                .sendmsg(&msg_to(&siov, w.to_b, sent as u64), OpFlags::empty())
-        } {
-            Ok(()) => {
-                sent += 1;
-                last_change = Instant::now();
-            }
-            Err(err) if err.kind() == ErrorKind::Again => {}
-            Err(err) => panic!("send failed: {err:?}"),
+        if w.try_send(&mut bufs[sent], sent as u64) {
+            sent += 1;
+            last_change = Instant::now();
         }
         match w.a.cq.read(&mut e) {
             Ok(k) => {
@@ -586,15 +624,7 @@ fn a_sender_that_stops_progressing_holds_a_bounded_share_of_the_receiver() {
     }
     // From here on, a makes no progress until told.
     let mut rbufs: Vec<Vec<u8>> = (0..N).map(|_| vec![0u8; LEN]).collect();
-    for (k, r) in rbufs.iter_mut().enumerate() {
-        let riov = iov(r);
-        // SAFETY: `rbufs` outlives every completion.
-        unsafe {
-            w.b.ep
-                .recvmsg(&msg_to(&riov, FiAddr::UNSPEC, k as u64), OpFlags::empty())
-        }
-        .unwrap();
-    }
+    post_recvs(w.b.ep.as_ref(), &mut rbufs);
     let mut got = Vec::new();
     let mut e = [CqEntry::default(); 16];
     let mut read_b = |got: &mut Vec<u64>| match w.b.cq.read(&mut e) {
@@ -669,21 +699,9 @@ fn a_sender_that_stops_progressing_holds_a_bounded_share_of_the_receiver() {
     let sends = w.completions(w.a.cq.as_ref(), N);
     let rest = w.completions(w.b.cq.as_ref(), N - got.len());
     got.extend(rest.iter().map(|c| c.context));
-    let mut seen = vec![false; N];
-    for c in got {
-        let k = usize::try_from(c).unwrap();
-        assert!(k < N && !seen[k], "receive {k} completed twice");
-        seen[k] = true;
-    }
-    let mut seen = vec![false; N];
-    for c in sends {
-        let k = usize::try_from(c.context).unwrap();
-        assert!(k < N && !seen[k], "send {k} completed twice");
-        seen[k] = true;
-    }
-    for (k, r) in rbufs.iter().enumerate() {
-        assert_eq!(r[..], pattern(k as u64, LEN)[..], "message {k}");
-    }
+    each_once(got, N, "receive");
+    each_once(sends.iter().map(|c| c.context), N, "send");
+    holds_messages(&rbufs, LEN);
 }
 
 /// `tx_attr.size` bounds the transmits outstanding: rendezvous sends that
@@ -708,23 +726,14 @@ fn rendezvous_sends_stop_at_tx_attr_size() {
     let start = Instant::now();
     while sent < n {
         assert!(start.elapsed() < T, "{sent} sends in {T:?}");
-        let siov = iov(&mut bufs[sent]);
-        // SAFETY: `bufs` outlives every completion.
-        match unsafe {
-            w.a.ep
-                .sendmsg(&msg_to(&siov, w.to_b, sent as u64), OpFlags::empty())
-        } {
-            Ok(()) => {
-                sent += 1;
-                refused_since = None;
+        if w.try_send(&mut bufs[sent], sent as u64) {
+            sent += 1;
+            refused_since = None;
+        } else {
+            let since = *refused_since.get_or_insert_with(Instant::now);
+            if since.elapsed() > Duration::from_millis(500) {
+                break;
             }
-            Err(err) if err.kind() == ErrorKind::Again => {
-                let since = *refused_since.get_or_insert_with(Instant::now);
-                if since.elapsed() > Duration::from_millis(500) {
-                    break;
-                }
-            }
-            Err(err) => panic!("send failed: {err:?}"),
         }
         w.spin();
     }
@@ -733,15 +742,7 @@ fn rendezvous_sends_stop_at_tx_attr_size() {
         "rendezvous sends accepted with no receive posted"
     );
     let mut rbufs: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; LEN]).collect();
-    for (k, r) in rbufs.iter_mut().enumerate() {
-        let riov = iov(r);
-        // SAFETY: `rbufs` outlives every completion.
-        unsafe {
-            w.b.ep
-                .recvmsg(&msg_to(&riov, FiAddr::UNSPEC, k as u64), OpFlags::empty())
-        }
-        .unwrap();
-    }
+    post_recvs(w.b.ep.as_ref(), &mut rbufs);
     let mut sent_done = w.completions(w.a.cq.as_ref(), size);
     for b in &mut bufs[size..] {
         w.send(b, sent as u64);
@@ -749,15 +750,7 @@ fn rendezvous_sends_stop_at_tx_attr_size() {
     }
     sent_done.extend(w.completions(w.a.cq.as_ref(), n - size));
     let got = w.completions(w.b.cq.as_ref(), n);
-    for list in [&sent_done, &got] {
-        let mut seen = vec![false; n];
-        for c in list {
-            let k = usize::try_from(c.context).unwrap();
-            assert!(k < n && !seen[k], "operation {k} completed twice");
-            seen[k] = true;
-        }
-    }
-    for (k, r) in rbufs.iter().enumerate() {
-        assert_eq!(r[..], pattern(k as u64, LEN)[..], "message {k}");
-    }
+    each_once(sent_done.iter().map(|c| c.context), n, "send");
+    each_once(got.iter().map(|c| c.context), n, "receive");
+    holds_messages(&rbufs, LEN);
 }
