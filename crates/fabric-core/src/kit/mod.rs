@@ -39,23 +39,35 @@ pub fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// Takes spin lock `m`, calling `wait` with the number of failed tries
+/// (from 1, wrapping) after each one.
+#[inline]
+fn take<T>(
+    m: &spin::mutex::SpinMutex<T>,
+    mut wait: impl FnMut(u32),
+) -> spin::mutex::SpinMutexGuard<'_, T> {
+    let mut tries = 0u32;
+    loop {
+        if let Some(g) = m.try_lock() {
+            return g;
+        }
+        tries = tries.wrapping_add(1);
+        wait(tries);
+    }
+}
+
 /// Takes a spin lock held only for a few instructions (a queue's push or
 /// pop): spins, and yields now and then, since its holder may have been
 /// preempted.
 #[inline]
 pub fn spin_lock<T>(m: &spin::mutex::SpinMutex<T>) -> spin::mutex::SpinMutexGuard<'_, T> {
-    let mut spins = 0u32;
-    loop {
-        if let Some(g) = m.try_lock() {
-            return g;
-        }
-        spins = spins.wrapping_add(1);
-        if spins % 64 == 0 {
+    take(m, |tries| {
+        if tries % 64 == 0 {
             std::thread::yield_now();
         } else {
             std::hint::spin_loop();
         }
-    }
+    })
 }
 
 /// Takes a spin lock that may be held for a while (a progress pass that
@@ -66,12 +78,7 @@ pub fn spin_lock<T>(m: &spin::mutex::SpinMutex<T>) -> spin::mutex::SpinMutexGuar
 /// endpoint, whose every look takes and releases such locks, each locked
 /// instruction costs about 45 TSC ticks here.
 pub fn patient_lock<T>(m: &spin::mutex::SpinMutex<T>) -> spin::mutex::SpinMutexGuard<'_, T> {
-    let mut tries = 0u32;
-    loop {
-        if let Some(g) = m.try_lock() {
-            return g;
-        }
-        tries = tries.saturating_add(1);
+    take(m, |tries| {
         if tries < 64 {
             std::hint::spin_loop();
         } else if tries < 128 {
@@ -79,7 +86,7 @@ pub fn patient_lock<T>(m: &spin::mutex::SpinMutex<T>) -> spin::mutex::SpinMutexG
         } else {
             std::thread::sleep(std::time::Duration::from_micros(50));
         }
-    }
+    })
 }
 
 /// A 64-bit value nobody can predict from earlier ones: the process's

@@ -472,13 +472,9 @@ impl Engine {
             // `post_buf` says why.
             None => false,
         };
-        let slot = match st.tx_free.pop() {
-            Some(slot) if !full => slot,
-            other => {
-                st.tx_free.extend(other);
-                st.control.push_back((conn, h));
-                return;
-            }
+        let Some(slot) = (if full { None } else { st.tx_free.pop() }) else {
+            st.control.push_back((conn, h));
+            return;
         };
         // The slot's buffer is ours until its completion; BUF >= HDR.
         self.tx_pool.write(slot, 0, &h.encode());
