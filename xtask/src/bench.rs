@@ -23,6 +23,12 @@
 //! "fi_pingpong on ours / fabric pingpong --late-recv" compares the same
 //! per-round work.
 //!
+//! Every `fabric pingpong` configuration also runs a second time in each
+//! round (`fabric/again`): "fabric pingpong again / fabric pingpong" is
+//! the round-to-round spread of one program on this host, the yardstick
+//! for the other per-round ratios (a bound that identical runs break in
+//! some round cannot hold in every round for any pair).
+//!
 //! Server processes run on core 1 and clients on core 0 (`taskset`), as in
 //! `../shared/notes/perf-anchors.md`; one extra round puts both on core 1.
 //!
@@ -86,6 +92,10 @@ struct Config {
     /// previous one completed, as `fi_pingpong` does): the partner of
     /// `fi_pingpong` on our C library, not compared with libfabric.
     late: bool,
+    /// A second `fabric pingpong` of the same kind, run in the same
+    /// alternation: its ratio to the first is the noise of identical
+    /// programs, against which every other per-round ratio reads.
+    again: bool,
     /// One process (`client`) that runs both sides itself (the
     /// shared-memory floor); `server` is unused.
     one_process: bool,
@@ -370,6 +380,7 @@ fn run(o: &Opts) -> Result<usize, String> {
         }
         for ep in eps {
             configs.push(ours(&fabric, p, ep));
+            configs.push(ours_again(&fabric, p, ep));
         }
         if fi {
             match p.as_str() {
@@ -733,6 +744,7 @@ fn ours(fabric: &Path, p: &str, ep: &str) -> Config {
         max: usize::MAX,
         capi: false,
         late: false,
+        again: false,
         one_process: false,
         env: Vec::new(),
     }
@@ -747,6 +759,15 @@ fn late_recv(fabric: &Path, p: &str, ep: &str) -> Config {
     for args in [&mut c.server, &mut c.client] {
         args.push("--late-recv".into());
     }
+    c
+}
+
+/// A second `fabric pingpong` with provider `p` on endpoint type `ep`
+/// (see [`Config::again`]).
+fn ours_again(fabric: &Path, p: &str, ep: &str) -> Config {
+    let mut c = ours(fabric, p, ep);
+    c.name = format!("fabric/again {p} {}", ep.to_uppercase());
+    c.again = true;
     c
 }
 
@@ -806,6 +827,7 @@ fn ours_bw(fabric: &Path, p: &str) -> Config {
         max: usize::MAX,
         capi: false,
         late: false,
+        again: false,
         one_process: false,
         env: Vec::new(),
     }
@@ -843,6 +865,7 @@ fn theirs(p: &str, ep: &str) -> Config {
         max: usize::MAX,
         capi: false,
         late: false,
+        again: false,
         one_process: false,
         env: Vec::new(),
     }
@@ -1071,6 +1094,7 @@ fn raw_tcp(exe: &str) -> Config {
         max: usize::MAX,
         capi: false,
         late: false,
+        again: false,
         one_process: false,
         env: Vec::new(),
     }
@@ -1087,6 +1111,7 @@ fn raw_shm(exe: &str) -> Config {
         max: usize::MAX,
         capi: false,
         late: false,
+        again: false,
         one_process: true,
         env: Vec::new(),
     }
@@ -1128,6 +1153,7 @@ fn measure_floors(exe: &str, o: &Opts, stream_sizes: &[usize]) -> Floors {
                 max: usize::MAX,
                 capi: false,
                 late: false,
+                again: false,
                 one_process: false,
                 env: Vec::new(),
             };
@@ -1157,6 +1183,8 @@ enum PairKind {
     CapiTheirs,
     /// `fi_pingpong` on our library against our own program.
     CapiOurs,
+    /// Our program against itself (the noise of identical runs).
+    Again,
     /// Ours against a floor.
     Floor,
 }
@@ -1181,9 +1209,10 @@ impl Pair {
 fn pairs(configs: &[Config]) -> Vec<Pair> {
     let ours: Vec<&Config> = configs
         .iter()
-        .filter(|c| c.ours && !c.capi && !c.late)
+        .filter(|c| c.ours && !c.capi && !c.late && !c.again)
         .collect();
     let late: Vec<&Config> = configs.iter().filter(|c| c.late).collect();
+    let again: Vec<&Config> = configs.iter().filter(|c| c.again).collect();
     let theirs: Vec<&Config> = configs.iter().filter(|c| !c.ours && !c.capi).collect();
     let capi: Vec<&Config> = configs.iter().filter(|c| c.capi).collect();
     let mut v = Vec::new();
@@ -1203,6 +1232,18 @@ fn pairs(configs: &[Config]) -> Vec<Pair> {
                     &t.name,
                     format!("{} / {}", o.name, t.name),
                     PairKind::OursTheirs,
+                );
+            }
+        }
+    }
+    for a in &again {
+        for o in &ours {
+            if same_kind(o, a) {
+                add(
+                    a,
+                    &o.name,
+                    format!("fabric pingpong again / fabric pingpong ({})", o.name),
+                    PairKind::Again,
                 );
             }
         }
@@ -1530,6 +1571,12 @@ fn report(
     let ours: Vec<&Config> = configs.iter().filter(|c| c.ours && !c.capi).collect();
     let theirs: Vec<&Config> = configs.iter().filter(|c| !c.ours && !c.capi).collect();
     let capi: Vec<&Config> = configs.iter().filter(|c| c.capi).collect();
+    if configs.iter().any(|c| c.again) {
+        let _ = writeln!(
+            m,
+            "`fabric/again` is the same `fabric pingpong` run a second time in each round's alternation: the column \"fabric pingpong again / fabric pingpong\" is how far two runs of one program differ from round to round on this host, the noise against which every other per-round ratio reads (its median should be 1.00).\n"
+        );
+    }
     if !capi.is_empty() {
         let _ = writeln!(
             m,
@@ -1750,6 +1797,8 @@ fn chart(
     use plotters::prelude::*;
     let mut lines: Vec<(String, Vec<(f64, f64)>)> = results
         .iter()
+        // A second run of a program would draw over the first.
+        .filter(|(name, _)| !name.starts_with("fabric/again"))
         .map(|(name, s)| {
             let pts = s
                 .iter()
@@ -1901,6 +1950,43 @@ mod tests {
         let mut sorted = sizes.to_vec();
         sorted.sort_unstable();
         assert_eq!(opts::parse_sizes(&text.join(",")), Ok(sorted));
+    }
+
+    #[test]
+    fn a_second_run_of_ours_is_paired_with_the_first_only_and_never_flagged() {
+        let f = Path::new("fabric");
+        let configs = [
+            ours(f, "shm", "rdm"),
+            ours_again(f, "shm", "rdm"),
+            ours(f, "tcp", "msg"),
+            ours_again(f, "tcp", "msg"),
+            theirs("shm", "rdm"),
+        ];
+        let pairs = pairs(&configs);
+        let again: Vec<(&str, &str)> = pairs
+            .iter()
+            .filter(|p| p.kind == PairKind::Again)
+            .map(|p| (p.a.as_str(), p.b.as_str()))
+            .collect();
+        assert_eq!(
+            again,
+            [
+                ("fabric/again shm RDM", "fabric shm RDM"),
+                ("fabric/again tcp MSG", "fabric tcp MSG")
+            ]
+        );
+        assert!(
+            pairs
+                .iter()
+                .all(|p| p.kind != PairKind::Again || !p.flags())
+        );
+        // Only the first run is set against libfabric.
+        let against: Vec<&str> = pairs
+            .iter()
+            .filter(|p| p.kind == PairKind::OursTheirs)
+            .map(|p| p.a.as_str())
+            .collect();
+        assert_eq!(against, ["fabric shm RDM"]);
     }
 
     #[test]
