@@ -1216,79 +1216,62 @@ fn pairs(configs: &[Config]) -> Vec<Pair> {
     let theirs: Vec<&Config> = configs.iter().filter(|c| !c.ours && !c.capi).collect();
     let capi: Vec<&Config> = configs.iter().filter(|c| c.capi).collect();
     let mut v = Vec::new();
-    let mut add = |a: &Config, b: &str, label: String, kind| {
-        v.push(Pair {
-            a: a.name.clone(),
-            b: b.to_string(),
-            label,
-            kind,
-        })
+    // Every `a` against every `b` of its provider and endpoint type.
+    let mut join = |left: &[&Config],
+                    right: &[&Config],
+                    label: &dyn Fn(&Config, &Config) -> String,
+                    kind: PairKind| {
+        for a in left {
+            for b in right.iter().filter(|b| same_kind(a, b)) {
+                v.push(Pair {
+                    a: a.name.clone(),
+                    b: b.name.clone(),
+                    label: label(a, b),
+                    kind,
+                });
+            }
+        }
     };
-    for o in &ours {
-        for t in &theirs {
-            if same_kind(o, t) {
-                add(
-                    o,
-                    &t.name,
-                    format!("{} / {}", o.name, t.name),
-                    PairKind::OursTheirs,
-                );
-            }
-        }
-    }
-    for a in &again {
-        for o in &ours {
-            if same_kind(o, a) {
-                add(
-                    a,
-                    &o.name,
-                    format!("fabric pingpong again / fabric pingpong ({})", o.name),
-                    PairKind::Again,
-                );
-            }
-        }
-    }
+    let ratio = |a: &Config, b: &Config| format!("{} / {}", a.name, b.name);
+    join(&ours, &theirs, &ratio, PairKind::OursTheirs);
+    join(
+        &again,
+        &ours,
+        &|_, o| format!("fabric pingpong again / fabric pingpong ({})", o.name),
+        PairKind::Again,
+    );
     for c in &capi {
-        for o in &ours {
-            if same_kind(o, c) {
-                add(
-                    c,
-                    &o.name,
-                    format!("fi_pingpong on ours / fabric pingpong ({})", c.name),
-                    PairKind::CapiOurs,
-                );
-            }
-        }
-        for l in &late {
-            if same_kind(l, c) {
-                add(
-                    c,
-                    &l.name,
-                    format!(
-                        "fi_pingpong on ours / fabric pingpong --late-recv ({})",
-                        c.name
-                    ),
-                    PairKind::CapiOurs,
-                );
-            }
-        }
-        for t in &theirs {
-            if same_kind(c, t) {
-                add(
-                    c,
-                    &t.name,
-                    format!("{} / {}", c.name, t.name),
-                    PairKind::CapiTheirs,
-                );
-            }
-        }
+        let c = [*c];
+        join(
+            &c,
+            &ours,
+            &|c, _| format!("fi_pingpong on ours / fabric pingpong ({})", c.name),
+            PairKind::CapiOurs,
+        );
+        join(
+            &c,
+            &late,
+            &|c, _| {
+                format!(
+                    "fi_pingpong on ours / fabric pingpong --late-recv ({})",
+                    c.name
+                )
+            },
+            PairKind::CapiOurs,
+        );
+        join(&c, &theirs, &ratio, PairKind::CapiTheirs);
     }
     for (prefix, floor, short) in [
         ("fabric tcp", RAW_TCP, "raw TCP"),
         ("fabric shm", RAW_SHM, "raw shm"),
     ] {
         for o in ours.iter().filter(|c| c.name.starts_with(prefix)) {
-            add(o, floor, format!("{} / {short}", o.name), PairKind::Floor);
+            v.push(Pair {
+                a: o.name.clone(),
+                b: floor.to_string(),
+                label: format!("{} / {short}", o.name),
+                kind: PairKind::Floor,
+            });
         }
     }
     v
