@@ -36,10 +36,6 @@ pub(crate) trait PiecesExt: Sized {
     /// address space.
     fn checked(iov: &[IoVec]) -> Result<Self>;
 
-    /// The buffer of one piece: none for an empty piece, `None` for one
-    /// whose end overflows the address space (as [`checked`](Self::checked)).
-    fn one(v: &IoVec) -> Option<Self>;
-
     /// Appends pieces (atomic operands, then compare values), as
     /// [`checked`](Self::checked).
     fn extend_checked(&mut self, iov: &[IoVec]) -> Result<()>;
@@ -71,15 +67,6 @@ impl PiecesExt for Pieces {
         let mut p = Pieces::EMPTY;
         p.extend_checked(iov)?;
         Ok(p)
-    }
-
-    #[inline]
-    fn one(v: &IoVec) -> Option<Pieces> {
-        if v.len == 0 {
-            return Some(Pieces::EMPTY);
-        }
-        (v.addr as usize).checked_add(v.len)?;
-        Pieces::new(std::slice::from_ref(v)).ok()
     }
 
     fn extend_checked(&mut self, iov: &[IoVec]) -> Result<()> {

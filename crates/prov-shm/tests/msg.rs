@@ -694,3 +694,96 @@ fn a_window_of_pushes_completes_message_by_message() {
         assert_eq!(recvs[i].len, SIZE);
     }
 }
+
+#[test]
+fn receives_of_one_piece_and_of_several_keep_the_order_they_were_posted_in() {
+    // One-piece receives (`recv_one`, `fi_recv`'s path, and `recvmsg`)
+    // wait in the endpoint's queue; a receive of several pieces is posted
+    // at once, after the queue's. Four messages must fill them in order.
+    let (a, b, b_at_a, _) = pair();
+    let mut first = [0u8; 8];
+    let (mut p1, mut p2) = ([0u8; 3], [0u8; 5]);
+    let mut third = [0u8; 8];
+    let mut fourth = [0u8; 8];
+    let two = [
+        IoVec {
+            addr: p1.as_mut_ptr(),
+            len: p1.len(),
+        },
+        IoVec {
+            addr: p2.as_mut_ptr(),
+            len: p2.len(),
+        },
+    ];
+    let one = |buf: &mut [u8]| IoVec {
+        addr: buf.as_mut_ptr(),
+        len: buf.len(),
+    };
+    let no_desc = fabric_core::objects::MrDesc(0);
+    // SAFETY: every buffer outlives its completion, read below.
+    unsafe {
+        b.ep.recv_one(
+            one(&mut first),
+            no_desc,
+            FiAddr::UNSPEC,
+            1,
+            OpFlags::empty(),
+        )
+        .unwrap();
+        b.ep.recvmsg(&msg(&two, FiAddr::UNSPEC, 0, 0, 2), OpFlags::empty())
+            .unwrap();
+        b.ep.recvmsg(
+            &msg(&iov(&mut third), FiAddr::UNSPEC, 0, 0, 3),
+            OpFlags::empty(),
+        )
+        .unwrap();
+        b.ep.recv_one(
+            one(&mut fourth),
+            no_desc,
+            FiAddr::UNSPEC,
+            4,
+            OpFlags::empty(),
+        )
+        .unwrap();
+    }
+    for m in [b"message1", b"message2", b"message3", b"message4"] {
+        a.ep.inject(m, b_at_a, None).unwrap();
+    }
+    let order: Vec<u64> = (0..4)
+        .map(|_| next(b.cq.as_ref(), &[a.cq.as_ref()]).unwrap().context)
+        .collect();
+    assert_eq!(order, [1, 2, 3, 4]);
+    assert_eq!(&first, b"message1");
+    assert_eq!((&p1, &p2), (b"mes", b"sage2"));
+    assert_eq!(&third, b"message3");
+    assert_eq!(&fourth, b"message4");
+    // The tagged short form takes the same queue.
+    let mut tagged = [0u8; 8];
+    // SAFETY: as above.
+    unsafe {
+        b.ep.trecv_one(
+            one(&mut tagged),
+            no_desc,
+            FiAddr::UNSPEC,
+            7,
+            0,
+            5,
+            OpFlags::empty(),
+        )
+        .unwrap();
+    }
+    a.ep.tinject(b"tagged!!", b_at_a, 7, None).unwrap();
+    let e = next(b.cq.as_ref(), &[a.cq.as_ref()]).unwrap();
+    assert_eq!((e.context, e.tag, e.len), (5, 7, 8));
+    assert_eq!(&tagged, b"tagged!!");
+    // A buffer whose end wraps around the address space is refused.
+    let wraps = IoVec {
+        addr: usize::MAX as *mut u8,
+        len: 2,
+    };
+    // SAFETY: refused before any use of the buffer.
+    let r = unsafe {
+        b.ep.recv_one(wraps, no_desc, FiAddr::UNSPEC, 6, OpFlags::empty())
+    };
+    assert_eq!(r.unwrap_err().kind(), ErrorKind::Inval);
+}

@@ -453,6 +453,53 @@ unsafe fn read_tmsg<'a>(m: *const FiMsgTagged) -> Option<(&'a FiMsgTagged, Optio
 
 const NO_FLAGS: Option<OpFlags> = None;
 
+/// `fi_recv` (`tagged` `None`) or `fi_trecv` (`Some((tag, ignore))`) of
+/// one buffer: the provider's short path (`recv_one`, `trecv_one`) on an
+/// endpoint, [`post`] on a shared receive context. Programs such as
+/// `fi_pingpong` post each receive between a completion and their answer.
+///
+/// # Safety
+///
+/// As [`post`].
+#[inline(always)]
+unsafe fn post_one(
+    ep: Ep,
+    buf: *mut c_void,
+    len: usize,
+    desc: *mut c_void,
+    src: u64,
+    tagged: Option<(u64, u64)>,
+    ctx: Ctx,
+) -> isize {
+    // SAFETY: the application passes an endpoint from fi_endpoint, or a
+    // shared receive context, which `post` takes.
+    let Some(e) = (unsafe { ep::get(ep) }) else {
+        let (op, (tag, ignore)) = tagged.map_or((Op::Recv, (0, 0)), |t| (Op::TRecv, t));
+        let p = One::new(buf, len, desc);
+        // SAFETY: per the contract.
+        return unsafe { post(ep, op, p, src, tag, ignore, ctx, 0, NO_FLAGS) };
+    };
+    if buf.is_null() && len > 0 {
+        return EINVAL as isize;
+    }
+    let (buf, desc) = (
+        IoVec {
+            addr: buf.cast(),
+            len,
+        },
+        MrDesc(desc as u64),
+    );
+    let (src, ctx, flags) = (FiAddr(src), ctx as u64, e.rx_flags);
+    // SAFETY: the buffer rules are the application's, per fi_recv(3).
+    let r = unsafe {
+        match tagged {
+            None => e.inner.recv_one(buf, desc, src, ctx, flags),
+            Some((tag, ignore)) => e.inner.trecv_one(buf, desc, src, tag, ignore, ctx, flags),
+        }
+    };
+    r.map_or_else(sz, |()| 0)
+}
+
 unsafe extern "C" fn recv(
     ep: Ep,
     buf: *mut c_void,
@@ -461,9 +508,8 @@ unsafe extern "C" fn recv(
     src: u64,
     ctx: Ctx,
 ) -> isize {
-    let p = One::new(buf, len, desc);
     // SAFETY: fi_recv's arguments.
-    guard_sz(|| unsafe { post(ep, Op::Recv, p, src, 0, 0, ctx, 0, NO_FLAGS) })
+    guard_sz(|| unsafe { post_one(ep, buf, len, desc, src, None, ctx) })
 }
 
 unsafe extern "C" fn recvv(
@@ -587,9 +633,8 @@ unsafe extern "C" fn trecv(
     ignore: u64,
     ctx: Ctx,
 ) -> isize {
-    let p = One::new(buf, len, desc);
     // SAFETY: fi_trecv's arguments.
-    guard_sz(|| unsafe { post(ep, Op::TRecv, p, src, tag, ignore, ctx, 0, NO_FLAGS) })
+    guard_sz(|| unsafe { post_one(ep, buf, len, desc, src, Some((tag, ignore)), ctx) })
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -261,6 +261,36 @@ pub trait MsgOps {
         let _ = (msg, flags);
         Err(NOT_SUPPORTED)
     }
+
+    /// Posts one receive buffer (`fi_recv`): [`recvmsg`](Self::recvmsg)
+    /// with one piece (`desc` 0: none), which a provider may take by a
+    /// shorter path. Programs such as `fi_pingpong` post each receive
+    /// between a completion and their answer, on the round trip's path.
+    ///
+    /// # Safety
+    ///
+    /// As [`recvmsg`](Self::recvmsg).
+    unsafe fn recv_one(
+        &self,
+        buf: IoVec,
+        desc: MrDesc,
+        src: FiAddr,
+        context: u64,
+        flags: OpFlags,
+    ) -> Result<()> {
+        let (iov, d) = ([buf], [desc]);
+        let msg = Msg {
+            iov: &iov,
+            desc: if desc.0 == 0 { &[] } else { &d },
+            addr: src,
+            tag: 0,
+            ignore: 0,
+            context,
+            data: 0,
+        };
+        // SAFETY: the caller's contract, which is recvmsg's.
+        unsafe { self.recvmsg(&msg, flags) }
+    }
 }
 
 /// Tagged message operations (`fi_tagged(3)`).
@@ -289,6 +319,37 @@ pub trait TaggedOps {
     unsafe fn trecvmsg(&self, msg: &Msg<'_>, flags: OpFlags) -> Result<()> {
         let _ = (msg, flags);
         Err(NOT_SUPPORTED)
+    }
+
+    /// Posts one tagged receive buffer (`fi_trecv`): as
+    /// [`MsgOps::recv_one`], for [`trecvmsg`](Self::trecvmsg).
+    ///
+    /// # Safety
+    ///
+    /// As [`MsgOps::recvmsg`].
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn trecv_one(
+        &self,
+        buf: IoVec,
+        desc: MrDesc,
+        src: FiAddr,
+        tag: u64,
+        ignore: u64,
+        context: u64,
+        flags: OpFlags,
+    ) -> Result<()> {
+        let (iov, d) = ([buf], [desc]);
+        let msg = Msg {
+            iov: &iov,
+            desc: if desc.0 == 0 { &[] } else { &d },
+            addr: src,
+            tag,
+            ignore,
+            context,
+            data: 0,
+        };
+        // SAFETY: the caller's contract, which is trecvmsg's.
+        unsafe { self.trecvmsg(&msg, flags) }
     }
 }
 

@@ -378,19 +378,11 @@ impl<B: IoBufMut> Endpoint<B> {
     pub fn recv(&mut self, buf: B) -> std::result::Result<OpId, Rejected<B>> {
         let flags = self.rx_flags;
         self.post(OpKind::Recv, buf, true, |ep, iov, desc, context| {
-            let msg = Msg {
-                iov: &[iov],
-                desc: descs(&desc),
-                addr: FiAddr::UNSPEC,
-                tag: 0,
-                ignore: 0,
-                context,
-                data: 0,
-            };
+            let desc = desc.unwrap_or(MrDesc(0));
             // SAFETY: the buffer is owned by the slab until its completion
             // is read (or leaked by the drop), `IoBufMut` keeps its bytes in
             // place meanwhile, and nobody else can reach them.
-            unsafe { ep.recvmsg(&msg, flags) }
+            unsafe { ep.recv_one(iov, desc, FiAddr::UNSPEC, context, flags) }
         })
     }
 
@@ -426,17 +418,9 @@ impl<B: IoBufMut> Endpoint<B> {
     ) -> std::result::Result<OpId, Rejected<B>> {
         let flags = self.rx_flags;
         self.post(OpKind::TaggedRecv, buf, true, |ep, iov, desc, context| {
-            let msg = Msg {
-                iov: &[iov],
-                desc: descs(&desc),
-                addr: FiAddr::UNSPEC,
-                tag,
-                ignore,
-                context,
-                data: 0,
-            };
+            let desc = desc.unwrap_or(MrDesc(0));
             // SAFETY: as in `recv`.
-            unsafe { ep.trecvmsg(&msg, flags) }
+            unsafe { ep.trecv_one(iov, desc, FiAddr::UNSPEC, tag, ignore, context, flags) }
         })
     }
 

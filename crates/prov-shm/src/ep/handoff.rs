@@ -34,9 +34,20 @@ impl<T> Handoff<T> {
         }
     }
 
-    /// The lock: held only for a push or a pop.
+    /// The lock: held only for a push or a pop. The first try is inline,
+    /// the spin behind it out of line, so that the uncontended push keeps
+    /// no registers for it.
     #[inline]
     fn lock(&self) -> SpinMutexGuard<'_, VecDeque<T>> {
+        match self.q.try_lock() {
+            Some(q) => q,
+            None => self.lock_contended(),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn lock_contended(&self) -> SpinMutexGuard<'_, VecDeque<T>> {
         fabric_core::kit::spin_lock(&self.q)
     }
 

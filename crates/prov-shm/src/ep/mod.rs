@@ -41,8 +41,8 @@ use fabric_core::kit::atomic::{self, AtomicKind};
 use fabric_core::kit::lock;
 use fabric_core::kit::mr::MrTable;
 use fabric_core::objects::{
-    AtomicMsg, AtomicOp, AtomicOps, Bind, CmOps, CompletionFlags, Datatype, Endpoint, FiAddr, Msg,
-    MsgOps, RmaIov, RmaMsg, RmaOps, SharedRx, TaggedOps,
+    AtomicMsg, AtomicOp, AtomicOps, Bind, CmOps, CompletionFlags, Datatype, Endpoint, FiAddr,
+    IoVec, MrDesc, Msg, MsgOps, RmaIov, RmaMsg, RmaOps, SharedRx, TaggedOps,
 };
 use fabric_core::{Address, Caps, Error, ErrorKind, Info, OpFlags, Result};
 
@@ -312,44 +312,61 @@ impl ShmEndpoint {
     /// everything else goes through [`post_recv_checked`](Self::post_recv_checked).
     #[inline]
     fn post_recv(&self, msg: &Msg<'_>, flags: OpFlags, tagged: bool) -> Result<()> {
-        let sh = &*self.shared;
         let special = OpFlags::MULTI_RECV | OpFlags::PEEK | OpFlags::CLAIM | OpFlags::DISCARD;
-        let one = match msg.iov {
-            [] => Some(Pieces::EMPTY),
-            [v] => Pieces::one(v),
-            _ => None,
-        };
-        match one {
-            Some(buf)
-                if !(tagged && flags.intersects(special))
-                    && sh.srx.get().is_none()
-                    && sh.bound.get().is_some() =>
-            {
-                self.queue_recv(msg, flags, tagged, buf)
+        match shared::one_piece_of(msg.iov) {
+            Some(buf) if !(tagged && flags.intersects(special)) && self.queues_receives() => {
+                self.queue_recv(RxReq::of(msg, flags, tagged, buf))
             }
             _ => self.post_recv_checked(msg, flags, tagged),
         }
     }
 
-    /// Queues receive `msg` with buffer `buf` for the engine.
+    /// Whether receives go through the queue: the endpoint is bound and
+    /// has no shared receive context.
     #[inline]
-    fn queue_recv(&self, msg: &Msg<'_>, flags: OpFlags, tagged: bool, buf: Pieces) -> Result<()> {
-        let req = RxReq {
-            tagged,
-            tag: if tagged { msg.tag } else { 0 },
-            ignore: if tagged { msg.ignore } else { 0 },
-            src: msg.addr,
-            buf,
-            context: msg.context,
-            flags,
-        };
+    fn queues_receives(&self) -> bool {
+        let sh = &*self.shared;
+        sh.srx.get().is_none() && sh.bound.get().is_some()
+    }
+
+    /// Queues receive `req` for the engine.
+    #[inline]
+    fn queue_recv(&self, req: RxReq) -> Result<()> {
         self.shared.posted.push(req).map_err(|_| Error::again())?;
         self.engine.nudge();
         Ok(())
     }
 
+    /// [`post_recv_checked`](Self::post_recv_checked) of one buffer
+    /// (`recv_one`, `trecv_one`); `tagged` is (tagged, tag, ignore).
+    #[cold]
+    #[inline(never)]
+    fn post_one_checked(
+        &self,
+        buf: IoVec,
+        desc: MrDesc,
+        src: FiAddr,
+        (tagged, tag, ignore): (bool, u64, u64),
+        context: u64,
+        flags: OpFlags,
+    ) -> Result<()> {
+        let (iov, d) = ([buf], [desc]);
+        let msg = Msg {
+            iov: &iov,
+            desc: &d,
+            addr: src,
+            tag,
+            ignore,
+            context,
+            data: 0,
+        };
+        self.post_recv_checked(&msg, flags, tagged)
+    }
+
     /// [`post_recv`](Self::post_recv) with every check, and peeks,
-    /// claims and discards.
+    /// claims, discards and buffers of several pieces, posted at once
+    /// under the engine's lock (a claim with nothing claimed is refused by
+    /// the call, and the queue carries one piece).
     #[cold]
     #[inline(never)]
     fn post_recv_checked(&self, msg: &Msg<'_>, flags: OpFlags, tagged: bool) -> Result<()> {
@@ -362,20 +379,28 @@ impl ShmEndpoint {
             ));
         }
         let buf = Pieces::checked(msg.iov)?;
-        if tagged && flags.intersects(OpFlags::PEEK | OpFlags::CLAIM | OpFlags::DISCARD) {
-            // At once, under the engine's lock: a claim with nothing
-            // claimed is refused by the call.
-            return self
-                .engine
-                .with_ep(sh.id, |ep| ep.peek(msg, flags))
-                .unwrap_or_else(|| {
-                    Err(Error::new(
-                        ErrorKind::OpBadState,
-                        "shm: endpoint not enabled (call enable after binding its CQ and AV)",
-                    ))
-                });
+        let peek = tagged && flags.intersects(OpFlags::PEEK | OpFlags::CLAIM | OpFlags::DISCARD);
+        if let (false, Some(one)) = (peek, shared::one_piece_of(buf.pieces())) {
+            return self.queue_recv(RxReq::of(msg, flags, tagged, one));
         }
-        self.queue_recv(msg, flags, tagged, buf)
+        let msg = Msg {
+            iov: buf.pieces(),
+            ..*msg
+        };
+        self.engine
+            .with_ep(sh.id, |ep| {
+                if peek {
+                    ep.peek(&msg, flags)
+                } else {
+                    ep.post_now(&msg, flags, tagged)
+                }
+            })
+            .unwrap_or_else(|| {
+                Err(Error::new(
+                    ErrorKind::OpBadState,
+                    "shm: endpoint not enabled (call enable after binding its CQ and AV)",
+                ))
+            })
     }
 
     /// An injected write or atomic: one command with the data, no
@@ -476,6 +501,28 @@ impl MsgOps for ShmEndpoint {
     unsafe fn recvmsg(&self, msg: &Msg<'_>, flags: OpFlags) -> Result<()> {
         self.post_recv(msg, flags, false)
     }
+
+    unsafe fn recv_one(
+        &self,
+        buf: IoVec,
+        desc: MrDesc,
+        src: FiAddr,
+        context: u64,
+        flags: OpFlags,
+    ) -> Result<()> {
+        match shared::one_piece(&buf) {
+            Some(buf) if self.queues_receives() => self.queue_recv(RxReq {
+                tagged: false,
+                tag: 0,
+                ignore: 0,
+                src,
+                buf,
+                context,
+                flags,
+            }),
+            _ => self.post_one_checked(buf, desc, src, (false, 0, 0), context, flags),
+        }
+    }
 }
 
 // The zero-copy operations are `unsafe` methods of the trait.
@@ -492,6 +539,33 @@ impl TaggedOps for ShmEndpoint {
 
     unsafe fn trecvmsg(&self, msg: &Msg<'_>, flags: OpFlags) -> Result<()> {
         self.post_recv(msg, flags, true)
+    }
+
+    unsafe fn trecv_one(
+        &self,
+        buf: IoVec,
+        desc: MrDesc,
+        src: FiAddr,
+        tag: u64,
+        ignore: u64,
+        context: u64,
+        flags: OpFlags,
+    ) -> Result<()> {
+        let special = OpFlags::PEEK | OpFlags::CLAIM | OpFlags::DISCARD | OpFlags::MULTI_RECV;
+        match shared::one_piece(&buf) {
+            Some(buf) if !flags.intersects(special) && self.queues_receives() => {
+                self.queue_recv(RxReq {
+                    tagged: true,
+                    tag,
+                    ignore,
+                    src,
+                    buf,
+                    context,
+                    flags,
+                })
+            }
+            _ => self.post_one_checked(buf, desc, src, (true, tag, ignore), context, flags),
+        }
     }
 }
 

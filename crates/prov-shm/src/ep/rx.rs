@@ -362,12 +362,6 @@ impl RxState {
 
     /// A receive from the application (posted through the queue).
     pub(super) fn take_post(&mut self, sh: &EpShared, b: &Binds, r: RxReq) {
-        // A message left in the ring may match this receive.
-        self.ring_held = false;
-        if r.flags.contains(OpFlags::MULTI_RECV) {
-            self.rx
-                .set_min_multi_recv(sh.min_multi_recv.load(std::sync::atomic::Ordering::Relaxed));
-        }
         let msg = Msg {
             iov: r.buf.pieces(),
             desc: &[],
@@ -377,7 +371,7 @@ impl RxState {
             context: r.context,
             data: 0,
         };
-        if let Err(e) = self.rx.post(b, &msg, r.flags, r.tagged) {
+        if let Err(e) = self.post(sh, b, &msg, r.flags, r.tagged) {
             // Checked when it was posted; reported rather than lost.
             let entry = CqEntry {
                 context: r.context,
@@ -389,6 +383,25 @@ impl RxState {
         if self.rx.has_actions() {
             self.run_actions(sh, b);
         }
+    }
+
+    /// Posts a receive into the receive engine (queued ones by
+    /// [`take_post`](Self::take_post), others at once).
+    pub(super) fn post(
+        &mut self,
+        sh: &EpShared,
+        b: &Binds,
+        msg: &Msg<'_>,
+        flags: OpFlags,
+        tagged: bool,
+    ) -> fabric_core::Result<()> {
+        // A message left in the ring may match this receive.
+        self.ring_held = false;
+        if flags.contains(OpFlags::MULTI_RECV) {
+            self.rx
+                .set_min_multi_recv(sh.min_multi_recv.load(std::sync::atomic::Ordering::Relaxed));
+        }
+        self.rx.post(b, msg, flags, tagged)
     }
 
     /// Takes every receive request still queued (before a cancel or a

@@ -12,7 +12,7 @@ use fabric_core::kit::atomic::AtomicKind;
 use fabric_core::kit::hash::IdMap;
 use fabric_core::kit::lock;
 use fabric_core::kit::mr::MrTable;
-use fabric_core::objects::{AtomicOp, Datatype, FiAddr, RmaIov};
+use fabric_core::objects::{AtomicOp, Datatype, FiAddr, IoVec, Msg, RmaIov};
 use fabric_core::{Address, Error, ErrorKind, Info, OpFlags, Result};
 
 use super::binds::{Binds, TxDone};
@@ -230,16 +230,68 @@ impl PeerTable {
 }
 
 /// A receive on its way to the engine (posted without taking the
-/// engine's lock; FI_PEEK / FI_CLAIM / FI_DISCARD take it at once).
+/// engine's lock; FI_PEEK / FI_CLAIM / FI_DISCARD, and buffers of several
+/// pieces, take it at once). It carries one piece, so that the queue's
+/// slot is 72 bytes where one for [`IOV_LIMIT`](crate::pieces::IOV_LIMIT)
+/// pieces took 120: a program such as `fi_pingpong` posts each receive on
+/// its round trip's path.
 #[derive(Debug)]
 pub(crate) struct RxReq {
     pub tagged: bool,
     pub tag: u64,
     pub ignore: u64,
     pub src: FiAddr,
-    pub buf: Pieces,
+    pub buf: OnePiece,
     pub context: u64,
     pub flags: OpFlags,
+}
+
+impl RxReq {
+    /// Receive `msg` (tag and ignore mask only when `tagged`) into `buf`.
+    #[inline]
+    pub(crate) fn of(msg: &Msg<'_>, flags: OpFlags, tagged: bool, buf: OnePiece) -> RxReq {
+        let (tag, ignore) = if tagged {
+            (msg.tag, msg.ignore)
+        } else {
+            (0, 0)
+        };
+        RxReq {
+            tagged,
+            tag,
+            ignore,
+            src: msg.addr,
+            buf,
+            context: msg.context,
+            flags,
+        }
+    }
+}
+
+/// The buffer of a queued receive: one piece, or none.
+pub(crate) type OnePiece = fabric_core::kit::rx::Pieces<1>;
+
+/// `v` as a [`OnePiece`]: none for an empty piece, `None` for one whose
+/// end overflows the address space.
+#[inline]
+pub(crate) fn one_piece(v: &IoVec) -> Option<OnePiece> {
+    let mut p = OnePiece::EMPTY;
+    if v.len == 0 {
+        return Some(p);
+    }
+    (v.addr as usize).checked_add(v.len)?;
+    p.set(std::slice::from_ref(v));
+    Some(p)
+}
+
+/// Pieces as a [`OnePiece`] when there is at most one (checked as
+/// [`one_piece`] checks).
+#[inline]
+pub(crate) fn one_piece_of(pieces: &[IoVec]) -> Option<OnePiece> {
+    match pieces {
+        [] => Some(OnePiece::EMPTY),
+        [v] => one_piece(v),
+        _ => None,
+    }
 }
 
 /// Remote ranges of an RMA or atomic operation.

@@ -333,6 +333,23 @@ impl EpRx {
         r
     }
 
+    /// A receive of several pieces, posted at once (the queue carries one
+    /// piece): receives queued before it are taken first.
+    pub(crate) fn post_now(
+        &mut self,
+        msg: &Msg<'_>,
+        flags: OpFlags,
+        tagged: bool,
+    ) -> fabric_core::Result<()> {
+        let sh = &*self.shared;
+        let b = sh.bound()?;
+        let st = &mut self.st;
+        st.drain_posted(sh, b);
+        let r = st.post(sh, b, msg, flags, tagged);
+        st.run_actions(sh, b);
+        r
+    }
+
     /// Cancels the posted receive with this context (`fi_cancel`).
     pub(crate) fn cancel(&mut self, context: u64) -> fabric_core::Result<()> {
         let sh = &*self.shared;
