@@ -705,20 +705,11 @@ fn receives_of_one_piece_and_of_several_keep_the_order_they_were_posted_in() {
     let (mut p1, mut p2) = ([0u8; 3], [0u8; 5]);
     let mut third = [0u8; 8];
     let mut fourth = [0u8; 8];
-    let two = [
-        IoVec {
-            addr: p1.as_mut_ptr(),
-            len: p1.len(),
-        },
-        IoVec {
-            addr: p2.as_mut_ptr(),
-            len: p2.len(),
-        },
-    ];
     let one = |buf: &mut [u8]| IoVec {
         addr: buf.as_mut_ptr(),
         len: buf.len(),
     };
+    let two = [one(&mut p1), one(&mut p2)];
     let no_desc = fabric_core::objects::MrDesc(0);
     // SAFETY: every buffer outlives its completion, read below.
     unsafe {

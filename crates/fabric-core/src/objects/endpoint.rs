@@ -88,6 +88,29 @@ pub struct Msg<'a> {
     pub data: u64,
 }
 
+impl<'a> Msg<'a> {
+    /// A message of one piece (`desc` 0: no descriptor) and no remote CQ
+    /// data, as `fi_recv` and `fi_trecv` give one.
+    pub fn one(
+        iov: &'a [IoVec; 1],
+        desc: &'a [MrDesc; 1],
+        addr: FiAddr,
+        tag: u64,
+        ignore: u64,
+        context: u64,
+    ) -> Msg<'a> {
+        Msg {
+            iov,
+            desc: if desc[0].0 == 0 { &[] } else { desc },
+            addr,
+            tag,
+            ignore,
+            context,
+            data: 0,
+        }
+    }
+}
+
 /// An RMA operation (`struct fi_msg_rma`).
 #[derive(Debug, Clone, Copy)]
 pub struct RmaMsg<'a> {
@@ -279,15 +302,7 @@ pub trait MsgOps {
         flags: OpFlags,
     ) -> Result<()> {
         let (iov, d) = ([buf], [desc]);
-        let msg = Msg {
-            iov: &iov,
-            desc: if desc.0 == 0 { &[] } else { &d },
-            addr: src,
-            tag: 0,
-            ignore: 0,
-            context,
-            data: 0,
-        };
+        let msg = Msg::one(&iov, &d, src, 0, 0, context);
         // SAFETY: the caller's contract, which is recvmsg's.
         unsafe { self.recvmsg(&msg, flags) }
     }
@@ -339,15 +354,7 @@ pub trait TaggedOps {
         flags: OpFlags,
     ) -> Result<()> {
         let (iov, d) = ([buf], [desc]);
-        let msg = Msg {
-            iov: &iov,
-            desc: if desc.0 == 0 { &[] } else { &d },
-            addr: src,
-            tag,
-            ignore,
-            context,
-            data: 0,
-        };
+        let msg = Msg::one(&iov, &d, src, tag, ignore, context);
         // SAFETY: the caller's contract, which is trecvmsg's.
         unsafe { self.trecvmsg(&msg, flags) }
     }

@@ -351,15 +351,7 @@ impl ShmEndpoint {
         flags: OpFlags,
     ) -> Result<()> {
         let (iov, d) = ([buf], [desc]);
-        let msg = Msg {
-            iov: &iov,
-            desc: &d,
-            addr: src,
-            tag,
-            ignore,
-            context,
-            data: 0,
-        };
+        let msg = Msg::one(&iov, &d, src, tag, ignore, context);
         self.post_recv_checked(&msg, flags, tagged)
     }
 
